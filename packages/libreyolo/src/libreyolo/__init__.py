@@ -1,0 +1,5 @@
+"""libreyolo."""
+
+from importlib.metadata import version as _version
+
+__version__ = _version("libreyolo")
