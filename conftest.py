@@ -1,0 +1,27 @@
+"""Repository-wide pytest setup: GPU markers skip cleanly, with the reason, where no GPU is."""
+
+from __future__ import annotations
+
+import pytest
+
+
+def _cuda_device_count() -> int:
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - torch is a hard dependency of every package
+        return 0
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    wants_gpu = [i for i in items if "cuda" in i.keywords or "multigpu" in i.keywords]
+    if not wants_gpu:
+        return
+    count = _cuda_device_count()
+    skip_cuda = pytest.mark.skip(reason="needs a CUDA GPU (marker 'cuda'); none is visible here")
+    skip_multi = pytest.mark.skip(reason=f"needs two or more CUDA GPUs (marker 'multigpu'); {count} visible")
+    for item in wants_gpu:
+        if "multigpu" in item.keywords and count < 2:
+            item.add_marker(skip_multi)
+        elif "cuda" in item.keywords and count < 1:
+            item.add_marker(skip_cuda)
