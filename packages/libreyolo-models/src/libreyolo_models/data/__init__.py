@@ -1,0 +1,1 @@
+"""Datasets, label checking, the bundled ``shapes`` set, the image cache and augmentation."""

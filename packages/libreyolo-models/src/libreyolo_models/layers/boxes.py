@@ -1,0 +1,65 @@
+"""Box format conversions and overlaps.
+
+Formats: ``xyxy`` is (x1, y1, x2, y2); ``xywh`` is (centre x, centre y, width, height). Pixel or
+normalized units are the caller's choice; every function works on the last dimension and keeps
+the leading ones, so the same code serves one image ``[N, 4]`` and a batch ``[B, N, 4]``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+
+def xywh_to_xyxy(boxes: Tensor) -> Tensor:
+    """``[..., 4]`` centre/size boxes to corner boxes."""
+    xy, wh = boxes[..., :2], boxes[..., 2:4]
+    half = wh / 2
+    return torch.cat((xy - half, xy + half), dim=-1)
+
+
+def xyxy_to_xywh(boxes: Tensor) -> Tensor:
+    """``[..., 4]`` corner boxes to centre/size boxes."""
+    x1y1, x2y2 = boxes[..., :2], boxes[..., 2:4]
+    return torch.cat(((x1y1 + x2y2) / 2, x2y2 - x1y1), dim=-1)
+
+
+def box_area(boxes: Tensor) -> Tensor:
+    """Area of ``[..., 4]`` xyxy boxes (negative extents count as zero)."""
+    wh = (boxes[..., 2:4] - boxes[..., :2]).clamp(min=0)
+    return wh[..., 0] * wh[..., 1]
+
+
+def box_iou(a: Tensor, b: Tensor, eps: float = 1e-7) -> Tensor:
+    """Pairwise IoU of xyxy boxes ``a [N, 4]`` and ``b [M, 4]`` -> ``[N, M]``."""
+    lt = torch.maximum(a[:, None, :2], b[None, :, :2])
+    rb = torch.minimum(a[:, None, 2:4], b[None, :, 2:4])
+    inter = (rb - lt).clamp(min=0).prod(-1)
+    union = box_area(a)[:, None] + box_area(b)[None, :] - inter
+    return inter / (union + eps)
+
+
+def aligned_ciou(a: Tensor, b: Tensor, eps: float = 1e-7) -> Tensor:
+    """Complete IoU of matched xyxy boxes ``a[i]`` vs ``b[i]`` (``[..., 4]`` each) -> ``[...]``.
+
+    CIoU = IoU - centre distance² / enclosing diagonal² - alpha * v, where v measures the
+    aspect-ratio mismatch. It keeps a useful gradient when boxes do not overlap, which plain IoU
+    does not (that is why the box loss uses it).
+    """
+    a1, a2 = a[..., :2], a[..., 2:4]
+    b1, b2 = b[..., :2], b[..., 2:4]
+    wa, ha = (a2 - a1).unbind(-1)
+    wb, hb = (b2 - b1).unbind(-1)
+    ha, hb = ha + eps, hb + eps
+    inter = (torch.minimum(a2, b2) - torch.maximum(a1, b1)).clamp(min=0).prod(-1)
+    union = wa * ha + wb * hb - inter + eps
+    iou = inter / union
+    enclose = torch.maximum(a2, b2) - torch.minimum(a1, b1)
+    diag2 = enclose.pow(2).sum(-1) + eps
+    centre2 = ((a1 + a2) - (b1 + b2)).pow(2).sum(-1) / 4
+    v = (4 / math.pi**2) * (torch.atan(wb / hb) - torch.atan(wa / ha)).pow(2)
+    with torch.no_grad():
+        alpha = v / (v - iou + (1 + eps))
+    return iou - (centre2 / diag2 + v * alpha)
