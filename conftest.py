@@ -25,3 +25,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip_multi)
         elif "cuda" in item.keywords and count < 1:
             item.add_marker(skip_cuda)
+
+
+@pytest.fixture(autouse=True)
+def _no_network_and_private_folders(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests never touch the network or the user's folders.
+
+    The hub points at a closed loopback port (tests that exercise downloads start their own
+    loopback server and override this); weights and caches go to per-session temp folders.
+    """
+    monkeypatch.setenv("LIBREYOLO_HUB_URL", "http://127.0.0.1:9")
+    monkeypatch.setenv("LIBREYOLO_WEIGHTS_DIR", str(tmp_path_factory.getbasetemp() / "weights"))
+    monkeypatch.setenv("LIBREYOLO_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))

@@ -1,4 +1,4 @@
-"""libreyolo-cli."""
+"""libreyolo-cli: the ``libreyolo`` command (``key=value`` arguments). See ``libreyolo_cli.main``."""
 
 from importlib.metadata import version as _version
 

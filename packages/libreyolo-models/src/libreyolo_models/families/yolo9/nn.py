@@ -165,15 +165,23 @@ class DetectHead(nn.Module):
             nn.init.constant_(box[-1].bias, 1.0)
             nn.init.constant_(cls[-1].bias, math.log(5 / self.nc / (imgsz / s) ** 2))
 
-    def forward(self, feats: tuple[Tensor, ...]) -> tuple[Tensor, list[Tensor]]:
-        raw = [torch.cat((box(f), cls(f)), 1) for f, box, cls in zip(feats, self.cv2, self.cv3)]
+    def raw_maps(self, feats: tuple[Tensor, ...]) -> list[Tensor]:
+        """Per level ``[B, 4*reg_max + nc, H, W]``: box-distribution logits then class logits."""
+        return [torch.cat((box(f), cls(f)), 1) for f, box, cls in zip(feats, self.cv2, self.cv3)]
+
+    def decode(self, raw: list[Tensor]) -> Tensor:
+        """Raw maps -> ``[B, 4 + nc, A]``: xyxy boxes in input pixels, then sigmoid class scores."""
         b = raw[0].shape[0]
         flat = torch.cat([r.view(b, self.no, -1) for r in raw], 2)
         box_logits, cls_logits = flat.split((4 * self.reg_max, self.nc), 1)
         anchors, strides = make_anchors([tuple(r.shape[2:]) for r in raw], STRIDES,
                                         device=flat.device, dtype=flat.dtype)
         boxes = distances_to_boxes(self.dfl(box_logits), anchors.t().unsqueeze(0), dim=1) * strides.t()
-        return torch.cat((boxes, cls_logits.sigmoid()), 1), raw
+        return torch.cat((boxes, cls_logits.sigmoid()), 1)
+
+    def forward(self, feats: tuple[Tensor, ...]) -> tuple[Tensor, list[Tensor]]:
+        raw = self.raw_maps(feats)
+        return self.decode(raw), raw
 
 
 class Yolo9Net(nn.Module):
@@ -198,6 +206,10 @@ class Yolo9Net(nn.Module):
         self.neck = Neck(arch)
         self.head = DetectHead(nc, arch.head_channels)
         self.head.initialize_biases()
+
+    def raw_outputs(self, x: Tensor) -> list[Tensor]:
+        """Only what the loss reads (the training graph seam): the three raw head maps."""
+        return self.head.raw_maps(self.neck(*self.backbone(x)))
 
     def forward(self, x: Tensor) -> dict[str, object]:
         f8, f16, f32 = self.neck(*self.backbone(x))

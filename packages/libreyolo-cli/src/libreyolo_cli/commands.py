@@ -1,0 +1,98 @@
+"""One function per ``libreyolo`` command; each takes the parsed options and returns an exit code."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+
+from .arguments import ParsedArgs, UsageError
+
+
+def _suggest(word: str, known: list[str]) -> str:
+    import difflib
+
+    hint = difflib.get_close_matches(word, known, n=1)
+    return f" (did you mean {hint[0]!r}?)" if hint else ""
+
+
+def _take_model(options: dict[str, object], command: str, default: str | None = None) -> object:
+    from libreyolo_models import LibreYOLO
+
+    name = options.pop("model", default)
+    if name is None:
+        raise UsageError(f"'libreyolo {command}' needs model=... (a .pt checkpoint, a weights name such as "
+                         "LibreYOLO9t.pt, or an architecture such as LibreYOLO9t.yaml)")
+    return LibreYOLO(str(name))
+
+
+def cmd_predict(options: dict[str, object]) -> int:
+    from libreyolo_models import SAMPLE_IMAGE
+
+    model = _take_model(options, "predict")
+    source = options.pop("source", str(SAMPLE_IMAGE))
+    results = model.predict(str(source), **options)
+    for res in results:
+        print(f"{res.path}: {res.summary()} ({res.speed['inference']:.1f} ms)")
+    return 0
+
+
+def cmd_train(options: dict[str, object]) -> int:
+    model = _take_model(options, "train")
+    outcome = model.train(**options)
+    print(outcome.summary() if hasattr(outcome, "summary") else outcome)
+    return 0
+
+
+def cmd_val(options: dict[str, object]) -> int:
+    model = _take_model(options, "val")
+    metrics = model.val(**options)
+    print(metrics.table())
+    print(f"mAP50={metrics.map50:.4f} mAP50-95={metrics.map50_95:.4f} "
+          f"precision={metrics.precision:.4f} recall={metrics.recall:.4f}")
+    return 0
+
+
+def cmd_info(options: dict[str, object]) -> int:
+    as_json = bool(options.pop("json", False))
+    model = _take_model(options, "info")
+    if options:
+        key = sorted(options)[0]
+        raise UsageError(f"'libreyolo info' takes model= and --json only; unknown option {key!r}")
+    info = model.info()
+    info["names"] = model.names
+    if as_json:
+        print(json.dumps(info, indent=2, default=str))
+    else:
+        for key, value in info.items():
+            print(f"{key}: {value}")
+    return 0
+
+
+def cmd_version(options: dict[str, object]) -> int:
+    from importlib.metadata import PackageNotFoundError, version
+
+    import torch
+
+    for dist in ("libreyolo", "libreyolo-models", "libreyolo-cudagraph", "libreyolo-ddp", "libreyolo-cli"):
+        try:
+            print(f"{dist} {version(dist)}")
+        except PackageNotFoundError:
+            print(f"{dist} (not installed)")
+    print(f"torch {torch.__version__} (CUDA {'available' if torch.cuda.is_available() else 'not available'})")
+    print(f"python {sys.version.split()[0]}")
+    return 0
+
+
+COMMANDS: dict[str, Callable[[dict[str, object]], int]] = {
+    "predict": cmd_predict, "train": cmd_train, "val": cmd_val, "info": cmd_info, "version": cmd_version,
+}
+
+
+def run_command(parsed: ParsedArgs) -> int:
+    if parsed.command is None:
+        raise UsageError(f"no command given; use one of: {', '.join(sorted(COMMANDS))}")
+    if parsed.command not in COMMANDS:
+        raise UsageError(f"unknown command {parsed.command!r}{_suggest(parsed.command, list(COMMANDS))}; "
+                         f"commands: {', '.join(sorted(COMMANDS))}")
+    return COMMANDS[parsed.command](dict(parsed.options))

@@ -1,0 +1,48 @@
+"""The ``libreyolo`` command run in-process: outputs and documented exit codes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from libreyolo_cli.main import EXIT_FAILED, EXIT_OK, EXIT_USAGE, main
+
+
+def test_version_lists_every_package(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["version"]) == EXIT_OK
+    out = capsys.readouterr().out
+    for dist in ("libreyolo ", "libreyolo-models", "libreyolo-cudagraph", "libreyolo-ddp", "libreyolo-cli", "torch"):
+        assert dist in out
+
+
+def test_info_reports_the_architecture_as_json(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["info", "model=LibreYOLO9t.yaml", "--json"]) == EXIT_OK
+    info = json.loads(capsys.readouterr().out)
+    assert (info["family"], info["size"], info["parameters"], info["nc"]) == ("yolo9", "t", 2036544, 80)
+
+
+def test_predict_prints_one_line_per_image(capsys: pytest.CaptureFixture[str], tmp_path) -> None:
+    from libreyolo_models import SAMPLE_IMAGE
+
+    code = main(["predict", "model=LibreYOLO9t.yaml", f"source={SAMPLE_IMAGE}", "imgsz=64", "--save",
+                 f"project={tmp_path}"])
+    assert code == EXIT_OK
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1 and out[0].startswith(str(SAMPLE_IMAGE))
+    assert (tmp_path / "exp" / "sample.jpg").is_file()
+
+
+@pytest.mark.parametrize(("words", "code", "message"), [
+    (["predcit"], EXIT_USAGE, "did you mean 'predict'"),
+    ([], EXIT_USAGE, "Commands:"),
+    (["predict", "model=LibreYOLO9t.yaml", "cnof=0.5"], EXIT_USAGE, "did you mean 'conf'"),
+    (["predict", "model=LibreYOLO9t.yaml", "imgsz=big"], EXIT_USAGE, "imgsz='big' is not valid"),
+    (["predict"], EXIT_USAGE, "needs model="),
+    (["predict", "model=LibreYOLO9t.yaml", "source=/nope/missing.jpg"], EXIT_FAILED, "/nope/missing.jpg"),
+    (["info", "model=missing-file.pt"], EXIT_FAILED, "weights 'missing-file.pt' not found"),
+])
+def test_errors_have_documented_exit_codes(capsys, words, code, message) -> None:
+    assert main(words) == code
+    captured = capsys.readouterr()
+    assert message in captured.err + captured.out

@@ -1,0 +1,122 @@
+"""One loader for every settings dataclass: keyword arguments, CLI ``key=value`` pairs and YAML
+files all pass through ``load_config``, so each option has one default and one type.
+"""
+
+from __future__ import annotations
+
+import difflib
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import fields
+from typing import Any, TypeVar, get_args, get_origin
+
+from .errors import ConfigError
+
+T = TypeVar("T")
+
+_TRUE = {"true", "yes", "1", "on"}
+_FALSE = {"false", "no", "0", "off"}
+_NONE = {"none", "null", ""}
+
+
+def suggest(name: str, known: typing.Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` for the closest known name, or an empty string."""
+    hint = difflib.get_close_matches(name, list(known), n=1)
+    return f" (did you mean {hint[0]!r}?)" if hint else ""
+
+
+def load_config(cls: type[T], values: Mapping[str, object], source: str) -> T:
+    """Build the frozen dataclass ``cls`` from ``values``, rejecting unknown keys.
+
+    Strings (from the CLI or a YAML file) are converted to each field's annotated type.
+
+    Raises:
+        ConfigError: an unknown key (with a did-you-mean) or a value of the wrong type; the
+            message names ``source`` (``"model.train()"``, ``"command line"``, a file).
+    """
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+    for key in values:
+        if key not in known:
+            raise ConfigError(f"{source}: unknown option {key!r}{suggest(key, known)}; "
+                              f"valid options: {', '.join(sorted(known))}")
+    converted = {key: coerce(value, hints[key], key, source) for key, value in values.items()}
+    return cls(**converted)
+
+
+def coerce(value: object, annotation: Any, key: str, source: str) -> object:
+    """Convert ``value`` to ``annotation`` (bool/int/float/str/None/Literal/unions/lists)."""
+    origin, args = get_origin(annotation), get_args(annotation)
+    if annotation is Any or annotation is object:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        if value is None or (isinstance(value, str) and value.strip().lower() in _NONE and type(None) in args):
+            if type(None) in args:
+                return None
+        errors = []
+        for option in (a for a in args if a is not type(None)):
+            try:
+                return coerce(value, option, key, source)
+            except ConfigError as err:
+                errors.append(str(err))
+        raise ConfigError(f"{source}: {key}={value!r} is not valid: expected {_describe(annotation)}")
+    if origin is typing.Literal:
+        for option in args:
+            if value == option or (isinstance(value, str) and str(option) == value.strip()):
+                return option
+            if isinstance(option, bool) and isinstance(value, str) and value.strip().lower() in (
+                    _TRUE if option else _FALSE):
+                return option
+        raise ConfigError(f"{source}: {key}={value!r} is not one of {', '.join(map(repr, args))}")
+    if origin in (list, tuple):
+        items = value.split(",") if isinstance(value, str) else value
+        if not isinstance(items, list | tuple):
+            raise ConfigError(f"{source}: {key}={value!r} must be a list (comma-separated on the command line)")
+        item_type = args[0] if args else Any
+        out = [coerce(v.strip() if isinstance(v, str) else v, item_type, key, source) for v in items]
+        return tuple(out) if origin is tuple else out
+    if annotation is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+            return value.strip().lower() in _TRUE
+        raise ConfigError(f"{source}: {key}={value!r} must be true or false")
+    if annotation is int:
+        if isinstance(value, bool):
+            raise ConfigError(f"{source}: {key}={value!r} must be a whole number")
+        if isinstance(value, int):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, str):
+            try:
+                return int(value.strip())
+            except ValueError:
+                pass
+        raise ConfigError(f"{source}: {key}={value!r} must be a whole number")
+    if annotation is float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value.strip())
+            except ValueError:
+                pass
+        raise ConfigError(f"{source}: {key}={value!r} must be a number")
+    if annotation is str:
+        if isinstance(value, str | int | float) and not isinstance(value, bool):
+            return str(value)
+        if hasattr(value, "__fspath__"):
+            return str(value)
+        raise ConfigError(f"{source}: {key}={value!r} must be a string")
+    if isinstance(annotation, type) and isinstance(value, annotation):
+        return value
+    raise ConfigError(f"{source}: {key}={value!r} must be {_describe(annotation)}")
+
+
+def _describe(annotation: Any) -> str:
+    args = get_args(annotation)
+    if args:
+        return " or ".join(_describe(a) for a in args)
+    return "None" if annotation is type(None) else getattr(annotation, "__name__", str(annotation))

@@ -1,0 +1,27 @@
+"""Exception classes of the model zoo. Each subclasses the built-in a caller would expect."""
+
+from __future__ import annotations
+
+
+class LibreYOLOError(Exception):
+    """Base of every error this package raises on purpose."""
+
+
+class ConfigError(LibreYOLOError, ValueError):
+    """An option, argument or config file value is wrong (message names it and the fix)."""
+
+
+class UnknownFamilyError(ConfigError):
+    """A model name or family that no registry entry matches."""
+
+
+class CheckpointError(LibreYOLOError, ValueError):
+    """A checkpoint file cannot be used (unreadable, unsafe, or for another model)."""
+
+
+class WeightsNotFoundError(LibreYOLOError, FileNotFoundError):
+    """A weights name resolved nowhere: not local, not in the weights folder, not on the hub."""
+
+
+class SourceError(LibreYOLOError, ValueError):
+    """A prediction input (file, folder, array, tensor) cannot be read."""

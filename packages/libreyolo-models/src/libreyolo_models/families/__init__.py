@@ -1,0 +1,1 @@
+"""One folder per family; the registry (``libreyolo_models.registry``) lists them all."""

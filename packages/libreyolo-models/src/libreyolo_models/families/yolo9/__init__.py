@@ -1,0 +1,1 @@
+"""YOLOv9 (GELAN) detection family: sizes t, s, m, c."""

@@ -1,0 +1,1 @@
+"""Inference: reading sources, letterboxing, results objects and plotting."""

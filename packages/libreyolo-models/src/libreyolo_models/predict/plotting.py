@@ -1,0 +1,36 @@
+"""Drawing detections on an image (PIL only; no OpenCV dependency)."""
+
+from __future__ import annotations
+
+import colorsys
+
+import numpy as np
+from PIL import Image, ImageDraw, ImageFont
+from torch import Tensor
+
+
+def class_color(cls: int) -> tuple[int, int, int]:
+    """A stable, well-separated colour per class id (golden-angle hue steps)."""
+    hue = (cls * 0.618033988749895) % 1.0
+    r, g, b = colorsys.hsv_to_rgb(hue, 0.75, 0.95)
+    return int(r * 255), int(g * 255), int(b * 255)
+
+
+def draw_detections(image: np.ndarray, det: Tensor, names: dict[int, str], *, labels: bool = True,
+                    conf: bool = True, line_width: int | None = None) -> np.ndarray:
+    """Boxes ``det [N, 6]`` (x1, y1, x2, y2, score, class) drawn on a copy of ``image`` (RGB uint8)."""
+    canvas = Image.fromarray(image.copy())
+    draw = ImageDraw.Draw(canvas)
+    width = line_width or max(1, round(sum(canvas.size) / 2 * 0.003))
+    font = ImageFont.load_default()
+    for x1, y1, x2, y2, score, cls in det.tolist():
+        color = class_color(int(cls))
+        draw.rectangle((x1, y1, x2, y2), outline=color, width=width)
+        if labels:
+            text = names.get(int(cls), str(int(cls))) + (f" {score:.2f}" if conf else "")
+            left, top, right, bottom = draw.textbbox((x1, y1), text, font=font)
+            th = bottom - top
+            ty = y1 - th - 2 if y1 - th - 2 >= 0 else y1
+            draw.rectangle((x1, ty, x1 + (right - left) + 4, ty + th + 2), fill=color)
+            draw.text((x1 + 2, ty), text, fill=(255, 255, 255), font=font)
+    return np.asarray(canvas)

@@ -1,0 +1,122 @@
+"""Prediction results: boxes in every format users expect, plotting and saving."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ..layers.boxes import xyxy_to_xywh
+from .plotting import draw_detections
+
+
+class Boxes:
+    """Detections of one image, in original-image pixels.
+
+    ``data`` is ``float [N, 6]``: x1, y1, x2, y2, confidence, class id, sorted by confidence.
+    """
+
+    def __init__(self, data: Tensor, orig_shape: tuple[int, int]) -> None:
+        self.data = data
+        self.orig_shape = orig_shape
+
+    def __len__(self) -> int:
+        return self.data.shape[0]
+
+    @property
+    def xyxy(self) -> Tensor:
+        """``[N, 4]`` corners in pixels."""
+        return self.data[:, :4]
+
+    @property
+    def xywh(self) -> Tensor:
+        """``[N, 4]`` centre and size in pixels."""
+        return xyxy_to_xywh(self.xyxy)
+
+    @property
+    def _scale(self) -> Tensor:
+        h, w = self.orig_shape
+        return torch.tensor([w, h, w, h], dtype=self.data.dtype, device=self.data.device)
+
+    @property
+    def xyxyn(self) -> Tensor:
+        """``[N, 4]`` corners normalized to [0, 1] by the original width and height."""
+        return self.xyxy / self._scale
+
+    @property
+    def xywhn(self) -> Tensor:
+        """``[N, 4]`` centre and size normalized to [0, 1]."""
+        return self.xywh / self._scale
+
+    @property
+    def conf(self) -> Tensor:
+        return self.data[:, 4]
+
+    @property
+    def cls(self) -> Tensor:
+        return self.data[:, 5]
+
+    def cpu(self) -> Boxes:
+        return Boxes(self.data.cpu(), self.orig_shape)
+
+    def numpy(self) -> np.ndarray:
+        return self.data.cpu().numpy()
+
+    def __repr__(self) -> str:
+        return f"Boxes(n={len(self)}, orig_shape={self.orig_shape})"
+
+
+@dataclass
+class Results:
+    """What ``model(source)`` returns for one image."""
+
+    orig_img: np.ndarray          # RGB uint8 [H, W, 3]
+    path: str
+    names: dict[int, str]
+    boxes: Boxes
+    speed: dict[str, float] = field(default_factory=dict)  # ms per image: preprocess, inference, postprocess
+
+    @property
+    def orig_shape(self) -> tuple[int, int]:
+        return self.orig_img.shape[0], self.orig_img.shape[1]
+
+    def __len__(self) -> int:
+        return len(self.boxes)
+
+    def to_list(self) -> list[dict[str, object]]:
+        """One dict per detection: name, class, confidence, box (x1, y1, x2, y2 pixels)."""
+        rows = []
+        for x1, y1, x2, y2, conf, cls in self.boxes.data.tolist():
+            rows.append({"name": self.names.get(int(cls), str(int(cls))), "class": int(cls),
+                         "confidence": conf, "box": {"x1": x1, "y1": y1, "x2": x2, "y2": y2}})
+        return rows
+
+    def summary(self) -> str:
+        """``"2 circles, 1 square"`` style count of detections per class."""
+        if not len(self):
+            return "no detections"
+        counts: dict[str, int] = {}
+        for cls in self.boxes.cls.tolist():
+            name = self.names.get(int(cls), str(int(cls)))
+            counts[name] = counts.get(name, 0) + 1
+        return ", ".join(f"{n} {name}" for name, n in counts.items())
+
+    def plot(self, *, labels: bool = True, conf: bool = True, line_width: int | None = None) -> np.ndarray:
+        """A copy of the original image with boxes and labels drawn; RGB uint8 ``[H, W, 3]``."""
+        return draw_detections(self.orig_img, self.boxes.data.cpu(), self.names, labels=labels,
+                               conf=conf, line_width=line_width)
+
+    def save(self, filename: str | Path) -> Path:
+        """Write the annotated image (format from the suffix); returns the path."""
+        from PIL import Image
+
+        path = Path(filename)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(self.plot()).save(path)
+        return path
+
+    def __repr__(self) -> str:
+        return f"Results(path={self.path!r}, shape={self.orig_shape}, {self.summary()})"

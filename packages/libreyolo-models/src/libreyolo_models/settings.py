@@ -1,0 +1,57 @@
+"""User-facing option sets (frozen dataclasses; one default per option) and shared checks.
+
+Names follow what Ultralytics and upstream LibreYOLO users already type (``imgsz``, ``conf``,
+``iou``, ``max_det``...). ``load_config`` converts and validates them from keyword arguments,
+the command line and YAML alike.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from .errors import ConfigError
+
+STRIDE = 32
+
+
+def check_imgsz(imgsz: int, source: str = "imgsz") -> int:
+    """Image sizes must be positive multiples of the network stride (32)."""
+    if imgsz <= 0 or imgsz % STRIDE:
+        lower = max(STRIDE, imgsz // STRIDE * STRIDE)
+        upper = max(STRIDE, (imgsz // STRIDE + 1) * STRIDE)
+        options = sorted({lower, upper})
+        raise ConfigError(f"{source}={imgsz} must be a positive multiple of {STRIDE}; use "
+                          + " or ".join(map(str, options)))
+    return imgsz
+
+
+@dataclass(frozen=True)
+class PredictConfig:
+    """Options of ``model.predict`` / ``model(...)`` / ``libreyolo predict``."""
+
+    conf: float = 0.25
+    iou: float = 0.45
+    imgsz: int | None = None
+    classes: list[int] | None = None
+    max_det: int = 300
+    batch: int = 1
+    save: bool = False
+    device: str | None = None
+    half: bool = False
+    cuda_graph: bool | Literal["auto"] = False
+    project: str = "runs/predict"
+    name: str = "exp"
+    verbose: bool = False
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.conf <= 1.0:
+            raise ConfigError(f"conf={self.conf} must be between 0 and 1 (a score threshold)")
+        if not 0.0 <= self.iou <= 1.0:
+            raise ConfigError(f"iou={self.iou} must be between 0 and 1 (the NMS overlap threshold)")
+        if self.max_det < 1:
+            raise ConfigError(f"max_det={self.max_det} must be at least 1")
+        if self.batch < 1:
+            raise ConfigError(f"batch={self.batch} must be at least 1")
+        if self.imgsz is not None:
+            check_imgsz(self.imgsz)
