@@ -41,6 +41,18 @@ def box_iou(a: Tensor, b: Tensor, eps: float = 1e-7) -> Tensor:
     return inter / (union + eps)
 
 
+def aligned_iou(a: Tensor, b: Tensor, eps: float = 1e-7) -> Tensor:
+    """IoU of xyxy boxes ``a[..., 4]`` vs ``b[..., 4]``, broadcasting the leading dimensions.
+
+    Unlike :func:`box_iou` (two flat lists), this serves batched pairings: ``[B, G, 1, 4]`` against
+    ``[B, 1, A, 4]`` gives every ground truth against every prediction of its own image, ``[B, G, A]``.
+    """
+    lt = torch.maximum(a[..., :2], b[..., :2])
+    rb = torch.minimum(a[..., 2:4], b[..., 2:4])
+    inter = (rb - lt).clamp(min=0).prod(-1)
+    return inter / (box_area(a) + box_area(b) - inter + eps)
+
+
 def aligned_ciou(a: Tensor, b: Tensor, eps: float = 1e-7) -> Tensor:
     """Complete IoU of matched xyxy boxes ``a[i]`` vs ``b[i]`` (``[..., 4]`` each) -> ``[...]``.
 
