@@ -1,0 +1,115 @@
+"""Putting cached images on a square canvas, for pixels and for boxes alike.
+
+A cached image sits top-left in an ``S x S`` slot with its true ``(h, w)`` beside it (see
+``image_cache``). The letterbox centres one image on an ``S x S`` canvas filled with 114 (the grey
+YOLO models were trained with); the mosaic places four images around a centre on a ``2S x 2S``
+canvas. Both are "put tile ``k`` of sample ``b`` at offset ``(x, y)``, clip to the canvas", so one
+function does it for pixels and one for boxes, and the validation path, the CPU training path and
+the GPU training path all call them.
+
+Coordinates are continuous pixels: pixel ``i`` spans ``[i, i + 1)``, so a box edge at ``x`` and
+the image edge at ``w`` compare directly.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ..layers.boxes import xyxy_to_xywh
+
+FILL = 114
+"""Canvas value outside every image (letterbox bars, mosaic gaps, warp borders)."""
+
+LABEL_COLUMNS = 7
+"""Label rows on their way to a canvas: (sample, tile, class, cx, cy, w, h), box normalized."""
+
+
+def letterbox_offset(h: int, w: int, imgsz: int) -> tuple[int, int]:
+    """Top-left ``(x, y)`` of an ``h x w`` image centred on an ``imgsz`` square (floor on odd pads)."""
+    return (imgsz - w) // 2, (imgsz - h) // 2
+
+
+def letterbox_offsets(hw: Tensor, imgsz: int) -> Tensor:
+    """:func:`letterbox_offset` for ``int64 [..., 2]`` sizes ``(h, w)`` -> ``[..., 2]`` ``(x, y)``."""
+    return torch.stack(((imgsz - hw[..., 1]) // 2, (imgsz - hw[..., 0]) // 2), dim=-1)
+
+
+def letterbox_map(ori_hw: tuple[int, int], hw: tuple[int, int], imgsz: int
+                  ) -> tuple[float, tuple[int, int]]:
+    """``(ratio, (pad_x, pad_y))`` taking input pixels back to the original image.
+
+    ``x_original = (x_input - pad_x) / ratio`` (same for y). ``ratio`` is the resize factor the
+    cache applied (long side to ``imgsz``); ``hw`` is the cached size, which sets the padding.
+    """
+    ratio = imgsz / max(ori_hw)
+    return ratio, letterbox_offset(hw[0], hw[1], imgsz)
+
+
+def place_tiles(tiles: Tensor, offsets: Tensor, hw: Tensor, canvas: int, fill: int = FILL) -> Tensor:
+    """Paste tiles onto a filled canvas: the pixel half of both letterbox and mosaic.
+
+    One slice copy per tile: B x K small copies (4 per mosaic sample), each one kernel on a GPU.
+    Tiles do not overlap in either use; where they would, the later tile wins.
+
+    Args:
+        tiles: ``uint8 [B, K, T, T, 3]`` cached slots; tile ``k`` of sample ``b`` uses its
+            top-left ``hw[b, k]`` region, the rest is never read.
+        offsets: ``int64 [B, K, 2]`` canvas ``(x, y)`` of each tile's top-left corner; may be
+            negative or run past the canvas (the tile is then cropped). On the CPU: it is read
+            into Python ints to slice with.
+        hw: ``int64 [B, K, 2]`` used ``(h, w)`` of each tile, on the CPU.
+        canvas: side of the square canvas in pixels.
+        fill: value of canvas pixels no tile covers.
+
+    Returns:
+        ``uint8 [B, canvas, canvas, 3]`` on the tiles' device.
+    """
+    batch = tiles.shape[0]
+    out = torch.full((batch, canvas, canvas, tiles.shape[-1]), fill, dtype=tiles.dtype, device=tiles.device)
+    for b, (sample_offsets, sample_hw) in enumerate(zip(offsets.tolist(), hw.tolist())):
+        for k, ((ox, oy), (h, w)) in enumerate(zip(sample_offsets, sample_hw)):
+            x0, x1 = max(ox, 0), min(ox + w, canvas)
+            y0, y1 = max(oy, 0), min(oy + h, canvas)
+            if x1 > x0 and y1 > y0:
+                out[b, y0:y1, x0:x1] = tiles[b, k, y0 - oy:y1 - oy, x0 - ox:x1 - ox]
+    return out
+
+
+def place_boxes(labels: Tensor, offsets: Tensor, hw: Tensor, canvas: int) -> Tensor:
+    """Boxes of tile images moved onto the canvas, clipped to the part of their tile it shows.
+
+    The box half of :func:`place_tiles`; computed in float64 so that the same boxes come out
+    whether one sample or a whole batch goes through.
+
+    Args:
+        labels: ``[M, 7]`` rows (sample, tile, class, cx, cy, w, h), box normalized to the tile's
+            image (the split's labels are normalized to the original, which the cache only
+            rescaled, so they carry over).
+        offsets: ``int64 [B, K, 2]`` as for :func:`place_tiles`, on ``labels``' device.
+        hw: ``int64 [B, K, 2]`` as for :func:`place_tiles`, on ``labels``' device.
+        canvas: side of the square canvas in pixels.
+
+    Returns:
+        ``float64 [M, 4]`` xyxy boxes in canvas pixels; a box cropped away entirely has zero
+        width or height (the degenerate-box filter drops it later).
+    """
+    sample, tile = labels[:, 0].long(), labels[:, 1].long()
+    origin = offsets[sample, tile].double()                 # (x, y) of the tile on the canvas
+    size = hw[sample, tile].double().flip(-1)               # (w, h) in pixels
+    centre = labels[:, 3:5].double() * size + origin
+    half = labels[:, 5:7].double() * size / 2
+    low = origin.clamp(min=0.0)
+    high = (origin + size).clamp(max=float(canvas))
+    x1y1 = torch.minimum(torch.maximum(centre - half, low), high)
+    x2y2 = torch.minimum(torch.maximum(centre + half, low), high)
+    return torch.cat((x1y1, x2y2), dim=1)
+
+
+def to_targets(sample: Tensor, cls: Tensor, boxes: Tensor, imgsz: int) -> Tensor:
+    """Training targets from canvas boxes: ``float32 [M, 6]`` (sample, class, cx, cy, w, h).
+
+    The box is normalized to the ``imgsz x imgsz`` network input, the format the loss reads.
+    """
+    xywh = xyxy_to_xywh(boxes) / imgsz
+    return torch.cat((sample[:, None].to(xywh.dtype), cls[:, None].to(xywh.dtype), xywh), dim=1).float()

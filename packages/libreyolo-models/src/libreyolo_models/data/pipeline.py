@@ -1,0 +1,310 @@
+"""Training and validation batches for one split: cache, augmentation, DataLoader, device.
+
+``TrainPipeline`` has two paths with one set of ops (``augment_ops``) and one set of draws
+(``augment_draws``):
+
+- CPU path (``gpu_augment=False``; the default off CUDA): DataLoader workers augment one sample at
+  a time and ship uint8 images; the main process moves them to the device and divides by 255.
+- GPU path (``gpu_augment=True``; the default on CUDA): workers ship cached uint8 tiles, draws and
+  finished targets (a memcpy and a little box math per sample); the main process copies the
+  pinned batch to the device without blocking and renders the whole batch there. On CUDA this runs
+  one batch ahead on a side stream, so rendering batch ``k + 1`` overlaps the training step of
+  batch ``k``.
+
+Mosaic partners are shipped by the workers (drawn from the whole split), in both paths.
+``ValPipeline`` only letterboxes, deterministically, sharded over ranks when distributed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, TypeVar
+
+import libreyolo_ddp
+import numpy as np
+import torch
+from torch import Tensor
+from torch.utils.data import Dataset, RandomSampler
+
+from ..errors import ConfigError
+from .augment_draws import AugmentConfig, SampleDraws, draw_sample
+from .collate import ImageBatch, Sample, TileBatch, collate_samples, collate_tiles, pass_through
+from .image_cache import CacheMode, ImageCache, open_image_cache
+from .letterbox import letterbox_map, letterbox_offsets, place_boxes, place_tiles, to_targets
+from .split_index import SplitIndex
+
+__all__ = ["AugmentConfig", "Batch", "TrainPipeline", "ValPipeline"]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+@dataclass
+class Batch:
+    """One batch on the target device, ready for the network.
+
+    Attributes:
+        images: ``float32 [B, 3, S, S]`` RGB in [0, 1] on the device.
+        targets: ``float32 [M, 6]`` on the device: (batch index, class, cx, cy, w, h), box
+            normalized to the ``S x S`` input.
+        paths: image file per sample (for mosaic, the main image).
+        ori_sizes: original ``(h, w)`` per sample.
+        ratio_pad: validation only: per image ``(ratio, (pad_x, pad_y))``, so that
+            ``x_original = (x_input - pad_x) / ratio``; None for training batches.
+    """
+
+    images: Tensor
+    targets: Tensor
+    paths: list[str]
+    ori_sizes: list[tuple[int, int]]
+    ratio_pad: list[tuple[float, tuple[int, int]]] | None = None
+
+
+class _TrainSplit(Dataset):
+    """A split plus everything a worker needs to draw and augment any sample of any epoch."""
+
+    def __init__(self, cache: ImageCache, index: SplitIndex, augment: AugmentConfig, *, seed: int,
+                 rank: int, state: Tensor) -> None:
+        self.cache, self.augment, self.seed, self.rank = cache, augment, seed, rank
+        self.labels = index.labels
+        self.paths = [str(p) for p in index.images]
+        self.state = state  # shared memory: [epoch, mosaic open]; written by set_epoch, read here
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def draw(self, index: int) -> SampleDraws:
+        epoch, mosaic = (int(v) for v in self.state.tolist())
+        return draw_sample(self.augment, index=index, n_images=len(self), imgsz=self.cache.imgsz,
+                           seed=self.seed, rank=self.rank, epoch=epoch, mosaic=bool(mosaic))
+
+
+class _AugmentedSamples(_TrainSplit):
+    """CPU path: one augmented uint8 sample per index, made in a worker."""
+
+    def __getitem__(self, index: int) -> Sample:
+        one = collate_tiles(self.cache, self.labels, [self.draw(index)], self.paths, shared=False)
+        image = one.render(self.cache.imgsz)[0].round_().clamp_(0, 255).to(torch.uint8)
+        return Sample(image=image, targets=one.targets[:, 1:].contiguous(), path=one.paths[0],
+                      ori_size=one.ori_sizes[0])
+
+
+class _RawTiles(_TrainSplit):
+    """GPU path: a whole batch of cached tiles, draws and targets per ``__getitems__`` call."""
+
+    def __getitems__(self, indices: Sequence[int]) -> TileBatch:
+        return collate_tiles(self.cache, self.labels, [self.draw(int(i)) for i in indices], self.paths)
+
+    def __getitem__(self, index: int) -> TileBatch:
+        return self.__getitems__([index])
+
+
+class _LetterboxedSamples(Dataset):
+    """Validation: each cached image letterboxed onto ``S x S``, with its targets and map back."""
+
+    def __init__(self, cache: ImageCache, index: SplitIndex) -> None:
+        self.cache, self.labels = cache, index.labels
+        self.paths = [str(p) for p in index.images]
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, index: int) -> Sample:
+        size = self.cache.imgsz
+        tile = torch.empty((1, 1, size, size, 3), dtype=torch.uint8)
+        self.cache.read_into(index, tile[0, 0].numpy())
+        hw = torch.from_numpy(self.cache.hw[index].astype(np.int64)).view(1, 1, 2)
+        offsets = letterbox_offsets(hw, size)
+        image = place_tiles(tile, offsets, hw, size)[0].permute(2, 0, 1).contiguous()
+        rows = torch.from_numpy(np.asarray(self.labels[index], dtype=np.float64)).view(-1, 5)
+        rows = torch.cat((torch.zeros(len(rows), 2, dtype=torch.float64), rows), dim=1)
+        targets = to_targets(rows[:, 0], rows[:, 2], place_boxes(rows, offsets, hw, size), size)
+        ori = tuple(int(v) for v in self.cache.ori_hw[index])
+        return Sample(image=image, targets=targets[:, 1:].contiguous(), path=self.paths[index],
+                      ori_size=ori, ratio_pad=letterbox_map(ori, tuple(hw[0, 0].tolist()), size))  # type: ignore[arg-type]
+
+
+class TrainPipeline:
+    """Augmented training batches for one rank, on ``device``, epoch after epoch.
+
+    Call :meth:`set_epoch` before iterating each epoch (it reseeds the shuffle and the draws and
+    opens or closes mosaic); every batch has ``batch_size`` images (the last partial one is
+    dropped, so every rank steps alike).
+
+    Args:
+        index: the checked training split.
+        imgsz: network input side ``S`` in pixels.
+        batch_size: images per batch on this rank.
+        device: where batches go.
+        augment: augmentation settings.
+        workers: DataLoader worker processes (0: load in this process).
+        seed: the run's seed; draws are seeded by (seed, rank, epoch, sample index).
+        gpu_augment: augment whole batches on ``device`` (True), per sample in workers (False), or
+            ``"auto"``: True on CUDA devices.
+        cache: where the decoded images live (``"ram"``, ``"disk"``, ``"auto"``).
+        cache_dir: folder for a disk cache.
+
+    Raises:
+        ConfigError: a bad argument, or fewer images than one batch per rank.
+        ImageCacheError: images cannot be decoded or cached.
+    """
+
+    def __init__(self, index: SplitIndex, *, imgsz: int, batch_size: int, device: torch.device | str,
+                 augment: AugmentConfig, workers: int, seed: int,
+                 gpu_augment: bool | Literal["auto"] = "auto", cache: CacheMode = "auto",
+                 cache_dir: Path | None = None) -> None:
+        self.device = torch.device(device)
+        self.gpu_augment: bool = _resolve_gpu_augment(gpu_augment, self.device)
+        self.imgsz = imgsz
+        if not isinstance(augment, AugmentConfig):
+            raise ConfigError(f"augment={augment!r} must be an AugmentConfig (e.g. AugmentConfig(mosaic=0.5))")
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise ConfigError(f"seed={seed!r} must be a non-negative integer (e.g. seed=0)")
+        self.cache = open_image_cache(index.images, imgsz, mode=cache, cache_dir=cache_dir)
+        _warn_size_mismatch(index, self.cache)
+        env = libreyolo_ddp.dist_env()
+        self._seed, self._rank = seed, env.rank
+        self._state = torch.tensor([0, 1], dtype=torch.int64).share_memory_()
+        kind = _RawTiles if self.gpu_augment else _AugmentedSamples
+        dataset = kind(self.cache, index, augment, seed=seed, rank=env.rank, state=self._state)
+        # A DistributedSampler shuffles by (seed, epoch). Without one, the shuffle gets its own
+        # generator, reseeded per epoch: each epoch's order is then a function of (seed, rank, epoch)
+        # (a resumed run repeats it) and does not depend on whether workers persist, which changes
+        # how the DataLoader consumes its own generator.
+        self._shuffle = torch.Generator()
+        self._shuffle.manual_seed(_shuffle_seed(seed, env.rank, 0))
+        distributed = libreyolo_ddp.is_dist_initialized() and env.world_size > 1
+        self._loader = libreyolo_ddp.build_dataloader(
+            dataset, batch_size=batch_size, shuffle=True, workers=workers, seed=seed,
+            collate_fn=pass_through if self.gpu_augment else collate_samples, drop_last=True,
+            pin_memory=self.device.type == "cuda",
+            sampler=None if distributed else RandomSampler(dataset, generator=self._shuffle))
+        if len(self._loader) == 0:
+            raise ConfigError(
+                f"the {index.name or 'training'} split has {len(index)} images, fewer than one batch of "
+                f"{batch_size} on each of {env.world_size} rank(s); lower batch to at most "
+                f"{max(1, len(index) // env.world_size)} or add images")
+        log.info("train pipeline: %d images at %d px, batch %d, %d workers, augmentation %s",
+                 len(index), imgsz, batch_size, workers,
+                 f"batched on {self.device}" if self.gpu_augment else "per sample in workers")
+
+    def set_epoch(self, epoch: int, *, mosaic: bool) -> None:
+        """Start ``epoch``: reshuffle, reseed the draws, and open or close mosaic."""
+        if epoch < 0:
+            raise ConfigError(f"epoch={epoch} must be >= 0")
+        self._state.copy_(torch.tensor([epoch, int(mosaic)]))
+        self._shuffle.manual_seed(_shuffle_seed(self._seed, self._rank, epoch))
+        libreyolo_ddp.set_loader_epoch(self._loader, epoch)
+
+    def __len__(self) -> int:
+        """Batches (optimizer steps) per epoch on this rank."""
+        return len(self._loader)
+
+    def __iter__(self) -> Iterator[Batch]:
+        if not self.gpu_augment:
+            return map(self._upload, self._loader)
+        if self.device.type == "cuda":
+            return _one_ahead_on_side_stream(self._loader, self._render, self.device)
+        return map(self._render, self._loader)
+
+    def _upload(self, batch: ImageBatch) -> Batch:
+        images = batch.images.to(self.device, non_blocking=True).float().div_(255)
+        return Batch(images, batch.targets.to(self.device, non_blocking=True), batch.paths, batch.ori_sizes)
+
+    def _render(self, batch: TileBatch) -> Batch:
+        with torch.no_grad():
+            moved = batch.to(self.device, non_blocking=True)
+            images = moved.render(self.imgsz).div_(255)
+        return Batch(images, moved.targets, batch.paths, batch.ori_sizes)
+
+
+class ValPipeline:
+    """Letterboxed validation batches: no augmentation, fixed order, each image once over all ranks.
+
+    Args:
+        index: the checked validation split.
+        imgsz: network input side ``S``.
+        batch_size: images per batch on this rank.
+        device: where batches go.
+        workers: DataLoader worker processes.
+        cache: where the decoded images live.
+        cache_dir: folder for a disk cache.
+    """
+
+    def __init__(self, index: SplitIndex, *, imgsz: int, batch_size: int, device: torch.device | str,
+                 workers: int, cache: CacheMode = "auto", cache_dir: Path | None = None) -> None:
+        self.device = torch.device(device)
+        self.imgsz = imgsz
+        self.cache = open_image_cache(index.images, imgsz, mode=cache, cache_dir=cache_dir)
+        _warn_size_mismatch(index, self.cache)
+        self._loader = libreyolo_ddp.build_dataloader(
+            _LetterboxedSamples(self.cache, index), batch_size=batch_size, shuffle=False, workers=workers,
+            seed=0, collate_fn=collate_samples, drop_last=False, pin_memory=self.device.type == "cuda",
+            shard="range")
+
+    def __len__(self) -> int:
+        return len(self._loader)
+
+    def __iter__(self) -> Iterator[Batch]:
+        for batch in self._loader:
+            images = batch.images.to(self.device, non_blocking=True).float().div_(255)
+            yield Batch(images, batch.targets.to(self.device, non_blocking=True), batch.paths,
+                        batch.ori_sizes, batch.ratio_pad)
+
+
+def _resolve_gpu_augment(value: bool | str, device: torch.device) -> bool:
+    if value == "auto":
+        return device.type == "cuda"
+    if isinstance(value, bool):
+        return value
+    raise ConfigError(f"gpu_augment={value!r} must be True, False or 'auto' (True on CUDA devices)")
+
+
+def _shuffle_seed(seed: int, rank: int, epoch: int) -> int:
+    return int(np.random.SeedSequence([seed, rank, epoch]).generate_state(1)[0])
+
+
+def _warn_size_mismatch(index: SplitIndex, cache: ImageCache) -> None:
+    if len(index.sizes) != len(cache):
+        return
+    scanned = np.asarray(index.sizes, dtype=np.int64).reshape(-1, 2)
+    differ = np.flatnonzero((scanned != cache.ori_hw).any(axis=1))
+    if len(differ):
+        i = int(differ[0])
+        log.warning("%d image(s) decode to another size than the dataset scan recorded (first: %s, scan "
+                    "%s, decoded %s); labels are normalized, so they still fit, but re-scan the split "
+                    "if files changed", len(differ), index.images[i], tuple(scanned[i]), tuple(cache.ori_hw[i]))
+
+
+def _one_ahead_on_side_stream(batches: Iterable[T], prepare: Callable[[T], Batch],
+                              device: torch.device) -> Iterator[Batch]:
+    """Prepare batch ``k + 1`` on a side stream before handing out batch ``k``.
+
+    The copy and rendering of the next batch then overlap the caller's step on its own stream.
+    The caller's stream waits on an event before it touches a batch, and ``record_stream`` keeps
+    the allocator from reusing the batch's memory until that stream is done with it.
+    """
+    stream = torch.cuda.Stream(device=device)
+    pending: tuple[Batch, torch.cuda.Event] | None = None
+    for raw in batches:
+        with torch.cuda.stream(stream):
+            batch = prepare(raw)
+            ready = torch.cuda.Event()
+            ready.record(stream)
+        if pending is not None:
+            yield _hand_over(*pending, device)
+        pending = (batch, ready)
+    if pending is not None:
+        yield _hand_over(*pending, device)
+
+
+def _hand_over(batch: Batch, ready: torch.cuda.Event, device: torch.device) -> Batch:
+    current = torch.cuda.current_stream(device)
+    current.wait_event(ready)
+    batch.images.record_stream(current)
+    batch.targets.record_stream(current)
+    return batch
