@@ -155,13 +155,20 @@ class LibreYOLO:
     def infer_nc(self, state: Mapping[str, Tensor]) -> int:
         raise NotImplementedError
 
-    def forward_tensors(self, images: Tensor) -> Tensor:
-        """Inference graph seam: images -> the one tensor post-processing reads."""
+    def forward_tensors(self, images: Tensor, net: nn.Module | None = None) -> Tensor:
+        """Inference graph seam: images -> the one tensor post-processing reads.
+
+        ``net`` defaults to ``self.net``; validation passes the EMA copy.
+        """
         raise NotImplementedError
 
     def train_forward(self, images: Tensor) -> list[Tensor]:
         """Training graph seam: images -> the tensors the loss reads (network half only)."""
         raise NotImplementedError
+
+    def training_module(self) -> nn.Module:
+        """``train_forward`` as a module over ``self.net``: what DDP and training capture wrap."""
+        return _TrainingForward(self)
 
     def postprocess(self, outputs: Tensor, *, conf: float, iou: float, max_det: int,
                     classes: list[int] | None) -> list[Tensor]:
@@ -272,13 +279,29 @@ class LibreYOLO:
 
     def invalidate_cuda_graph(self, reason: str) -> None:
         """Drop captured graphs because what they captured changed (weights, device, dtype, a
-        head branch switched on); the next call recaptures per the mode."""
+        head branch switched on); the next call recaptures per the mode. Family hooks that change
+        the captured region during training call this too."""
         if self._graphs is not None:
             self._graphs.invalidate(reason)
+        if getattr(self, "_train_graphs", None) is not None:
+            self._train_graphs.invalidate(reason)
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(size={self.size!r}, nc={self.nc}, imgsz={self.imgsz}, "
                 f"device={self.device}, params={self.n_parameters():,})")
+
+
+class _TrainingForward(nn.Module):
+    """Holds the network as a submodule (so DDP and graph capture see its parameters) and runs
+    the family's training seam."""
+
+    def __init__(self, owner: LibreYOLO) -> None:
+        super().__init__()
+        self.net = owner.net
+        self._seam = owner.train_forward  # a bound method of a non-module: not registered
+
+    def forward(self, images: Tensor) -> list[Tensor]:
+        return self._seam(images)
 
 
 def _normalize_names(names: Mapping[int, str] | list[str] | tuple[str, ...] | None, nc: int) -> dict[int, str]:

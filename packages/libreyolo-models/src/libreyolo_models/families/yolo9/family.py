@@ -54,9 +54,9 @@ class LibreYOLO9(LibreYOLO):
         return "m" if "backbone.elan1.cv2.0.cv1.conv.weight" in state else "s"
 
     # Graph seams -------------------------------------------------------------------------
-    def forward_tensors(self, images: Tensor) -> Tensor:
+    def forward_tensors(self, images: Tensor, net: nn.Module | None = None) -> Tensor:
         """Inference seam: ``[B, 3, H, W]`` -> ``predictions [B, 4 + nc, A]`` (all NMS needs)."""
-        return self.net(images)["predictions"]
+        return (net or self.net)(images)["predictions"]
 
     def train_forward(self, images: Tensor) -> list[Tensor]:
         """Training seam: the network half (the three raw head maps), nothing data-dependent."""

@@ -1,0 +1,75 @@
+"""Training events for user callbacks: frozen dataclasses, delivered on rank 0 only.
+
+A callback is any callable taking one event; dispatch on its type::
+
+    def on_event(event):
+        if isinstance(event, EpochEnd):
+            print(event.epoch, event.metrics["metrics/mAP50-95"])
+    model.train(data="shapes", callbacks=[on_event])
+
+Under multi-GPU training callbacks travel to the worker processes, so they must be picklable:
+module-level functions or classes, not lambdas or closures.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TrainStart:
+    run_dir: Path
+    epochs: int
+    start_epoch: int
+    config: dict[str, object]
+
+
+@dataclass(frozen=True)
+class EpochEnd:
+    epoch: int                    # 0-based epoch just finished
+    metrics: dict[str, float]     # the results.csv row of this epoch
+    is_best: bool
+    run_dir: Path
+
+
+@dataclass(frozen=True)
+class TrainEnd:
+    run_dir: Path
+    best: Path | None
+    last: Path | None
+    epochs_run: int
+    stopped_early: bool
+    final_metrics: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TrainException:
+    run_dir: Path | None
+    epoch: int
+    error: str                    # "TypeName: message"
+
+
+TrainEvent = TrainStart | EpochEnd | TrainEnd | TrainException
+
+
+class CallbackRunner:
+    """Calls each callback with each event; a failing callback is logged, never kills training."""
+
+    def __init__(self, callbacks: Sequence[Callable[[TrainEvent], object]] | None, *, enabled: bool) -> None:
+        self.callbacks = list(callbacks or [])
+        self.enabled = enabled
+
+    def emit(self, event: TrainEvent) -> None:
+        if not self.enabled:
+            return
+        for callback in self.callbacks:
+            try:
+                callback(event)
+            except Exception as err:  # noqa: BLE001 - a user's callback must not end a training run
+                log.warning("callback %r failed on %s: %s: %s", callback, type(event).__name__,
+                            type(err).__name__, err)

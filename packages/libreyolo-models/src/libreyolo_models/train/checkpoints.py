@@ -1,0 +1,72 @@
+"""Training checkpoints: ``last.pt`` every epoch, ``best.pt`` on improvement, both atomic.
+
+They extend the upstream schema (``model`` holds the EMA weights, ``train_model`` the raw ones)
+with what resuming needs: optimizer, scaler, EMA updates, epoch, best fitness, the config, and the
+world size and global batch the run used.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from ..checkpoint import atomic_save
+
+if TYPE_CHECKING:
+    from ..model import LibreYOLO
+    from .ema import ModelEMA
+
+log = logging.getLogger(__name__)
+
+
+def _cpu_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().cpu().clone() for k, v in module.state_dict().items()}
+
+
+def build_training_checkpoint(model: LibreYOLO, *, net: torch.nn.Module, ema: ModelEMA | None,
+                              optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler | None, epoch: int,
+                              best: dict[str, Any], config: dict[str, Any], world_size: int,
+                              global_batch: int, run_dir: Path, loss: float) -> dict[str, Any]:
+    """Everything to continue after ``epoch`` (0-based, completed)."""
+    ckpt = model.state_for_checkpoint()
+    raw = _cpu_state(net)
+    ckpt.update({
+        "model": _cpu_state(ema.ema) if ema is not None else raw,
+        "is_ema_weights": ema is not None,
+        "train_model": raw,
+        "ema": _cpu_state(ema.ema) if ema is not None else None,
+        "ema_updates": ema.updates if ema is not None else 0,
+        "optimizer": optimizer.state_dict(),
+        "scaler": scaler.state_dict() if scaler is not None and scaler.is_enabled() else None,
+        "epoch": epoch,
+        "config": {k: (v if isinstance(v, str | int | float | bool | type(None)) else str(v)) for k, v in config.items()},
+        "loss": float(loss),
+        "best_fitness": best.get("fitness", 0.0),
+        "best_epoch": best.get("epoch", -1),
+        "best_mAP50": best.get("map50", 0.0),
+        "best_mAP50_95": best.get("map50_95", 0.0),
+        "best_metric_key": "fitness",
+        "best_metric_value": best.get("fitness", 0.0),
+        "best_metric_name": "0.1*mAP50 + 0.9*mAP50-95",
+        "world_size": world_size,
+        "global_batch": global_batch,
+        "run_dir": str(run_dir),
+    })
+    return ckpt
+
+
+def write_epoch_checkpoints(ckpt: dict[str, Any], weights_dir: Path, *, is_best: bool, epoch: int,
+                            save_period: int) -> tuple[Path, Path | None]:
+    """``last.pt`` always, ``best.pt`` when improved, ``epoch{N}.pt`` every ``save_period`` epochs."""
+    last = atomic_save(ckpt, weights_dir / "last.pt")
+    best = atomic_save(ckpt, weights_dir / "best.pt") if is_best else None
+    if save_period > 0 and (epoch + 1) % save_period == 0:
+        atomic_save(ckpt, weights_dir / f"epoch{epoch + 1}.pt")
+    return last, best
+
+
+def is_training_checkpoint(ckpt: dict[str, Any]) -> bool:
+    return "optimizer" in ckpt and "epoch" in ckpt and "config" in ckpt

@@ -1,0 +1,93 @@
+"""``TrainConfig``: every training option, with its one default (names as Ultralytics users know them)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Literal
+
+from ..errors import ConfigError
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Options of ``model.train(...)`` and ``libreyolo train``.
+
+    ``batch`` is the global batch: images per optimizer step over all devices (each of N GPUs
+    trains at batch / N). ``batch=-1`` picks the largest batch that fits (CUDA only).
+    """
+
+    data: str = ""
+    epochs: int = 100
+    imgsz: int | None = None
+    batch: int = 16
+    device: str | None = None
+    workers: int | None = None          # None: sized from the CPU count (logged)
+    optimizer: Literal["auto", "SGD", "AdamW", "Adam"] = "auto"
+    lr0: float = 0.01
+    lrf: float = 0.01
+    momentum: float = 0.937
+    weight_decay: float = 5e-4
+    warmup_epochs: float = 3.0
+    warmup_momentum: float = 0.8
+    warmup_bias_lr: float = 0.1
+    cos_lr: bool = False
+    nbs: int = 64
+    amp: bool = True
+    close_mosaic: int = 10
+    mosaic: float = 1.0
+    degrees: float = 0.0
+    translate: float = 0.1
+    scale: float = 0.5
+    shear: float = 0.0
+    hsv_h: float = 0.015
+    hsv_s: float = 0.7
+    hsv_v: float = 0.4
+    fliplr: float = 0.5
+    box: float = 7.5
+    cls: float = 0.5
+    dfl: float = 1.5
+    patience: int = 100
+    seed: int = 0
+    deterministic: bool = False
+    project: str = "runs/train"
+    name: str = "exp"
+    exist_ok: bool = False
+    resume: bool = False
+    save_period: int = -1
+    val: bool = True
+    plots: bool = True
+    cuda_graph: bool = False
+    multi_scale: bool = False
+    cache: Literal["auto", "ram", "disk"] = "auto"
+    gpu_augment: bool | Literal["auto"] = "auto"
+    sync_bn: bool | None = None         # Python argument; None: the family's default
+    profile: bool = False
+    max_grad_norm: float = 10.0
+    val_conf: float = 0.001
+    val_iou: float = 0.7
+    max_det: int = 300
+    verbose: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.data:
+            raise ConfigError("train needs data=...: a data.yaml path, a dataset folder, or the bundled 'shapes'")
+        if self.epochs < 1:
+            raise ConfigError(f"epochs={self.epochs} must be at least 1")
+        if self.batch == 0 or self.batch < -1:
+            raise ConfigError(f"batch={self.batch} must be a positive global batch, or -1 to fit the GPU memory")
+        if self.workers is not None and self.workers < 0:
+            raise ConfigError(f"workers={self.workers} must be 0 or more")
+        if self.nbs < 1:
+            raise ConfigError(f"nbs={self.nbs} must be at least 1 (the nominal batch for gradient accumulation)")
+        for name in ("mosaic", "fliplr", "hsv_h", "hsv_s", "hsv_v", "translate", "scale"):
+            value = getattr(self, name)
+            if value < 0:
+                raise ConfigError(f"{name}={value} must not be negative")
+
+    def as_dict(self) -> dict[str, object]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+# Options whose change on resume is allowed and handled (others are reported, then the saved value wins).
+RESUME_MAY_CHANGE = frozenset({"epochs", "device", "workers", "patience", "verbose", "plots", "cache",
+                               "gpu_augment", "resume", "profile", "cuda_graph", "save_period"})

@@ -1,0 +1,30 @@
+"""``ValConfig``: options of ``model.val(...)`` and ``libreyolo val``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from ..errors import ConfigError
+
+
+@dataclass(frozen=True)
+class ValConfig:
+    data: str = ""
+    split: Literal["train", "val", "test"] = "val"
+    imgsz: int | None = None
+    batch: int = 16
+    conf: float = 0.001
+    iou: float = 0.7
+    max_det: int = 300
+    device: str | None = None
+    workers: int | None = None
+    half: bool = False
+    cache: Literal["auto", "ram", "disk"] = "auto"
+    verbose: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.data:
+            raise ConfigError("val needs data=...: a data.yaml path, a dataset folder, or the bundled 'shapes'")
+        if self.batch < 1:
+            raise ConfigError(f"batch={self.batch} must be at least 1")

@@ -1,0 +1,64 @@
+"""Validation over a (possibly sharded) split: predictions matched per image, metrics on rank 0.
+
+Every rank runs its own shard (no rank idles in a collective while another validates everything),
+then the per-image statistics, a few kilobytes each, are gathered to rank 0 and the metric is
+computed once there and broadcast, so every rank takes the same early-stopping decision. NMS sees
+at most ``MAX_NMS_CANDIDATES`` boxes per image, so an untrained model cannot stall validation.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import libreyolo_ddp
+import torch
+from torch import Tensor
+from tqdm import tqdm
+
+from ..layers.boxes import xywh_to_xyxy
+from .matching import match_image
+from .metrics import DetectionMetrics, MetricsResult
+
+if TYPE_CHECKING:
+    from ..data.pipeline import ValPipeline
+    from ..model import LibreYOLO
+
+log = logging.getLogger(__name__)
+
+
+@torch.no_grad()
+def evaluate(model: LibreYOLO, forward: Callable[[Tensor], Tensor], pipeline: ValPipeline, *, conf: float,
+             iou: float, max_det: int, half: bool = False, progress: bool = True) -> MetricsResult:
+    """mAP of ``forward`` (images -> the family's predictions tensor) over ``pipeline``'s split.
+
+    Returns the same ``MetricsResult`` on every rank.
+    """
+    env = libreyolo_ddp.dist_env()
+    metrics = DetectionMetrics(model.nc, model.names)
+    started = time.perf_counter()
+    bar = tqdm(pipeline, desc="val", leave=False, disable=not progress or env.rank != 0, file=None)
+    for batch in bar:
+        images = batch.images.half() if half else batch.images
+        predictions = forward(images)
+        detections = model.postprocess(predictions.float(), conf=conf, iou=iou, max_det=max_det, classes=None)
+        size = torch.tensor([images.shape[3], images.shape[2]] * 2, device=batch.targets.device)
+        for i, det in enumerate(detections):
+            rows = batch.targets[batch.targets[:, 0] == i]
+            gt = xywh_to_xyxy(rows[:, 2:6]) * size
+            metrics.update(match_image(det[:, :4].cpu(), det[:, 4].cpu(), det[:, 5].long().cpu(),
+                                       gt.cpu(), rows[:, 1].long().cpu()))
+    if env.world_size > 1:
+        gathered = libreyolo_ddp.gather_to_rank_zero(metrics.image_stats)
+        result = None
+        if env.rank == 0:
+            merged = DetectionMetrics(model.nc, model.names)
+            merged.merge(*gathered)
+            result = merged.compute()
+        result = libreyolo_ddp.broadcast_object(result, src=0)
+    else:
+        result = metrics.compute()
+    log.debug("validation of %d images in %.1f s", result.n_images, time.perf_counter() - started)
+    return result

@@ -1,0 +1,17 @@
+"""Fixtures shared by the model-zoo tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def mini_shapes(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 24 + 8 image slice of the bundled ``shapes`` set (its data.yaml path): seconds to train on."""
+    from libreyolo_models.data.shapes import generate_shapes
+
+    root = tmp_path_factory.mktemp("mini-shapes")
+    generate_shapes(root, split_sizes={"train": 24, "val": 8})
+    return root / "data.yaml"

@@ -1,0 +1,135 @@
+"""Training end to end on CPU (tiny data, tiny images): artifacts, callbacks, options, errors."""
+
+from __future__ import annotations
+
+import csv
+import logging
+from pathlib import Path
+
+import pytest
+import torch
+
+from libreyolo_models import ConfigError, LibreYOLO, LibreYOLO9
+from libreyolo_models.train.callbacks import EpochEnd, TrainEnd, TrainStart
+from libreyolo_models.train.schedule import accumulate_steps, lr_factor
+
+FAST = {"imgsz": 64, "batch": 8, "workers": 0, "epochs": 2, "close_mosaic": 1, "plots": True, "verbose": False}
+
+
+class Recorder:
+    """A module-level callback class (picklable, as multi-GPU training requires)."""
+
+    def __init__(self) -> None:
+        self.events: list[object] = []
+
+    def __call__(self, event: object) -> None:
+        self.events.append(event)
+
+
+@pytest.fixture(scope="module")
+def trained(mini_shapes: Path, tmp_path_factory: pytest.TempPathFactory):
+    project = tmp_path_factory.mktemp("runs")
+    model = LibreYOLO("LibreYOLO9t.yaml")
+    recorder = Recorder()
+    outcome = model.train(data=str(mini_shapes), project=str(project), callbacks=[recorder], **FAST)
+    return model, outcome, recorder
+
+
+def test_training_writes_the_run_folder(trained) -> None:
+    _, outcome, _ = trained
+    run = outcome.run_dir
+    assert run.name == "exp"
+    for name in ("weights/last.pt", "weights/best.pt", "results.csv", "args.yaml", "results.png"):
+        assert (run / name).is_file(), name
+
+
+def test_results_csv_has_losses_metrics_throughput_and_data_wait(trained) -> None:
+    _, outcome, _ = trained
+    with (outcome.run_dir / "results.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    assert [int(float(r["epoch"])) for r in rows] == [1, 2]
+    for key in ("train/box_loss", "train/cls_loss", "train/dfl_loss", "metrics/mAP50", "metrics/mAP50-95",
+                "train/images_per_s", "train/data_wait_share", "lr/pg0"):
+        assert key in rows[0], key
+    assert 0.0 <= float(rows[0]["train/data_wait_share"]) <= 1.0
+    assert float(rows[0]["train/images_per_s"]) > 0
+
+
+def test_model_instance_holds_the_best_weights_and_classes(trained) -> None:
+    model, outcome, _ = trained
+    best = LibreYOLO(outcome.best)
+    assert model.nc == 5 and model.names[0] == "circle" and model.imgsz == 64
+    for (k, a), (_, b) in zip(model.net.state_dict().items(), best.net.state_dict().items()):
+        assert torch.equal(a.cpu(), b), k
+    ckpt = torch.load(outcome.best, weights_only=True)
+    assert ckpt["is_ema_weights"] and ckpt["world_size"] == 1 and ckpt["global_batch"] == 8
+    assert ckpt["model_family"] == "yolo9" and ckpt["names"][0] == "circle"
+
+
+def test_callbacks_receive_frozen_events_in_order(trained) -> None:
+    _, _, recorder = trained
+    kinds = [type(e) for e in recorder.events]
+    assert kinds == [TrainStart, EpochEnd, EpochEnd, TrainEnd]
+    with pytest.raises(AttributeError):
+        recorder.events[1].epoch = 9  # frozen
+
+
+def test_resume_extends_epochs_and_continues_from_last(trained, caplog) -> None:
+    _, outcome, _ = trained
+    model = LibreYOLO(outcome.last)
+    with caplog.at_level(logging.INFO):
+        again = model.train(resume=True, epochs=3, lr0=0.5, data="ignored")
+    assert again.run_dir == outcome.run_dir and again.epochs_run == 1
+    assert "epochs changed from 2 to 3" in caplog.text
+    assert "lr0=0.5 differs" in caplog.text
+    with (outcome.run_dir / "results.csv").open() as fh:
+        assert [int(float(r["epoch"])) for r in csv.DictReader(fh)] == [1, 2, 3]
+
+
+def test_resume_of_a_finished_run_asks_for_more_epochs(trained) -> None:
+    _, outcome, _ = trained
+    with pytest.raises(ConfigError, match="already finished"):
+        LibreYOLO(outcome.last).train(resume=True)
+
+
+def test_resume_needs_a_training_checkpoint() -> None:
+    with pytest.raises(ConfigError, match="resume=True needs a model loaded from a training checkpoint"):
+        LibreYOLO9(size="t").train(data="shapes", resume=True)
+
+
+def test_cuda_graph_on_cpu_logs_one_line_and_trains_eagerly(mini_shapes, tmp_path, caplog) -> None:
+    model = LibreYOLO9(size="t")
+    with caplog.at_level(logging.INFO, logger="libreyolo_models.train.graph_forward"):
+        model.train(data=str(mini_shapes), project=str(tmp_path), cuda_graph=True, val=False,
+                    **{**FAST, "epochs": 1})
+    lines = [r.getMessage() for r in caplog.records if "cuda_graph" in r.getMessage()]
+    assert len(lines) == 1 and "training eagerly" in lines[0]
+
+
+@pytest.mark.parametrize(("options", "match"), [
+    ({"batch": -1, "device": "cpu"}, "batch=-1 .* needs a CUDA device"),
+    ({"epochs": 0}, "epochs=0 must be at least 1"),
+    ({"bacth": 4}, "did you mean 'batch'"),
+    ({"data": ""}, "train needs data="),
+])
+def test_bad_training_options_fail_before_any_work(options, match, mini_shapes) -> None:
+    with pytest.raises(ConfigError, match=match):
+        LibreYOLO9(size="t").train(**{"data": str(mini_shapes), **options})
+
+
+def test_multi_gpu_request_for_a_family_without_autospawn_names_torchrun(mini_shapes, monkeypatch) -> None:
+    import libreyolo_ddp
+
+    monkeypatch.setattr(libreyolo_ddp, "check_devices_available", lambda plan: None)
+    model = LibreYOLO9(size="t")
+    monkeypatch.setattr(type(model), "spec", model.spec.__class__(**{**model.spec.__dict__, "ddp_autospawn": False}))
+    with pytest.raises(ConfigError, match=r"torchrun --nproc_per_node=2"):
+        model.train(data=str(mini_shapes), device="0,1", batch=8)
+
+
+def test_lr_schedule_and_accumulation_ramp() -> None:
+    assert lr_factor(0, 10, 0.01, cosine=False) == 1.0
+    assert lr_factor(10, 10, 0.01, cosine=False) == pytest.approx(0.01)
+    assert lr_factor(5, 10, 0.01, cosine=True) == pytest.approx(0.505)
+    assert accumulate_steps(0, 100, nbs=64, batch=16) == 1
+    assert accumulate_steps(100, 100, nbs=64, batch=16) == 4

@@ -1,0 +1,17 @@
+"""Fixtures for cross-package tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def mini_shapes(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small slice of the bundled ``shapes`` set (its data.yaml path)."""
+    from libreyolo_models.data.shapes import generate_shapes
+
+    root = tmp_path_factory.mktemp("mini-shapes")
+    generate_shapes(root, split_sizes={"train": 32, "val": 8})
+    return root / "data.yaml"
