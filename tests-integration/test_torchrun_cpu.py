@@ -33,3 +33,10 @@ def test_torchrun_two_cpu_ranks_train_one_epoch(tmp_path: Path, mini_shapes: Pat
     assert sorted(p.name for p in (run / "weights").iterdir()) == ["best.pt", "last.pt"]
     ckpt = torch.load(run / "weights" / "last.pt", weights_only=True)
     assert ckpt["world_size"] == 2 and ckpt["global_batch"] == 8
+
+    # Resume that 2-rank run in one process: the global batch (8) is kept, now 8 on the one rank.
+    from libreyolo_models import LibreYOLO
+
+    resumed = LibreYOLO(run / "weights" / "last.pt").train(resume=True, epochs=2, device="cpu", workers=0)
+    after = torch.load(resumed.last, weights_only=True)
+    assert after["epoch"] == 1 and after["world_size"] == 1 and after["global_batch"] == 8

@@ -22,41 +22,21 @@ import os
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import numpy as np
 import torch
 from libreyolo_models.data.pipeline import AugmentConfig, TrainPipeline
 from libreyolo_models.data.split_index import SplitIndex
-from PIL import Image
+from synthetic_set import write_images
 
 
 def _log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def _write_image(folder: Path, i: int, imgsz: int) -> tuple[Path, np.ndarray, tuple[int, int]]:
-    rng = np.random.default_rng(i)
-    h, w = (imgsz, imgsz * 3 // 4) if i % 3 == 0 else (imgsz * 3 // 4, imgsz)
-    yy, xx = np.mgrid[0:h, 0:w]
-    pixels = np.stack((xx * 255 // w, yy * 255 // h, (xx ^ yy) & 255), -1).astype(np.uint8)
-    rows = []
-    for k in range(int(rng.integers(2, 9))):
-        bw, bh = int(rng.integers(w // 20, w // 3)), int(rng.integers(h // 20, h // 3))
-        x1, y1 = int(rng.integers(0, w - bw)), int(rng.integers(0, h - bh))
-        pixels[y1 : y1 + bh, x1 : x1 + bw] = rng.integers(0, 256, 3)
-        rows.append([k % 5, (x1 + bw / 2) / w, (y1 + bh / 2) / h, bw / w, bh / h])
-    path = folder / f"synthetic_{i:05d}.jpg"
-    Image.fromarray(pixels).save(path, quality=90)
-    return path, np.array(rows, np.float32), (h, w)
-
-
 def build_synthetic_split(folder: Path, count: int, imgsz: int) -> SplitIndex:
     """``count`` JPEGs (landscape and portrait, ``imgsz`` long side) with 2-8 boxes each."""
-    folder.mkdir(parents=True, exist_ok=True)
-    with ThreadPoolExecutor(min(16, os.cpu_count() or 1)) as pool:
-        made = list(pool.map(lambda i: _write_image(folder, i, imgsz), range(count)))
+    made = write_images(folder, count, imgsz)
     return SplitIndex(
         "train",
         [m[0] for m in made],

@@ -11,6 +11,7 @@ Three layers, each usable alone:
 This package depends on torch only and knows nothing about any model zoo.
 """
 
+from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as _version
 
 from .capture import (
@@ -42,7 +43,10 @@ from .state import preserved_state
 from .train_parity import TensorVerdict, TrainParityReport, compare_train_step
 from .training import GraphedTraining
 
-__version__ = _version("libreyolo-cudagraph")
+try:
+    __version__ = _version("libreyolo-cudagraph")
+except PackageNotFoundError:  # run from a source checkout (PYTHONPATH), not installed
+    __version__ = "0+source"
 
 __all__ = [
     "AutocastCacheError",

@@ -178,10 +178,22 @@ def capture_train_step(
     afterwards, so BatchNorm statistics are updated only by the real (replayed) steps.
     """
     device = inputs[0].device
-    params = tuple(p for p in module.parameters() if p.requires_grad)
+    named = [(name, p) for name, p in module.named_parameters() if p.requires_grad]
+    params = tuple(p for _, p in named)
+    # The captured region differentiates fresh aliases of the parameters (same storage, new
+    # autograd leaves), not the parameters themselves: autograd caches a leaf's gradient
+    # accumulator with the stream it was created on, so after eager steps on the default
+    # stream the real parameters' accumulators would make the capturing stream wait on the
+    # legacy stream and invalidate the capture (cudaErrorStreamCaptureImplicit). Aliases made
+    # here get their accumulators on the capture stream; replays still read the live weights.
+    aliases = {name: p.detach().requires_grad_() for name, p in named}
+
+    def call(*xs: Tensor) -> Any:
+        return torch.func.functional_call(module, aliases, xs)
+
     with capture_lock, torch.cuda.device(device):
         static_inputs = [_static_leaf(x) for x in inputs]
-        targets = (*(s for s in static_inputs if s.requires_grad), *params)
+        targets = (*(s for s in static_inputs if s.requires_grad), *aliases.values())
         ambient = torch.cuda.current_stream()
         started = time.perf_counter()
         with preserved_state(module):
@@ -189,11 +201,11 @@ def capture_train_step(
             try:
                 with torch.cuda.stream(stream):
                     for _ in range(warmup_iters):
-                        _grads(module(*static_inputs), targets, None)
+                        _grads(call(*static_inputs), targets, None)
                 reserved_before = measure_reserved(device)
                 fwd = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(fwd, pool=pool, stream=stream, capture_error_mode=CAPTURE_ERROR_MODE):
-                    outputs = module(*static_inputs)
+                    outputs = call(*static_inputs)
                 leaves, spec = flatten(outputs)
                 differentiable = tuple(leaf.requires_grad for leaf in leaves)
                 grad_outputs = [torch.zeros_like(leaf) for leaf in leaves if leaf.requires_grad]
@@ -221,5 +233,5 @@ def capture_train_step(
         replay_backward=bwd.replay if bwd is not None else _nothing,
         capture_ms=capture_ms,
         pool_bytes=pool_bytes,
-        keepalive=(fwd, bwd),
+        keepalive=(fwd, bwd, aliases),
     )

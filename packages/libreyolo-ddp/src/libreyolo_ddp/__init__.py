@@ -5,6 +5,7 @@ Knows nothing about YOLO: it parses ``device=`` values, launches one process per
 BatchNorm, keeps side effects on rank 0 and builds the DataLoaders. See README.md.
 """
 
+from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as _version
 
 from libreyolo_ddp.autobatch import fit_batch_size, probe_batch_size, resolve_autobatch
@@ -48,7 +49,10 @@ from libreyolo_ddp.syncbn import (
     revert_sync_batchnorm,
 )
 
-__version__ = _version("libreyolo-ddp")
+try:
+    __version__ = _version("libreyolo-ddp")
+except PackageNotFoundError:  # run from a source checkout (PYTHONPATH), not installed
+    __version__ = "0+source"
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",

@@ -5,10 +5,14 @@
     results = model(SAMPLE_IMAGE, conf=0.25)
 """
 
+from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as _version
 from pathlib import Path
 
-__version__ = _version("libreyolo-models")
+try:
+    __version__ = _version("libreyolo-models")
+except PackageNotFoundError:  # run from a source checkout (PYTHONPATH), not installed
+    __version__ = "0+source"
 
 # A small bundled image (package data) to try a model on without finding one.
 SAMPLE_IMAGE: Path = Path(__file__).parent / "assets" / "sample.jpg"

@@ -10,6 +10,7 @@ any training function) and ``libreyolo_cli`` (the ``libreyolo`` command).
     results = model(SAMPLE_IMAGE)
 """
 
+from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as _version
 
 from libreyolo_models import (
@@ -26,7 +27,10 @@ from libreyolo_models import (
     WeightsNotFoundError,
 )
 
-__version__ = _version("libreyolo")
+try:
+    __version__ = _version("libreyolo")
+except PackageNotFoundError:  # run from a source checkout (PYTHONPATH), not installed
+    __version__ = "0+source"
 
 __all__ = [
     "SAMPLE_IMAGE", "Boxes", "CheckpointError", "ConfigError", "LibreYOLO", "LibreYOLO9", "LibreYOLOError",

@@ -23,7 +23,7 @@ SPEC = FamilySpec(
     default_imgsz=640,
     inference_capture_verified=False,
     train_capture_verified=False,
-    ddp_autospawn=False,
+    ddp_autospawn=True,
     sync_bn_default=True,
 )
 

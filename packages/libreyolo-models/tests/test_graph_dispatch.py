@@ -1,0 +1,121 @@
+"""CUDA-graph dispatch rules in the zoo, on CPU: refusals, messages, and every invalidation rule."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+import pytest
+import torch
+
+from libreyolo_models import SAMPLE_IMAGE, ConfigError, LibreYOLO9
+from libreyolo_models.train.graph_forward import graph_forward
+from libreyolo_models.train.settings import TrainConfig
+
+
+class SpyGraphs:
+    """Stands in for the model's graph runner holder and records what the model tells it."""
+
+    def __init__(self) -> None:
+        self.invalidated: list[str] = []
+        self.released = 0
+        self.mode = "on"
+
+    def invalidate(self, reason: str) -> None:
+        self.invalidated.append(reason)
+
+    def release(self) -> None:
+        self.released += 1
+
+
+@pytest.fixture
+def verified(monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = dataclasses.replace(LibreYOLO9.spec, inference_capture_verified=True, train_capture_verified=True)
+    monkeypatch.setattr(LibreYOLO9, "spec", spec)
+
+
+@pytest.mark.parametrize("request_", [True, "auto"])
+def test_unverified_family_refuses_predict_with_graphs_naming_itself(request_) -> None:
+    model = LibreYOLO9(size="t", imgsz=64)
+    with pytest.raises(NotImplementedError, match=r"YOLOv9 \(yolo9\) is not verified for CUDA graph inference"):
+        model(SAMPLE_IMAGE, cuda_graph=request_)
+    with pytest.raises(NotImplementedError, match="yolo9"):
+        model.capture_graph()
+
+
+def test_cpu_model_gets_a_clear_error(verified) -> None:
+    model = LibreYOLO9(size="t", imgsz=64)
+    with pytest.raises(ConfigError, match="needs the model on a CUDA GPU, but it is on cpu"):
+        model(SAMPLE_IMAGE, cuda_graph=True)
+    info = model.graph_info()
+    assert info["supported"] is False and info["family_verified"] is True and info["graphs"] == []
+
+
+def test_bad_cuda_graph_value_is_rejected() -> None:
+    with pytest.raises(ConfigError, match="cuda_graph"):
+        LibreYOLO9(size="t", imgsz=64)(SAMPLE_IMAGE, cuda_graph="sometimes")
+
+
+def test_half_float_and_new_weights_invalidate_graphs(tmp_path) -> None:
+    model = LibreYOLO9(size="t", nc=2, imgsz=64)
+    path = model.save(tmp_path / "w.pt")
+    spy = SpyGraphs()
+    model._graphs = spy
+    model.half()
+    model.half()  # already fp16: nothing changed, nothing dropped
+    model.float()
+    assert spy.invalidated == ["weights cast to float16", "weights cast to float32"]
+    model.load(path)
+    assert spy.invalidated[-1].startswith("new weights loaded from")
+    assert spy.released == 1 and model._graphs is None  # the rebuilt network gets a fresh runner
+
+
+def test_device_change_invalidates_and_same_device_does_not(monkeypatch) -> None:
+    model = LibreYOLO9(size="t", imgsz=64)
+    spy = SpyGraphs()
+    model._graphs = spy
+    model.to("cpu")
+    assert spy.invalidated == []
+    moved = []
+    monkeypatch.setattr("libreyolo_models.model.resolve_device", lambda d: torch.device("meta"))
+    monkeypatch.setattr(model.net, "to", lambda device: moved.append(device))
+    model.to("cuda:1")
+    assert spy.invalidated == ["device change cpu -> meta"] and moved == [torch.device("meta")]
+
+
+def test_class_change_before_training_releases_graphs() -> None:
+    from libreyolo_models.train.adapt import adapt_to_classes
+
+    model = LibreYOLO9(size="t", imgsz=64)
+    spy = SpyGraphs()
+    model._graphs = spy
+    adapt_to_classes(model, 3, {0: "a", 1: "b", 2: "c"})
+    assert spy.invalidated == ["class count changed 80 -> 3"] and model._graphs is None
+
+
+def test_invalidate_cuda_graph_reaches_the_training_graphs() -> None:
+    model = LibreYOLO9(size="t", imgsz=64)
+    spy = SpyGraphs()
+    model._train_graphs = spy
+    model.invalidate_cuda_graph("head branch switched on")
+    assert spy.invalidated == ["head branch switched on"]
+
+
+@pytest.mark.parametrize(("device", "world", "verified_flag", "reason"), [
+    ("cuda:0", 1, False, "not verified for training capture"),
+    ("cpu", 1, True, "training runs on cpu"),
+    ("cuda:0", 2, True, "multi-GPU (DDP) training runs eagerly"),
+])
+def test_train_graph_refusals_log_one_line_and_stay_eager(monkeypatch, caplog, device, world, verified_flag,
+                                                          reason) -> None:
+    spec = dataclasses.replace(LibreYOLO9.spec, train_capture_verified=verified_flag)
+    monkeypatch.setattr(LibreYOLO9, "spec", spec)
+    model = LibreYOLO9(size="t", imgsz=64)
+    module = model.training_module()
+    cfg = TrainConfig(data="shapes", cuda_graph=True)
+    with caplog.at_level(logging.INFO, logger="libreyolo_models.train.graph_forward"):
+        forward = graph_forward(model, module, cfg, device=torch.device(device), world_size=world)
+    assert forward is module
+    assert len(caplog.records) == 1
+    line = caplog.records[0].getMessage()
+    assert line.startswith("cuda_graph=True ignored:") and reason in line and line.endswith("training eagerly")

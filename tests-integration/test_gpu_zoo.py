@@ -1,0 +1,129 @@
+"""CUDA graphs through the model zoo on a real GPU: predict, capture, invalidation, release, train.
+
+The family's verification flags gate users; these tests verify the behaviour itself, so they
+run with the flags switched on for the test.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+from pathlib import Path
+
+import pytest
+import torch
+
+from libreyolo_models import SAMPLE_IMAGE, LibreYOLO9
+
+pytestmark = pytest.mark.cuda
+
+
+@pytest.fixture(autouse=True)
+def verified(monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = dataclasses.replace(LibreYOLO9.spec, inference_capture_verified=True, train_capture_verified=True)
+    monkeypatch.setattr(LibreYOLO9, "spec", spec)
+
+
+def _model() -> LibreYOLO9:
+    torch.manual_seed(0)
+    model = LibreYOLO9(size="t", nc=3, imgsz=320)
+    with torch.no_grad():
+        for seq in model.net.head.cv3:
+            seq[-1].bias.copy_(torch.tensor([0.3, 0.7, 0.2]))
+    return model.to(0)
+
+
+def _same(a, b) -> bool:  # noqa: ANN001
+    return len(a) == len(b) and all(torch.equal(x.boxes.data, y.boxes.data) for x, y in zip(a, b))
+
+
+def test_graphed_predict_detections_equal_eager() -> None:
+    model = _model()
+    eager = model(SAMPLE_IMAGE, conf=0.3, max_det=50)
+    first = model(SAMPLE_IMAGE, conf=0.3, max_det=50, cuda_graph=True)   # captures
+    second = model(SAMPLE_IMAGE, conf=0.3, max_det=50, cuda_graph=True)  # replays
+    assert len(eager[0]) > 0 and _same(eager, first) and _same(eager, second)
+    info = model.graph_info()
+    assert info["supported"] and info["mode"] == "on" and len(info["graphs"]) == 1
+    assert info["graphs"][0]["replays"] >= 1
+
+
+def test_auto_mode_captures_only_on_the_second_sight() -> None:
+    model = _model()
+    model(SAMPLE_IMAGE, cuda_graph="auto")
+    assert model.graph_info()["graphs"] == []
+    model(SAMPLE_IMAGE, cuda_graph="auto")
+    assert len(model.graph_info()["graphs"]) == 1
+
+
+def test_capture_ahead_of_time_then_serve_batches(tmp_path: Path) -> None:
+    model = _model()
+    info = model.capture_graph(batch=2)
+    assert len(info["graphs"]) == 1 and info["graphs"][0]["capture_ms"] > 0
+    eager = model([SAMPLE_IMAGE, SAMPLE_IMAGE], batch=2, conf=0.3)
+    graphed = model([SAMPLE_IMAGE, SAMPLE_IMAGE], batch=2, conf=0.3, cuda_graph=True)
+    assert _same(eager, graphed)
+    assert model.graph_info()["graphs"][0]["replays"] >= 1
+
+
+def test_half_float_load_and_device_changes_drop_graphs_and_recapture(tmp_path: Path) -> None:
+    model = _model()
+    path = model.save(tmp_path / "w.pt")
+    model(SAMPLE_IMAGE, cuda_graph=True)
+    assert len(model.graph_info()["graphs"]) == 1
+    model.half()
+    assert model.graph_info()["graphs"] == []
+    half_eager = model(SAMPLE_IMAGE, conf=0.3)
+    assert _same(half_eager, model(SAMPLE_IMAGE, conf=0.3, cuda_graph=True))
+    model.float()
+    assert model.graph_info()["graphs"] == []
+    model(SAMPLE_IMAGE, cuda_graph=True)
+    model.load(path)
+    assert model.graph_info()["graphs"] == []
+    assert _same(model(SAMPLE_IMAGE, conf=0.3), model(SAMPLE_IMAGE, conf=0.3, cuda_graph=True))
+    model(SAMPLE_IMAGE, device="cpu")
+    assert model.graph_info()["graphs"] == [] and not model.graph_info()["supported"]
+
+
+def test_weights_swapped_behind_the_models_back_are_never_replayed_stale() -> None:
+    model = _model()
+    before = model(SAMPLE_IMAGE, conf=0.3, cuda_graph=True)
+    other = LibreYOLO9(size="t", nc=3, imgsz=320).net.state_dict()
+    model.net.load_state_dict(other, assign=True)  # new storage the graph never saw
+    model.net.to(0)
+    after_eager = model(SAMPLE_IMAGE, conf=0.3)
+    after_graph = model(SAMPLE_IMAGE, conf=0.3, cuda_graph=True)
+    assert _same(after_eager, after_graph) and not _same(before, after_eager)
+
+
+def test_release_graphs_returns_memory() -> None:
+    model = _model()
+    model.capture_graph(batch=8)
+    reserved = torch.cuda.memory_reserved()
+    model.release_graphs()
+    assert torch.cuda.memory_reserved() < reserved
+    assert model.graph_info()["graphs"] == []
+
+
+def _losses(run_dir: Path) -> list[tuple[str, str, str]]:
+    with (run_dir / "results.csv").open() as fh:
+        return [(r["train/box_loss"], r["train/cls_loss"], r["train/dfl_loss"]) for r in csv.DictReader(fh)]
+
+
+def test_train_with_cuda_graph_gives_eager_losses(tmp_path: Path, mini_shapes: Path) -> None:
+    runs, infos = {}, []
+    for graph in (False, True):
+        torch.manual_seed(0)
+        model = LibreYOLO9(size="t")
+
+        def record(event, model=model):  # noqa: ANN001 - the graph state at the end of training
+            if type(event).__name__ == "TrainEnd" and model._train_graphs is not None:
+                infos.append(model._train_graphs.info())
+
+        out = model.train(data=str(mini_shapes), epochs=3, imgsz=128, batch=8, device=0, workers=2,
+                          cuda_graph=graph, deterministic=True, close_mosaic=1, project=str(tmp_path),
+                          name="graph" if graph else "eager", verbose=False, plots=False, callbacks=[record])
+        runs[graph] = out
+    (info,) = infos
+    assert info.graphs and info.graphs[0].replays > 0 and not info.latched, info
+    assert _losses(runs[True].run_dir) == _losses(runs[False].run_dir)

@@ -1,0 +1,52 @@
+"""Model factories for the graph benchmarks' ``--extra`` hook (the model zoo's rows).
+
+    python tools/bench_infer_graphs.py --extra bench_models:yolo9t_infer
+    python tools/bench_train_graphs.py --extra bench_models:yolo9t_train
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class _Predictions(nn.Module):
+    """The inference capture seam as a module: images -> the tensor NMS reads."""
+
+    def __init__(self, model) -> None:  # noqa: ANN001
+        super().__init__()
+        self.net = model.net
+        self._seam = model.forward_tensors
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self._seam(images)
+
+
+def yolo9t_infer() -> tuple[str, nn.Module, int]:
+    from libreyolo_models import LibreYOLO9
+
+    torch.manual_seed(0)
+    return "yolov9-t", _Predictions(LibreYOLO9(size="t")), 640
+
+
+def _yolo9_train(size: str, device: torch.device, batch: int = 8, imgsz: int = 640):  # noqa: ANN202
+    from libreyolo_models import LibreYOLO9
+
+    torch.manual_seed(0)
+    model = LibreYOLO9(size=size)
+    g = torch.Generator().manual_seed(0)
+    images = torch.rand(batch, 3, imgsz, imgsz, generator=g).to(device)
+    per_image = 6
+    wh = torch.rand(batch * per_image, 2, generator=g) * 0.3 + 0.05
+    xy = torch.rand(batch * per_image, 2, generator=g) * (1 - wh) + wh / 2
+    targets = torch.cat([torch.arange(batch).repeat_interleave(per_image)[:, None].float(),
+                         torch.randint(0, 80, (batch * per_image, 1), generator=g).float(), xy, wh], 1)
+
+    def loss_fn(outputs, inputs):  # noqa: ANN001, ANN202, ARG001
+        return model.compute_loss([o.float() for o in outputs], targets)[0]
+
+    return f"yolov9-{size} (b{batch}, {imgsz}px)", model.training_module(), (images,), loss_fn
+
+
+def yolo9t_train(device: torch.device):  # noqa: ANN201
+    return _yolo9_train("t", device)

@@ -1,0 +1,110 @@
+"""End-to-end training throughput: eager vs ``cuda_graph=True``, full epochs, in one run.
+
+Trains YOLOv9 (default t) on a synthetic 640 px YOLO dataset with the real trainer (data pipeline,
+augmentation, AMP, EMA, optimizer), once eagerly and once with CUDA graphs, from the same seed and
+weights, and reports per arm the training images/s of the epochs after the first (the first pays
+for the image cache, worker start-up and capture), the share of time waiting for data, the ratio,
+and whether the per-epoch losses were bit-identical. The peer reference is Ultralytics' YOLOv9-t
+measured on this GPU type (about 160 images/s, DESIGN.md) unless ``--peer`` gives another figure.
+
+    python tools/bench_train_e2e.py --images 2048 --epochs 3 --batch 32
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+from synthetic_set import write_yolo_dataset
+
+PEER_IMAGES_PER_S = 160.0  # Ultralytics YOLOv9-t, 640 px, one H200 (DESIGN.md, 2026-11-30)
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def read_rows(run_dir: Path) -> list[dict[str, float]]:
+    with (run_dir / "results.csv").open() as fh:
+        return [{k: float(v) for k, v in row.items() if v} for row in csv.DictReader(fh)]
+
+
+def run_arm(data: Path, project: Path, *, graph: bool, args: argparse.Namespace) -> list[dict[str, float]]:
+    from libreyolo_models import LibreYOLO9
+
+    torch.manual_seed(0)
+    model = LibreYOLO9(size=args.size)
+    outcome = model.train(data=str(data), epochs=args.epochs, imgsz=args.imgsz, batch=args.batch, device=0,
+                          workers=args.workers, amp=True, cuda_graph=graph, val=False, plots=False,
+                          close_mosaic=0, seed=0, deterministic=args.deterministic, project=str(project),
+                          name="graph" if graph else "eager", verbose=False)
+    if graph and model._train_graphs is not None:
+        log(f"    graph info: {model._train_graphs.info()}")
+    return read_rows(outcome.run_dir)
+
+
+def summarize(rows: list[dict[str, float]]) -> tuple[float, float]:
+    timed = rows[1:] or rows
+    images = sum(r["train/images_per_s"] * r["train/epoch_s"] for r in timed)
+    seconds = sum(r["train/epoch_s"] for r in timed)
+    wait = sum(r["train/data_wait_share"] * r["train/epoch_s"] for r in timed) / seconds
+    return images / seconds, wait
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--size", default="t")
+    p.add_argument("--images", type=int, default=2048)
+    p.add_argument("--imgsz", type=int, default=640)
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--workers", type=int, default=min(12, os.cpu_count() or 1))
+    p.add_argument("--arms", default="eager,graph")
+    p.add_argument("--deterministic", action=argparse.BooleanOptionalAction, default=True,
+                   help="deterministic kernels in both arms (needed for bit-identical losses)")
+    p.add_argument("--peer", type=float, default=PEER_IMAGES_PER_S)
+    p.add_argument("--out", type=Path)
+    args = p.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("bench_train_e2e.py needs a CUDA GPU")
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ.setdefault("LIBREYOLO_CACHE_DIR", str(Path(tmp) / "cache"))
+        log(f"writing {args.images} synthetic images at {args.imgsz} px ...")
+        data = write_yolo_dataset(Path(tmp) / "data", n_train=args.images, n_val=64, imgsz=args.imgsz)
+        results = {}
+        for arm in args.arms.split(","):
+            log(f"arm {arm}: {args.epochs} epochs ...")
+            results[arm] = run_arm(data, Path(tmp) / "runs", graph=arm == "graph", args=args)
+            log(f"    {[round(r['train/images_per_s'], 1) for r in results[arm]]} images/s per epoch")
+    gpu = torch.cuda.get_device_name(0)
+    lines = [f"End-to-end training, YOLOv9-{args.size}, {args.imgsz} px, batch {args.batch}, AMP, "
+             f"{args.images} images x {args.epochs} epochs (first epoch not timed), {args.workers} workers, "
+             f"deterministic={args.deterministic}; {datetime.date.today()}, torch {torch.__version__}, {gpu}",
+             "", f"| arm | images/s | data wait | vs eager | vs peer (Ultralytics ~{args.peer:.0f} img/s) |",
+             "|---|---|---|---|---|"]
+    eager_ips = summarize(results["eager"])[0] if "eager" in results else None
+    for arm, rows in results.items():
+        ips, wait = summarize(rows)
+        ratio = f"{ips / eager_ips:.2f}x" if eager_ips else "-"
+        lines.append(f"| {arm} | {ips:.0f} | {wait:.0%} | {ratio} | {ips / args.peer:.2f}x |")
+    if {"eager", "graph"} <= set(results):
+        keys = ("train/box_loss", "train/cls_loss", "train/dfl_loss")
+        same = all(a[k] == b[k] for a, b in zip(results["eager"], results["graph"]) for k in keys)
+        lines += ["", f"per-epoch losses identical (eager vs graph, as written to results.csv): {'yes' if same else 'no'}"]
+        for a, b in zip(results["eager"], results["graph"]):
+            lines.append(f"- epoch {int(a['epoch'])}: eager {[a[k] for k in keys]} / graph {[b[k] for k in keys]}")
+    text = "\n".join(lines)
+    print(text)
+    if args.out:
+        args.out.write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

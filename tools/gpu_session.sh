@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Runs a batch of GPU work on the lent machine, from source (no install): tests, the parity matrix,
+# benchmarks. Each step is time-boxed; logs go to $OUT/<step>.log; a summary prints last.
+#   tools/gpu_session.sh tests parity bench_infer bench_train bench_data
+#   tools/gpu_session.sh e2e ddp shapes20 compile
+set -u
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/gpu-out}; mkdir -p "$OUT"
+export PYTHONPATH="$PWD/packages/libreyolo-cudagraph/src:$PWD/packages/libreyolo-ddp/src:$PWD/packages/libreyolo-models/src:$PWD/packages/libreyolo-cli/src:$PWD/packages/libreyolo/src:$PWD/tools"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+export LIBREYOLO_CACHE_DIR=/tmp/libreyolo-cache LIBREYOLO_HUB_URL=http://127.0.0.1:9
+SUMMARY="$OUT/summary.txt"; : > "$SUMMARY"
+step() {  # step NAME SECONDS COMMAND...
+  local name=$1 secs=$2; shift 2
+  local t0=$(date +%s)
+  timeout "$secs" "$@" > "$OUT/$name.log" 2>&1
+  local rc=$?
+  echo "== $name rc=$rc $(( $(date +%s) - t0 ))s" | tee -a "$SUMMARY"
+  tail -n "${TAIL:-25}" "$OUT/$name.log" | tee -a "$SUMMARY" > /dev/null
+}
+PY=python3
+for what in "$@"; do
+  case $what in
+    env) step env 60 bash -c "nvidia-smi --query-gpu=name,memory.total --format=csv; $PY -c 'import torch,sys;print(sys.version, torch.__version__, torch.cuda.device_count())'; nproc" ;;
+    tests) step tests ${TESTS_S:-330} $PY -m pytest -p no:cacheprovider --import-mode=importlib -m "cuda or multigpu" -q -rfE \
+             -n ${TEST_PROCS:-4} --durations=15 -o addopts="" packages tests-integration ;;
+    tests_graph) step tests_graph 300 $PY -m pytest -p no:cacheprovider --import-mode=importlib -m "cuda or multigpu" -q -rfE \
+             -n 3 -o addopts="" packages/libreyolo-cudagraph/tests/test_cg_gpu_train.py tests-integration/test_gpu_zoo.py \
+             packages/libreyolo-ddp/tests/test_ddp_batch_autobatch.py ;;
+    parity) step parity ${PARITY_S:-200} $PY tools/parity_matrix.py --out "$OUT/parity-matrix.md" --json "$OUT/parity.json" ;;
+    bench_infer) step bench_infer 240 $PY tools/bench_infer_graphs.py --no-compile --extra bench_models:yolo9t_infer --out "$OUT/bench-infer.md" ;;
+    compile) step compile 540 bash -c "$PY tools/bench_infer_graphs.py --compile --models '' --batches 1 --dtypes fp32,fp16 --extra bench_models:yolo9t_infer --out $OUT/bench-compile-yolo.md && $PY tools/bench_infer_graphs.py --compile --dtypes fp16 --out $OUT/bench-compile-tv.md" ;;
+    bench_train) step bench_train 240 $PY tools/bench_train_graphs.py --deterministic --extra bench_models:yolo9t_train --out "$OUT/bench-train.md" ;;
+    bench_data) step bench_data 240 $PY tools/bench_data.py --workers 12 ;;
+    e2e) step e2e 420 $PY tools/bench_train_e2e.py --images 2048 --epochs 3 --batch 32 --out "$OUT/bench-e2e.md" ;;
+    ddp) step ddp 420 $PY tools/bench_ddp.py --size s --per-gpu-batch 32 --images 2048 --epochs 2 --out "$OUT/bench-ddp.md" ;;
+    shapes20) step shapes20 480 $PY tools/shapes_graph_run.py --epochs 20 --out "$OUT/shapes20.md" ;;
+    *) echo "unknown step $what" ;;
+  esac
+done
+echo; cat "$SUMMARY"
