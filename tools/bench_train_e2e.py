@@ -40,12 +40,17 @@ def run_arm(data: Path, project: Path, *, graph: bool, args: argparse.Namespace)
 
     torch.manual_seed(0)
     model = LibreYOLO9(size=args.size)
+
+    def report(event) -> None:  # noqa: ANN001 - the training graphs as they stand when training ends
+        if type(event).__name__ == "TrainEnd" and model._train_graphs is not None:
+            info = model._train_graphs.info()
+            log(f"    graphs: {[(g.signature, g.replays, round(g.capture_ms)) for g in info.graphs]}, "
+                f"eager calls {info.eager_calls}, latched {info.latched}")
+
     outcome = model.train(data=str(data), epochs=args.epochs, imgsz=args.imgsz, batch=args.batch, device=0,
                           workers=args.workers, amp=True, cuda_graph=graph, val=False, plots=False,
                           close_mosaic=0, seed=0, deterministic=args.deterministic, project=str(project),
-                          name="graph" if graph else "eager", verbose=False)
-    if graph and model._train_graphs is not None:
-        log(f"    graph info: {model._train_graphs.info()}")
+                          name="graph" if graph else "eager", verbose=False, callbacks=[report])
     return read_rows(outcome.run_dir)
 
 

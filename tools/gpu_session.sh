@@ -32,9 +32,13 @@ for what in "$@"; do
     compile) step compile 540 bash -c "$PY tools/bench_infer_graphs.py --compile --models '' --batches 1 --dtypes fp32,fp16 --extra bench_models:yolo9t_infer --out $OUT/bench-compile-yolo.md && $PY tools/bench_infer_graphs.py --compile --dtypes fp16 --out $OUT/bench-compile-tv.md" ;;
     bench_train) step bench_train 240 $PY tools/bench_train_graphs.py --deterministic --extra bench_models:yolo9t_train --out "$OUT/bench-train.md" ;;
     bench_data) step bench_data 240 $PY tools/bench_data.py --workers 12 ;;
-    e2e) step e2e 420 $PY tools/bench_train_e2e.py --images 2048 --epochs 3 --batch 32 --out "$OUT/bench-e2e.md" ;;
-    ddp) step ddp 420 $PY tools/bench_ddp.py --size s --per-gpu-batch 32 --images 2048 --epochs 2 --out "$OUT/bench-ddp.md" ;;
-    shapes20) step shapes20 480 $PY tools/shapes_graph_run.py --epochs 20 --out "$OUT/shapes20.md" ;;
+    tests_quick) step tests_quick 40 $PY -m pytest -p no:cacheprovider --import-mode=importlib -m cuda -q -rfE -o addopts="" \
+             packages/libreyolo-models/tests/test_augment_equivalence.py ;;
+    e2e) step e2e ${E2E_S:-150} $PY tools/bench_train_e2e.py --images 2048 --epochs 3 --batch 32 --out "$OUT/bench-e2e.md" ;;
+    ddp) step ddp ${DDP_S:-150} $PY tools/bench_ddp.py --size s --per-gpu-batch 32 --images 1536 --epochs 2 --out "$OUT/bench-ddp.md" ;;
+    shapes20) step shapes20 ${SHAPES_S:-150} $PY tools/shapes_graph_run.py --epochs 20 --imgsz 320 --batch 32 --out "$OUT/shapes20.md" ;;
+    compile_yolo) step compile_yolo 85 $PY tools/bench_infer_graphs.py --compile --models '' --batches 1 --dtypes fp32 \
+             --reps 30 --extra bench_models:yolo9t_infer --out "$OUT/bench-compile-yolo.md" ;;
     *) echo "unknown step $what" ;;
   esac
 done

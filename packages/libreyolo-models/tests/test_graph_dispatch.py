@@ -34,8 +34,18 @@ def verified(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(LibreYOLO9, "spec", spec)
 
 
+@pytest.fixture
+def unverified(monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = dataclasses.replace(LibreYOLO9.spec, inference_capture_verified=False, train_capture_verified=False)
+    monkeypatch.setattr(LibreYOLO9, "spec", spec)
+
+
+def test_yolo9_declares_what_its_parity_matrix_row_certified() -> None:
+    assert LibreYOLO9.spec.inference_capture_verified and LibreYOLO9.spec.train_capture_verified
+
+
 @pytest.mark.parametrize("request_", [True, "auto"])
-def test_unverified_family_refuses_predict_with_graphs_naming_itself(request_) -> None:
+def test_unverified_family_refuses_predict_with_graphs_naming_itself(request_, unverified) -> None:
     model = LibreYOLO9(size="t", imgsz=64)
     with pytest.raises(NotImplementedError, match=r"YOLOv9 \(yolo9\) is not verified for CUDA graph inference"):
         model(SAMPLE_IMAGE, cuda_graph=request_)
@@ -51,7 +61,7 @@ def test_cpu_model_gets_a_clear_error(verified) -> None:
     assert info["supported"] is False and info["family_verified"] is True and info["graphs"] == []
 
 
-def test_bad_cuda_graph_value_is_rejected() -> None:
+def test_bad_cuda_graph_value_is_rejected(verified) -> None:
     with pytest.raises(ConfigError, match="cuda_graph"):
         LibreYOLO9(size="t", imgsz=64)(SAMPLE_IMAGE, cuda_graph="sometimes")
 

@@ -208,8 +208,8 @@ class TileBatch:
         return replace(self, groups=[g.pin_memory() for g in self.groups], targets=self.targets.pin_memory())
 
     def to(self, device: torch.device, non_blocking: bool = False) -> TileBatch:
-        return replace(self, groups=[g.to(device, non_blocking) for g in self.groups],
-                       targets=self.targets.to(device, non_blocking=non_blocking))
+        """Move what rendering reads; the targets stay on the host (the loss pads them there)."""
+        return replace(self, groups=[g.to(device, non_blocking) for g in self.groups])
 
 
 def collate_tiles(cache: ImageCache, labels: Sequence[np.ndarray], draws: Sequence[SampleDraws],

@@ -49,8 +49,10 @@ class Batch:
 
     Attributes:
         images: ``float32 [B, 3, S, S]`` RGB in [0, 1] on the device.
-        targets: ``float32 [M, 6]`` on the device: (batch index, class, cx, cy, w, h), box
-            normalized to the ``S x S`` input.
+        targets: ``float32 [M, 6]`` on the CPU (pinned when training on CUDA): (batch index,
+            class, cx, cy, w, h), box normalized to the ``S x S`` input. They stay on the host
+            because the loss pads them per image there (the per-image counts are free to read
+            on the host, and a device read would stall the GPU), then copies once.
         paths: image file per sample (for mosaic, the main image).
         ori_sizes: original ``(h, w)`` per sample.
         ratio_pad: validation only: per image ``(ratio, (pad_x, pad_y))``, so that
@@ -213,13 +215,13 @@ class TrainPipeline:
 
     def _upload(self, batch: ImageBatch) -> Batch:
         images = batch.images.to(self.device, non_blocking=True).float().div_(255)
-        return Batch(images, batch.targets.to(self.device, non_blocking=True), batch.paths, batch.ori_sizes)
+        return Batch(images, batch.targets, batch.paths, batch.ori_sizes)
 
     def _render(self, batch: TileBatch) -> Batch:
         with torch.no_grad():
             moved = batch.to(self.device, non_blocking=True)
             images = moved.render(self.imgsz).div_(255)
-        return Batch(images, moved.targets, batch.paths, batch.ori_sizes)
+        return Batch(images, batch.targets, batch.paths, batch.ori_sizes)
 
 
 class ValPipeline:
@@ -252,7 +254,7 @@ class ValPipeline:
     def __iter__(self) -> Iterator[Batch]:
         for batch in self._loader:
             images = batch.images.to(self.device, non_blocking=True).float().div_(255)
-            yield Batch(images, batch.targets.to(self.device, non_blocking=True), batch.paths,
+            yield Batch(images, batch.targets, batch.paths,
                         batch.ori_sizes, batch.ratio_pad)
 
 
@@ -306,5 +308,4 @@ def _hand_over(batch: Batch, ready: torch.cuda.Event, device: torch.device) -> B
     current = torch.cuda.current_stream(device)
     current.wait_event(ready)
     batch.images.record_stream(current)
-    batch.targets.record_stream(current)
     return batch

@@ -34,16 +34,18 @@ def adapt_to_classes(model: LibreYOLO, nc: int, names: Mapping[int, str]) -> Non
     log.info("model adapted from %d to %d classes: %d/%d weights transferred", old_nc, nc, len(kept), len(new_state))
 
 
-def seed_and_determinism(seed: int, deterministic: bool) -> None:
-    """Seed every generator; with ``deterministic`` also ask torch for deterministic kernels."""
-    import random
-
-    import numpy as np
-
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
-    if deterministic:
-        torch.use_deterministic_algorithms(True, warn_only=True)
-        torch.backends.cudnn.deterministic = True
-        torch.backends.cudnn.benchmark = False
+def initialize_from_seed(model: LibreYOLO, seed: int) -> None:
+    """Give a never-trained model (built from an architecture, not loaded) its random start from
+    the training seed, so the same seed reproduces the same run on every path (one process,
+    spawned workers, torchrun ranks). Loaded weights are never touched."""
+    if model.checkpoint or model.ckpt_path is not None:
+        return
+    device = model.device
+    model.invalidate_cuda_graph("weights re-initialized from the training seed")
+    if model._graphs is not None:
+        model._graphs.release()
+        model._graphs = None
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model.net = model.build_net(model.size, model.nc).to(device)
+    log.info("untrained %s-%s: weights initialized from seed=%d", model.spec.display_name, model.size, seed)

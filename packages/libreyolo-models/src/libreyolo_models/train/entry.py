@@ -17,6 +17,7 @@ import libreyolo_ddp
 
 from ..config import load_config
 from ..errors import ConfigError
+from .adapt import initialize_from_seed
 from .checkpoints import is_training_checkpoint
 from .resume import merge_resume_options
 from .settings import TrainConfig
@@ -41,6 +42,7 @@ def train_model(model: LibreYOLO, options: Mapping[str, Any]) -> TrainOutcome:
         resume = model.checkpoint
         options = merge_resume_options(resume, options, source)
     cfg = load_config(TrainConfig, options, source)
+    initialize_from_seed(model, cfg.seed)
     plan = libreyolo_ddp.parse_devices(cfg.device or "auto")
     if libreyolo_ddp.is_torchrun():
         outcome = _train_under_torchrun(model, cfg, callbacks, resume)

@@ -44,11 +44,13 @@ def build_optimizer(net: nn.Module, cfg: TrainConfig, *, iterations: int, weight
     groups = [{"params": bias, "weight_decay": 0.0, "group": "bias"},
               {"params": norm, "weight_decay": 0.0, "group": "norm"},
               {"params": decay, "weight_decay": weight_decay, "group": "decay"}]
+    # One fused kernel per step on CUDA instead of a few per parameter tensor (~680 here).
+    fused = {"fused": True} if next(net.parameters()).is_cuda else {}
     if name == "SGD":
-        opt: torch.optim.Optimizer = torch.optim.SGD(groups, lr=lr, momentum=momentum, nesterov=True)
+        opt: torch.optim.Optimizer = torch.optim.SGD(groups, lr=lr, momentum=momentum, nesterov=True, **fused)
     else:
         cls = torch.optim.AdamW if name == "AdamW" else torch.optim.Adam
-        opt = cls(groups, lr=lr, betas=(momentum, 0.999))
+        opt = cls(groups, lr=lr, betas=(momentum, 0.999), **fused)
     for group in opt.param_groups:
         group["initial_lr"] = lr
     log.info("%s: %d weights (decay %g), %d norm weights, %d biases (no decay)",

@@ -135,8 +135,7 @@ class Trainer:
     def _restore(self, ckpt: dict[str, Any]) -> None:
         self.model.net.load_state_dict(ckpt["train_model"])
         if ckpt.get("ema") is not None:
-            self.ema.ema.load_state_dict(ckpt["ema"])
-            self.ema.updates = int(ckpt.get("ema_updates", 0))
+            self.ema.load_state_dict(ckpt["ema"], int(ckpt.get("ema_updates", 0)))
         self.optimizer.load_state_dict(ckpt["optimizer"])
         if ckpt.get("scaler") and self.scaler.is_enabled():
             self.scaler.load_state_dict(ckpt["scaler"])

@@ -21,8 +21,9 @@ SPEC = FamilySpec(
     default_size="t",
     tasks=("detect",),
     default_imgsz=640,
-    inference_capture_verified=False,
-    train_capture_verified=False,
+    # Both True because every size is green in docs/parity-matrix.md (H200, torch 2.11, 2026-11-30).
+    inference_capture_verified=True,
+    train_capture_verified=True,
     ddp_autospawn=True,
     sync_bn_default=True,
 )
