@@ -13,6 +13,18 @@ def _cuda_device_count() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist, give each worker its share of the cores: two workers each running
+    torch with every core would oversubscribe a small CI machine and slow both down."""
+    import os
+
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
+    if workers > 1:
+        import torch
+
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     wants_gpu = [i for i in items if "cuda" in i.keywords or "multigpu" in i.keywords]
     if not wants_gpu:

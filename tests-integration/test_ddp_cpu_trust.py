@@ -49,20 +49,13 @@ def test_rank_with_only_background_trains_an_epoch_without_hanging(tmp_path: Pat
 @pytest.mark.timeout(600)
 def test_sharded_validation_equals_single_process(tmp_path: Path, mini_shapes: Path) -> None:
     from libreyolo_ddp import DevicePlan, spawn
-    from libreyolo_models import LibreYOLO9
 
     sys.path.insert(0, str(HERE))
     import ddp_cpu_targets
 
-    torch.manual_seed(0)
-    model = LibreYOLO9(size="t")
-    # A few epochs on the 32 training images, validated on those same images: mAP well above zero,
-    # so equality below compares real matches, not two zeros.
-    model.train(data=str(mini_shapes), epochs=6, imgsz=64, batch=8, workers=0, mosaic=0.0, val=False,
-                project=str(tmp_path / "runs"), verbose=False, plots=False)
-    weights = model.save(tmp_path / "w.pt")
-    single = ddp_cpu_targets.validate_shard(str(weights), str(mini_shapes), 64, "train")
-    sharded = spawn(ddp_cpu_targets.validate_shard, (str(weights), str(mini_shapes), 64, "train"),
+    weights = ddp_cpu_targets.save_grid_model(str(tmp_path / "w.pt"))
+    single = ddp_cpu_targets.validate_shard(weights, str(mini_shapes), 64, "train")
+    sharded = spawn(ddp_cpu_targets.validate_shard, (weights, str(mini_shapes), 64, "train"),
                     devices=DevicePlan.cpu_workers(2), timeout_s=300)
     assert single["metrics/mAP50-95"] > 0 and single["n_images"] == 32
     assert sharded == single

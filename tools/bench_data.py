@@ -25,9 +25,10 @@ import time
 from pathlib import Path
 
 import torch
+from synthetic_set import write_images
+
 from libreyolo_models.data.pipeline import AugmentConfig, TrainPipeline
 from libreyolo_models.data.split_index import SplitIndex
-from synthetic_set import write_images
 
 
 def _log(message: str) -> None:

@@ -18,7 +18,8 @@ import tempfile
 from pathlib import Path
 
 import torch
-from bench_train_e2e import log, read_rows, summarize
+from bench_train_e2e import read_rows, summarize
+from report import emit_report, log
 from synthetic_set import write_yolo_dataset
 
 
@@ -29,7 +30,8 @@ def run(data: Path, project: Path, device: str, batch: int, args: argparse.Names
     model = LibreYOLO9(size=args.size)
     outcome = model.train(data=str(data), epochs=args.epochs, imgsz=args.imgsz, batch=batch, device=device,
                           workers=args.workers, amp=True, val=False, plots=False, close_mosaic=0, seed=0,
-                          project=str(project), name=f"gpus{device.replace(',', '')}", verbose=False)
+                          project=str(project), name=f"gpus{device.replace(',', '')}", verbose=False,
+                          sync_bn=args.sync_bn)
     return read_rows(outcome.run_dir)
 
 
@@ -41,6 +43,8 @@ def main() -> int:
     p.add_argument("--imgsz", type=int, default=640)
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--workers", type=int, default=None, help="per rank (default: from the CPU count)")
+    p.add_argument("--sync-bn", action=argparse.BooleanOptionalAction, default=None,
+                   help="SyncBatchNorm under DDP (default: the family's, on for YOLOv9)")
     p.add_argument("--out", type=Path)
     args = p.parse_args()
     if torch.cuda.device_count() < 2:
@@ -57,16 +61,13 @@ def main() -> int:
     one, wait1 = summarize(arms["0"])
     two, wait2 = summarize(arms["0,1"])
     lines = [f"DDP scaling, YOLOv9-{args.size}, {args.imgsz} px, {args.per_gpu_batch} images per GPU, AMP, "
-             f"{args.images} images x {args.epochs} epochs (first not timed); {datetime.date.today()}, "
+             f"{args.images} images x {args.epochs} epochs (first not timed), sync_bn={args.sync_bn}; {datetime.date.today()}, "
              f"torch {torch.__version__}, {torch.cuda.device_count()}x {torch.cuda.get_device_name(0)}",
              "", "| GPUs | global batch | images/s | data wait |", "|---|---|---|---|",
              f"| 1 | {args.per_gpu_batch} | {one:.0f} | {wait1:.0%} |",
              f"| 2 | {2 * args.per_gpu_batch} | {two:.0f} | {wait2:.0%} |",
              "", f"2-GPU / 1-GPU: {two / one:.2f}x"]
-    text = "\n".join(lines)
-    print(text)
-    if args.out:
-        args.out.write_text(text + "\n")
+    emit_report(lines, args.out)
     return 0
 
 

@@ -30,14 +30,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from libreyolo_cudagraph import GraphRunner, bitwise_equal
+from report import emit_report, log
 from torch import nn
+
+from libreyolo_cudagraph import GraphRunner, bitwise_equal
 
 BUILTIN = ("resnet18", "efficientnet_v2_s")
 
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
 
 
 def builtin_model(name: str) -> tuple[str, nn.Module, int]:
@@ -226,11 +225,7 @@ def main(argv: list[str] | None = None) -> int:
         del compiled, model
         torch.cuda.empty_cache()
     lines += ["", f"Total wall time {time.perf_counter() - started:.0f} s."]
-    text = "\n".join(lines)
-    print(text)
-    if args.out is not None:
-        args.out.write_text(text + "\n")
-        log(f"wrote {args.out}")
+    emit_report(lines, args.out)
     return 0
 
 

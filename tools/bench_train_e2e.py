@@ -21,13 +21,11 @@ import tempfile
 from pathlib import Path
 
 import torch
+from report import emit_report, log
 from synthetic_set import write_yolo_dataset
 
 PEER_IMAGES_PER_S = 160.0  # Ultralytics YOLOv9-t, 640 px, one H200 (DESIGN.md, 2026-11-30)
 
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def read_rows(run_dir: Path) -> list[dict[str, float]]:
@@ -104,10 +102,7 @@ def main() -> int:
         lines += ["", f"per-epoch losses identical (eager vs graph, as written to results.csv): {'yes' if same else 'no'}"]
         for a, b in zip(results["eager"], results["graph"]):
             lines.append(f"- epoch {int(a['epoch'])}: eager {[a[k] for k in keys]} / graph {[b[k] for k in keys]}")
-    text = "\n".join(lines)
-    print(text)
-    if args.out:
-        args.out.write_text(text + "\n")
+    emit_report(lines, args.out)
     return 0
 
 

@@ -31,16 +31,15 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from libreyolo_cudagraph import GraphedTraining, bitwise_equal
+from report import emit_report, log
 from torch import nn
+
+from libreyolo_cudagraph import GraphedTraining, bitwise_equal
 
 Case = tuple[
     str, nn.Module, tuple[torch.Tensor, ...], Callable[[Any, tuple[torch.Tensor, ...]], torch.Tensor]
 ]
 
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
 
 
 def resnet18_case(device: torch.device, batch: int, imgsz: int) -> Case:
@@ -170,11 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         log("    " + lines[-1])
         torch.cuda.empty_cache()
     lines += ["", f"Total wall time {time.perf_counter() - started:.0f} s."]
-    text = "\n".join(lines)
-    print(text)
-    if args.out is not None:
-        args.out.write_text(text + "\n")
-        log(f"wrote {args.out}")
+    emit_report(lines, args.out)
     return 0
 
 

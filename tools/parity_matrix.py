@@ -47,6 +47,7 @@ def _calibrate_batchnorm(net, imgsz: int, device) -> None:  # noqa: ANN001
 
 def certify_one(family: str, size: str, task: str, imgsz: int, train_batch: int) -> dict:
     import torch
+
     from libreyolo_cudagraph import compare_train_step, contrasting_probes, verify_parity
     from libreyolo_models.registry import get_family
 
@@ -112,17 +113,23 @@ def _run_child(family: str, size: str, args: argparse.Namespace) -> dict:
 def _cell(entry: dict | None) -> str:
     if entry is None:
         return "not run"
-    return ("PASS" if entry["ok"] else "FAIL") + ": " + entry["summary"].split(": ", 1)[-1].replace("\n", " ")
+    text = entry["summary"].replace("\n", " ").replace("|", "/")
+    for prefix in ("PASS: ", "FAIL "):  # inference summaries start with "<name>: PASS: ..."
+        if prefix in text:
+            text = text.split(prefix, 1)[1]
+    return ("PASS" if entry["ok"] else "FAIL") + ": " + text
 
 
-def write_markdown(rows: list[dict], out: Path, command: str) -> None:
+def write_markdown(rows: list[dict], out: Path, command: str, *, gpu: str | None = None,
+                   torch_version: str | None = None, date: str | None = None) -> None:
     import torch
 
-    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
+    gpu = gpu or (torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU")
     lines = [
         "# CUDA graph parity matrix",
         "",
-        f"Generated {dt.date.today().isoformat()} on {gpu}, torch {torch.__version__}, by `{command}`.",
+        f"Generated {date or dt.date.today().isoformat()} on {gpu}, torch {torch_version or torch.__version__}, "
+        f"by `{command}`.",
         "",
         "Inference: the family's captured forward replayed on two contrasting probes (uniform [0,1) and",
         "3*N(0,1)+1) equals eager bit for bit, the probes give different outputs, and a replay never",
@@ -178,7 +185,7 @@ def main() -> int:
                     print(f"  {key}: {row[key]['summary']}", file=sys.stderr, flush=True)
             if "error" in row:
                 print(f"  ERROR: {row['error'][-800:]}", file=sys.stderr, flush=True)
-    write_markdown(rows, args.out, "python tools/parity_matrix.py " + " ".join(sys.argv[1:]))
+    write_markdown(rows, args.out, "python tools/parity_matrix.py")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1, default=str))
     print(args.out.read_text())

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import torch
+from report import emit_report
 
 KEYS = ("train/box_loss", "train/cls_loss", "train/dfl_loss")
 
@@ -62,10 +63,7 @@ def main() -> int:
     if not same:
         for a, b in zip(eager, graph):
             lines.append(f"- epoch {a['epoch']}: eager {[a[k] for k in KEYS]} / graph {[b[k] for k in KEYS]}")
-    text = "\n".join(lines)
-    print(text)
-    if args.out:
-        args.out.write_text(text + "\n")
+    emit_report(lines, args.out)
     return 0
 
 

@@ -19,8 +19,9 @@ import threading
 import time
 
 import torch
-from libreyolo_cudagraph import GraphedTraining, GraphRunner, bitwise_equal, graphed_callables
 from torch import nn
+
+from libreyolo_cudagraph import GraphedTraining, GraphRunner, bitwise_equal, graphed_callables
 
 BLOCK_BYTES = 64 * 1024
 MAX_BLOCKS = 32768  # 2 GiB of pinned memory at most

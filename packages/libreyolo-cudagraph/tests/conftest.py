@@ -13,11 +13,12 @@ from typing import Any
 
 import pytest
 import torch
+from torch import Tensor, nn
+
 from libreyolo_cudagraph import GraphedTraining, GraphRunner, preserved_state
 from libreyolo_cudagraph.infer_graph import CapturedForward
 from libreyolo_cudagraph.train_graph import CapturedTrainStep
 from libreyolo_cudagraph.tree import flatten
-from torch import Tensor, nn
 
 
 def emulate_forward(fn: Any, inputs: Sequence[Tensor], watch: nn.Module | None) -> CapturedForward:

@@ -6,9 +6,11 @@ import inspect
 import threading
 import time
 
-import libreyolo_cudagraph.capture as capture_mod
 import pytest
 import torch
+from torch import nn
+
+import libreyolo_cudagraph.capture as capture_mod
 from libreyolo_cudagraph import (
     AutocastCacheError,
     NestedCaptureError,
@@ -18,7 +20,6 @@ from libreyolo_cudagraph import (
     preserved_state,
     thread_local_graphs,
 )
-from torch import nn
 
 ORIGINAL = torch.cuda.CUDAGraph
 

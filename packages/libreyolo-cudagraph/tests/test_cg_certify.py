@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from libreyolo_cudagraph import GraphConfigError, ParityReport, certify_in_subprocess
 from libreyolo_cudagraph.certify import main
 

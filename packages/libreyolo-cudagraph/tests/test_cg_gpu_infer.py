@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch import nn
+
 from libreyolo_cudagraph import (
     AutocastCacheError,
     GraphRunner,
@@ -19,7 +21,6 @@ from libreyolo_cudagraph import (
     contrasting_probes,
     verify_parity,
 )
-from torch import nn
 
 pytestmark = [pytest.mark.cuda, pytest.mark.usefixtures("deterministic_cudnn")]
 

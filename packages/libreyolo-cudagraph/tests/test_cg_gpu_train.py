@@ -9,9 +9,10 @@ from collections.abc import Callable, Iterable
 
 import pytest
 import torch
-from libreyolo_cudagraph import GraphedTraining, bitwise_equal, compare_train_step, max_abs_diff
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
+
+from libreyolo_cudagraph import GraphedTraining, bitwise_equal, compare_train_step, max_abs_diff
 
 pytestmark = [pytest.mark.cuda, pytest.mark.usefixtures("deterministic_cudnn")]
 

@@ -6,6 +6,8 @@ from collections import namedtuple
 
 import pytest
 import torch
+from torch import nn
+
 from libreyolo_cudagraph import (
     ParityError,
     ParityReport,
@@ -18,7 +20,6 @@ from libreyolo_cudagraph import (
 from libreyolo_cudagraph.infer_graph import CapturedForward
 from libreyolo_cudagraph.parity import verify_with
 from libreyolo_cudagraph.tree import flatten, leaf_paths, unflatten
-from torch import nn
 
 Pair = namedtuple("Pair", "left right")
 

@@ -9,6 +9,8 @@ import logging
 
 import pytest
 import torch
+from torch import nn
+
 from libreyolo_cudagraph import (
     AutocastCacheError,
     CaptureError,
@@ -20,7 +22,6 @@ from libreyolo_cudagraph import (
     capture_lock,
 )
 from libreyolo_cudagraph.signature import call_signature, describe_signature
-from torch import nn
 
 
 def frozen_net() -> nn.Module:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import subprocess
 import sys
 
-import libreyolo_cudagraph
 import pytest
+
+import libreyolo_cudagraph
 
 PUBLIC = [
     "capture_lock",

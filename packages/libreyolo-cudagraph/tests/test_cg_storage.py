@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import libreyolo_cudagraph.storage as storage
 import pytest
 import torch
-from libreyolo_cudagraph.storage import StorageWatch
 from torch import nn
+
+import libreyolo_cudagraph.storage as storage
+from libreyolo_cudagraph.storage import StorageWatch
 
 
 def net() -> nn.Module:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch import nn
+
 from libreyolo_cudagraph import ParityError, TensorVerdict, TrainParityReport, compare_train_step
 from libreyolo_cudagraph.train_parity import classify
-from torch import nn
 
 
 def test_bitwise_equal_tensor_is_exact():

@@ -7,8 +7,9 @@ import logging
 
 import pytest
 import torch
-from libreyolo_cudagraph import GraphConfigError, GraphedTraining, StaleGraphError
 from torch import nn
+
+from libreyolo_cudagraph import GraphConfigError, GraphedTraining, StaleGraphError
 
 
 class TinyNet(nn.Module):

@@ -13,12 +13,13 @@ import os
 import time
 from pathlib import Path
 
-import libreyolo_ddp as ddp
 import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 from torch.nn.parallel import DistributedDataParallel
+
+import libreyolo_ddp as ddp
 
 
 def collect_rank_facts(tag: str) -> dict | None:

@@ -14,11 +14,12 @@ import sys
 import time
 from pathlib import Path
 
-import libreyolo_ddp as ddp
 import torch
 import torch.distributed as dist
 from ddp_spawn_targets import syncbn_gaps
 from torch.utils.data import TensorDataset
+
+import libreyolo_ddp as ddp
 
 DATASET_SIZE = 23  # odd on purpose: the ranks' shards cannot be equal without dropping or padding
 

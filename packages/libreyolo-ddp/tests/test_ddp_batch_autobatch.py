@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import logging
 
-import libreyolo_ddp as ddp
 import pytest
 import torch
+
+import libreyolo_ddp as ddp
 from libreyolo_ddp import AutobatchError, BatchSplitError, DistEnv
 
 

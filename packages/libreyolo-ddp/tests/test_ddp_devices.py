@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import libreyolo_ddp as ddp
 import pytest
 import torch
+
+import libreyolo_ddp as ddp
 from libreyolo_ddp import DeviceError, DevicePlan, parse_devices
 
 

@@ -6,8 +6,9 @@ import os
 import subprocess
 import sys
 
-import libreyolo_ddp as ddp
 import pytest
+
+import libreyolo_ddp as ddp
 from libreyolo_ddp import DDPError, DistEnv
 
 TORCHRUN_ENV = {

@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 import threading
 
-import libreyolo_ddp as ddp
 import pytest
+
+import libreyolo_ddp as ddp
 from libreyolo_ddp import DDPError, DevicePlan, PicklingGuardError, ReentryError
 
 REENTRY_TEXT = (

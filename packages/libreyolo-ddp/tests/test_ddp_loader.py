@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import libreyolo_ddp as ddp
 import pytest
 import torch
 from torch.utils.data import Dataset, DistributedSampler, TensorDataset
+
+import libreyolo_ddp as ddp
 
 _WORKER_MARK = -1
 

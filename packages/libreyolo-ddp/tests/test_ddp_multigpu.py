@@ -11,9 +11,10 @@ import os
 import sys
 from pathlib import Path
 
-import libreyolo_ddp as ddp
 import pytest
 import torch
+
+import libreyolo_ddp as ddp
 
 TESTS_DIR = Path(__file__).resolve().parent
 NCCL_ENV = {"NCCL_NVLS_ENABLE": "0", "OMP_NUM_THREADS": "1"}

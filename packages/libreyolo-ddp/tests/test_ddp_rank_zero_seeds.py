@@ -5,9 +5,10 @@ from __future__ import annotations
 import logging
 import random
 
-import libreyolo_ddp as ddp
 import pytest
 import torch
+
+import libreyolo_ddp as ddp
 
 
 @pytest.fixture
@@ -96,8 +97,11 @@ def test_rank_logging_keeps_warnings_only_prefixed_with_the_rank():
         assert handler.lines == ["[rank 1] slow rank: 2.5 s"]
         assert ddp.configure_rank_logging(rank=0) is None
     finally:
+        # The filter went onto every root handler, pytest's own capture handlers included:
+        # take it off all of them, or later tests would lose their INFO records.
         root.removeHandler(handler)
-        if logging.lastResort is not None:
-            for f in list(logging.lastResort.filters):
+        others = [*root.handlers, *([logging.lastResort] if logging.lastResort is not None else [])]
+        for h in others:
+            for f in list(h.filters):
                 if f is installed or isinstance(f, type(installed)):
-                    logging.lastResort.removeFilter(f)
+                    h.removeFilter(f)

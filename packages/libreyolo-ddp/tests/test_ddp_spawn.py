@@ -16,9 +16,10 @@ import textwrap
 import time
 from pathlib import Path
 
-import libreyolo_ddp as ddp
 import pytest
 import torch
+
+import libreyolo_ddp as ddp
 from libreyolo_ddp import DevicePlan, WorkerError
 
 TESTS_DIR = Path(__file__).resolve().parent

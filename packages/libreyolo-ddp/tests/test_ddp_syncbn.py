@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import logging
 
-import libreyolo_ddp as ddp
 import pytest
 import torch
-from libreyolo_ddp import PortableSyncBatchNorm
 from torch import nn
+
+import libreyolo_ddp as ddp
+from libreyolo_ddp import PortableSyncBatchNorm
 
 
 def _net() -> nn.Module:

@@ -12,8 +12,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import libreyolo_ddp as ddp
 import pytest
+
+import libreyolo_ddp as ddp
 
 TESTS_DIR = Path(__file__).resolve().parent
 DATASET_SIZE = 23

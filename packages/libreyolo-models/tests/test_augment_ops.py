@@ -7,6 +7,7 @@ import colorsys
 import numpy as np
 import pytest
 import torch
+
 from libreyolo_models.data.augment_draws import affine_matrix
 from libreyolo_models.data.augment_ops import (
     augment_boxes,

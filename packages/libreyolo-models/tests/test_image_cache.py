@@ -11,9 +11,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from PIL import Image
+
 from libreyolo_models.data import image_cache
 from libreyolo_models.data.image_cache import ImageCache, ImageCacheError, decode_image, open_image_cache
-from PIL import Image
 
 
 @pytest.fixture(autouse=True)

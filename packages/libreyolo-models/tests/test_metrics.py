@@ -7,6 +7,7 @@ import pickle
 
 import numpy as np
 import pytest
+
 from libreyolo_models import LibreYOLOError
 from libreyolo_models.val.matching import IOU_THRESHOLDS, ImageStats, match_image, pairwise_iou
 from libreyolo_models.val.metrics import DetectionMetrics, MetricsResult

@@ -15,6 +15,7 @@ import io
 
 import numpy as np
 import pytest
+
 from libreyolo_models.val.matching import match_image
 from libreyolo_models.val.metrics import DetectionMetrics
 

@@ -12,10 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from PIL import Image
+
 from libreyolo_models.data.augment_draws import draw_sample
 from libreyolo_models.data.pipeline import AugmentConfig, Batch, TrainPipeline, ValPipeline
 from libreyolo_models.data.split_index import SplitIndex
-from PIL import Image
 
 IMGSZ = 32
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+
 from libreyolo_ddp.devices import parse_devices
 
 from .errors import ConfigError

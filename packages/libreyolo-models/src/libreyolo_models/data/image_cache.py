@@ -38,10 +38,11 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any, Literal
 
-import libreyolo_ddp
 import numpy as np
 from PIL import Image, ImageOps
 from tqdm import tqdm
+
+import libreyolo_ddp
 
 from ..cache_dir import cache_dir as default_cache_dir
 from ..errors import ConfigError, LibreYOLOError

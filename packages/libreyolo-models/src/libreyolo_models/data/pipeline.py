@@ -23,11 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, TypeVar
 
-import libreyolo_ddp
 import numpy as np
 import torch
 from torch import Tensor
 from torch.utils.data import Dataset, RandomSampler
+
+import libreyolo_ddp
 
 from ..errors import ConfigError
 from .augment_draws import AugmentConfig, SampleDraws, draw_sample

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import libreyolo_ddp
 import torch
+
+import libreyolo_ddp
 
 if TYPE_CHECKING:
     from ..model import LibreYOLO

@@ -5,7 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Literal
 
+from ..data.augment_draws import AugmentConfig
 from ..errors import ConfigError
+
+_AUG = AugmentConfig()
 
 
 @dataclass(frozen=True)
@@ -34,15 +37,16 @@ class TrainConfig:
     nbs: int = 64
     amp: bool = True
     close_mosaic: int = 10
-    mosaic: float = 1.0
-    degrees: float = 0.0
-    translate: float = 0.1
-    scale: float = 0.5
-    shear: float = 0.0
-    hsv_h: float = 0.015
-    hsv_s: float = 0.7
-    hsv_v: float = 0.4
-    fliplr: float = 0.5
+    # Augmentation: the defaults live in AugmentConfig (one default per setting).
+    mosaic: float = _AUG.mosaic
+    degrees: float = _AUG.degrees
+    translate: float = _AUG.translate
+    scale: float = _AUG.scale
+    shear: float = _AUG.shear
+    hsv_h: float = _AUG.hsv_h
+    hsv_s: float = _AUG.hsv_s
+    hsv_v: float = _AUG.hsv_v
+    fliplr: float = _AUG.fliplr
     box: float = 7.5
     cls: float = 0.5
     dfl: float = 1.5
@@ -79,10 +83,11 @@ class TrainConfig:
             raise ConfigError(f"workers={self.workers} must be 0 or more")
         if self.nbs < 1:
             raise ConfigError(f"nbs={self.nbs} must be at least 1 (the nominal batch for gradient accumulation)")
-        for name in ("mosaic", "fliplr", "hsv_h", "hsv_s", "hsv_v", "translate", "scale"):
-            value = getattr(self, name)
-            if value < 0:
-                raise ConfigError(f"{name}={value} must not be negative")
+        self.augment()  # AugmentConfig checks each augmentation value's range
+
+    def augment(self) -> AugmentConfig:
+        """The augmentation settings as the data pipeline takes them."""
+        return AugmentConfig(**{f.name: getattr(self, f.name) for f in fields(AugmentConfig)})
 
     def as_dict(self) -> dict[str, object]:
         return {f.name: getattr(self, f.name) for f in fields(self)}

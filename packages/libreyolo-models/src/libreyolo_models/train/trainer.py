@@ -13,14 +13,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import libreyolo_ddp
 import torch
 import torch.nn.functional as F
 from torch import nn
 from tqdm import tqdm
 
+import libreyolo_ddp
+
 from ..data.datasets import load_split, resolve_dataset
-from ..data.pipeline import AugmentConfig, TrainPipeline, ValPipeline
+from ..data.pipeline import TrainPipeline, ValPipeline
 from ..rundir import next_run_dir
 from ..settings import check_imgsz
 from ..val.validator import evaluate
@@ -95,10 +96,8 @@ class Trainer:
         model.net.to(self.device).float()
         model.task = "detect"
         workers = default_workers(cfg.workers, batch=self.batch, world_size=self.world)
-        augment = AugmentConfig(mosaic=cfg.mosaic, degrees=cfg.degrees, translate=cfg.translate, scale=cfg.scale,
-                                shear=cfg.shear, hsv_h=cfg.hsv_h, hsv_s=cfg.hsv_s, hsv_v=cfg.hsv_v, fliplr=cfg.fliplr)
         self.train_data = TrainPipeline(train_index, imgsz=self.imgsz, batch_size=self.batch, device=self.device,
-                                        augment=augment, workers=workers, seed=cfg.seed, gpu_augment=cfg.gpu_augment,
+                                        augment=cfg.augment(), workers=workers, seed=cfg.seed, gpu_augment=cfg.gpu_augment,
                                         cache=cfg.cache)
         self.val_data = (ValPipeline(val_index, imgsz=self.imgsz, batch_size=self.batch * 2, device=self.device,
                                      workers=workers, cache=cfg.cache) if val_index is not None else None)
@@ -207,7 +206,8 @@ class Trainer:
         if self.val_data is not None and (cfg.val or final):
             ema_net = self.ema.ema
             result = evaluate(self.model, lambda x: self.model.forward_tensors(x, net=ema_net), self.val_data,
-                              conf=cfg.val_conf, iou=cfg.val_iou, max_det=cfg.max_det, progress=self.rank0)
+                              conf=cfg.val_conf, iou=cfg.val_iou, max_det=cfg.max_det,
+                              progress=self.rank0 and cfg.verbose)
             row.update(result.as_dict())
             fit = fitness(result.map50, result.map50_95)
             row["fitness"] = fit

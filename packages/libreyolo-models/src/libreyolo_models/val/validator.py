@@ -13,10 +13,11 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-import libreyolo_ddp
 import torch
 from torch import Tensor
 from tqdm import tqdm
+
+import libreyolo_ddp
 
 from ..layers.boxes import xywh_to_xyxy
 from .matching import match_image

@@ -64,10 +64,16 @@ class ELAN1(nn.Module):
         self.cv4 = Conv(c_mid + 2 * c_branch, c_out, 1)
 
     def forward(self, x: Tensor) -> Tensor:
-        parts = list(self.cv1(x).chunk(2, 1))
-        parts.append(self.cv2(parts[-1]))
-        parts.append(self.cv3(parts[-1]))
-        return self.cv4(torch.cat(parts, 1))
+        return _split_chain_concat(self, x)
+
+
+def _split_chain_concat(block: ELAN1 | RepNCSPELAN4, x: Tensor) -> Tensor:
+    """ELAN data flow: split ``cv1(x)`` in two, feed the second half through ``cv2`` then ``cv3``,
+    concatenate all four parts and fuse them with ``cv4``."""
+    parts = list(block.cv1(x).chunk(2, 1))
+    parts.append(block.cv2(parts[-1]))
+    parts.append(block.cv3(parts[-1]))
+    return block.cv4(torch.cat(parts, 1))
 
 
 class RepNCSPELAN4(nn.Module):
@@ -81,10 +87,7 @@ class RepNCSPELAN4(nn.Module):
         self.cv4 = Conv(c_mid + 2 * c_branch, c_out, 1)
 
     def forward(self, x: Tensor) -> Tensor:
-        parts = list(self.cv1(x).chunk(2, 1))
-        parts.append(self.cv2(parts[-1]))
-        parts.append(self.cv3(parts[-1]))
-        return self.cv4(torch.cat(parts, 1))
+        return _split_chain_concat(self, x)
 
 
 class AConv(nn.Module):

@@ -18,7 +18,7 @@ from torch import Tensor, nn
 
 from ...layers.anchors import dfl_expectation, distances_to_boxes, make_anchors
 from ...layers.conv import Conv
-from .blocks import ELAN1, SPPELAN, ADown, AConv, RepNCSPELAN4
+from .blocks import ELAN1, SPPELAN, AConv, ADown, RepNCSPELAN4
 
 STRIDES = (8, 16, 32)
 REG_MAX = 16
