@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import importlib
 import statistics
 import sys
 import time
@@ -30,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from factories import load_factory
 from report import emit_report, log
 from torch import nn
 
@@ -56,10 +56,7 @@ def builtin_model(name: str) -> tuple[str, nn.Module, int]:
 
 
 def extra_model(spec: str) -> tuple[str, nn.Module, int]:
-    module_name, sep, attr = spec.partition(":")
-    if not sep:
-        sys.exit(f"--extra {spec!r}: expected package.module:callable returning (name, nn.Module, imgsz)")
-    name, model, imgsz = getattr(importlib.import_module(module_name), attr)()
+    name, model, imgsz = load_factory(spec, "(name, nn.Module, imgsz)")()
     return str(name), model, int(imgsz)
 
 

@@ -10,23 +10,11 @@ import torch
 from torch import nn
 
 
-class _Predictions(nn.Module):
-    """The inference capture seam as a module: images -> the tensor NMS reads."""
-
-    def __init__(self, model) -> None:  # noqa: ANN001
-        super().__init__()
-        self.net = model.net
-        self._seam = model.forward_tensors
-
-    def forward(self, images: torch.Tensor) -> torch.Tensor:
-        return self._seam(images)
-
-
 def yolo9t_infer() -> tuple[str, nn.Module, int]:
     from libreyolo_models import LibreYOLO9
 
     torch.manual_seed(0)
-    return "yolov9-t", _Predictions(LibreYOLO9(size="t")), 640
+    return "yolov9-t", LibreYOLO9(size="t").inference_module(), 640
 
 
 def _yolo9_train(size: str, device: torch.device, batch: int = 8, imgsz: int = 640):  # noqa: ANN202

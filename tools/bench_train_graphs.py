@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import copy
 import datetime
-import importlib
 import statistics
 import sys
 import time
@@ -31,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from factories import load_factory
 from report import emit_report, log
 from torch import nn
 
@@ -59,12 +59,7 @@ def resnet18_case(device: torch.device, batch: int, imgsz: int) -> Case:
 
 
 def extra_case(spec: str, device: torch.device) -> Case:
-    module_name, sep, attr = spec.partition(":")
-    if not sep:
-        sys.exit(
-            f"--extra {spec!r}: expected package.module:callable returning (name, module, inputs, loss_fn)"
-        )
-    name, model, inputs, loss_fn = getattr(importlib.import_module(module_name), attr)(device)
+    name, model, inputs, loss_fn = load_factory(spec, "(name, module, inputs, loss_fn)")(device)
     return str(name), model.to(device), tuple(inputs), loss_fn
 
 

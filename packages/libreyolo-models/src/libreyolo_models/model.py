@@ -168,7 +168,12 @@ class LibreYOLO:
 
     def training_module(self) -> nn.Module:
         """``train_forward`` as a module over ``self.net``: what DDP and training capture wrap."""
-        return _TrainingForward(self)
+        return _SeamModule(self, self.train_forward)
+
+    def inference_module(self) -> nn.Module:
+        """``forward_tensors`` as a module over ``self.net`` (for tools that take a module, such
+        as benchmarks comparing eager, graphs and torch.compile)."""
+        return _SeamModule(self, self.forward_tensors)
 
     def postprocess(self, outputs: Tensor, *, conf: float, iou: float, max_det: int,
                     classes: list[int] | None) -> list[Tensor]:
@@ -291,16 +296,16 @@ class LibreYOLO:
                 f"device={self.device}, params={self.n_parameters():,})")
 
 
-class _TrainingForward(nn.Module):
-    """Holds the network as a submodule (so DDP and graph capture see its parameters) and runs
-    the family's training seam."""
+class _SeamModule(nn.Module):
+    """Holds the network as a submodule (so DDP, graph capture and compile see its parameters)
+    and runs one of the family's graph seams."""
 
-    def __init__(self, owner: LibreYOLO) -> None:
+    def __init__(self, owner: LibreYOLO, seam: Any) -> None:
         super().__init__()
         self.net = owner.net
-        self._seam = owner.train_forward  # a bound method of a non-module: not registered
+        self._seam = seam  # a bound method of a non-module: not registered as a submodule
 
-    def forward(self, images: Tensor) -> list[Tensor]:
+    def forward(self, images: Tensor) -> Any:
         return self._seam(images)
 
 
