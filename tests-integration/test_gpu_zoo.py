@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import math
 from pathlib import Path
 
 import pytest
@@ -96,6 +97,19 @@ def test_weights_swapped_behind_the_models_back_are_never_replayed_stale() -> No
     assert _same(after_eager, after_graph) and not _same(before, after_eager)
 
 
+def test_fusing_drops_graphs_and_the_fused_graph_replays_fused_eager() -> None:
+    model = _model()
+    unfused = model(SAMPLE_IMAGE, conf=0.3, cuda_graph=True)
+    assert len(model.graph_info()["graphs"]) == 1
+    model.fuse()
+    assert model.graph_info()["graphs"] == []
+    eager = model(SAMPLE_IMAGE, conf=0.3)
+    assert _same(eager, model(SAMPLE_IMAGE, conf=0.3, cuda_graph=True))   # captures the fused net
+    assert _same(eager, model(SAMPLE_IMAGE, conf=0.3, cuda_graph=True))   # replays it
+    assert len(eager[0]) == len(unfused[0])
+    torch.testing.assert_close(eager[0].boxes.data, unfused[0].boxes.data, rtol=1e-3, atol=1e-2)
+
+
 def test_release_graphs_returns_memory() -> None:
     model = _model()
     model.capture_graph(batch=8)
@@ -127,3 +141,23 @@ def test_train_with_cuda_graph_gives_eager_losses(tmp_path: Path, mini_shapes: P
     (info,) = infos
     assert info.graphs and info.graphs[0].replays > 0 and not info.latched, info
     assert _losses(runs[True].run_dir) == _losses(runs[False].run_dir)
+
+
+def test_channels_last_training_writes_standard_layout_checkpoints(tmp_path: Path, mini_shapes: Path) -> None:
+    torch.manual_seed(0)
+    model = LibreYOLO9(size="t")
+    layouts: list[bool] = []
+
+    def record(event, model=model) -> None:  # noqa: ANN001 - the layout the trainer trains in
+        if type(event).__name__ == "TrainEnd":
+            layouts.extend(p.is_contiguous(memory_format=torch.channels_last)
+                           for p in model.net.parameters() if p.dim() == 4)
+
+    out = model.train(data=str(mini_shapes), epochs=2, imgsz=128, batch=8, device=0, workers=2,
+                      channels_last=True, project=str(tmp_path), name="cl", verbose=False, plots=False,
+                      callbacks=[record])
+    assert layouts and all(layouts)
+    ckpt = torch.load(out.run_dir / "weights" / "best.pt", weights_only=True)
+    assert all(t.is_contiguous() for t in ckpt["model"].values())
+    assert all(p.is_contiguous() for p in model.net.parameters())  # the caller gets the standard layout
+    assert all(math.isfinite(float(v)) for v in _losses(out.run_dir)[-1])

@@ -1,6 +1,7 @@
 """Model factories for the graph benchmarks' ``--extra`` hook (the model zoo's rows).
 
     python tools/bench_infer_graphs.py --extra bench_models:yolo9t_infer
+    python tools/bench_infer_graphs.py --extra bench_models:yolo9t_infer_fused
     python tools/bench_train_graphs.py --extra bench_models:yolo9t_train
 """
 
@@ -15,6 +16,22 @@ def yolo9t_infer() -> tuple[str, nn.Module, int]:
 
     torch.manual_seed(0)
     return "yolov9-t", LibreYOLO9(size="t").inference_module(), 640
+
+
+def yolo9t_infer_fused() -> tuple[str, nn.Module, int]:
+    """YOLOv9-t after ``fuse()``. BatchNorm statistics are set from one random batch first (the
+    benchmark's own calibration finds no BatchNorm left to set)."""
+    from libreyolo_models import LibreYOLO9
+
+    torch.manual_seed(0)
+    model = LibreYOLO9(size="t")
+    norms = [m for m in model.net.modules() if isinstance(m, nn.BatchNorm2d)]
+    for m in norms:
+        m.momentum = 1.0
+    model.net.train()
+    with torch.no_grad():
+        model.net(torch.randn(2, 3, 640, 640))
+    return "yolov9-t fused", model.fuse().inference_module(), 640
 
 
 def _yolo9_train(size: str, device: torch.device, batch: int = 8, imgsz: int = 640):  # noqa: ANN202

@@ -8,6 +8,14 @@ and whether the per-epoch losses were bit-identical. The peer reference is Ultra
 measured on this GPU type (about 160 images/s, DESIGN.md) unless ``--peer`` gives another figure.
 
     python tools/bench_train_e2e.py --images 2048 --epochs 3 --batch 32
+    python tools/bench_train_e2e.py --profile   # where a step's time goes (synchronizes each phase)
+    python tools/bench_train_e2e.py --arms eager,graph,graph-cl,graph-cl-fast
+
+An arm is ``eager`` or ``graph`` plus optional suffixes: ``-cl`` trains with ``channels_last=True``;
+``-fast`` trains with ``deterministic=False``, so the trainer's default ``cudnn_benchmark="auto"``
+lets cuDNN pick the fastest kernels (losses are then no longer reproducible run to run); arms
+without ``-fast`` use ``--deterministic`` (default on, for the bit-identical loss check). Arms
+without ``-cl`` pass ``channels_last=False``.
 """
 
 from __future__ import annotations
@@ -27,15 +35,19 @@ from synthetic_set import write_yolo_dataset
 PEER_IMAGES_PER_S = 160.0  # Ultralytics YOLOv9-t, 640 px, one H200 (DESIGN.md, 2026-11-30)
 
 
-
 def read_rows(run_dir: Path) -> list[dict[str, float]]:
     with (run_dir / "results.csv").open() as fh:
         return [{k: float(v) for k, v in row.items() if v} for row in csv.DictReader(fh)]
 
 
-def run_arm(data: Path, project: Path, *, graph: bool, args: argparse.Namespace) -> list[dict[str, float]]:
+def run_arm(data: Path, project: Path, *, arm: str, args: argparse.Namespace) -> list[dict[str, float]]:
     from libreyolo_models import LibreYOLO9
 
+    kind, *suffixes = arm.split("-")
+    if kind not in ("eager", "graph") or set(suffixes) - {"cl", "fast"}:
+        sys.exit(f"--arms: unknown arm {arm!r}; use eager or graph, optionally with -cl and/or -fast")
+    graph, fast = kind == "graph", "fast" in suffixes
+    deterministic = args.deterministic and not fast
     torch.manual_seed(0)
     model = LibreYOLO9(size=args.size)
 
@@ -47,8 +59,9 @@ def run_arm(data: Path, project: Path, *, graph: bool, args: argparse.Namespace)
 
     outcome = model.train(data=str(data), epochs=args.epochs, imgsz=args.imgsz, batch=args.batch, device=0,
                           workers=args.workers, amp=True, cuda_graph=graph, val=False, plots=False,
-                          close_mosaic=0, seed=0, deterministic=args.deterministic, project=str(project),
-                          name="graph" if graph else "eager", verbose=False, callbacks=[report])
+                          close_mosaic=0, seed=0, deterministic=deterministic, profile=args.profile,
+                          channels_last="cl" in suffixes, project=str(project),
+                          name=arm, verbose=False, callbacks=[report])
     return read_rows(outcome.run_dir)
 
 
@@ -58,6 +71,22 @@ def summarize(rows: list[dict[str, float]]) -> tuple[float, float]:
     seconds = sum(r["train/epoch_s"] for r in timed)
     wait = sum(r["train/data_wait_share"] * r["train/epoch_s"] for r in timed) / seconds
     return images / seconds, wait
+
+
+def phase_table(results: dict[str, list[dict[str, float]]], batch: int) -> list[str]:
+    """Milliseconds per step in each phase, epochs after the first, from the profile/* columns."""
+    phases = ("data", "forward", "loss", "backward", "optimizer")
+    lines = ["", "Per-step phase times (ms, synchronized; epochs after the first):", "",
+             "| arm | " + " | ".join(phases) + " | sum |", "|---" * (len(phases) + 2) + "|"]
+    for arm, rows in results.items():
+        timed = rows[1:] or rows
+        steps = sum(round(r["train/images_per_s"] * r["train/epoch_s"] / batch) for r in timed)
+        if not steps or not all(f"profile/{p}_s" in r for r in timed for p in phases):
+            lines.append(f"| {arm} | " + " | ".join("-" for _ in phases) + " | - |")
+            continue
+        ms = [1000 * sum(r[f"profile/{p}_s"] for r in timed) / steps for p in phases]
+        lines.append(f"| {arm} | " + " | ".join(f"{v:.1f}" for v in ms) + f" | {sum(ms):.1f} |")
+    return lines
 
 
 def main() -> int:
@@ -72,6 +101,8 @@ def main() -> int:
     p.add_argument("--deterministic", action=argparse.BooleanOptionalAction, default=True,
                    help="deterministic kernels in both arms (needed for bit-identical losses)")
     p.add_argument("--peer", type=float, default=PEER_IMAGES_PER_S)
+    p.add_argument("--profile", action="store_true",
+                   help="time each step phase (synchronizes, so images/s drop); adds a per-phase table")
     p.add_argument("--out", type=Path)
     args = p.parse_args()
     if not torch.cuda.is_available():
@@ -83,7 +114,7 @@ def main() -> int:
         results = {}
         for arm in args.arms.split(","):
             log(f"arm {arm}: {args.epochs} epochs ...")
-            results[arm] = run_arm(data, Path(tmp) / "runs", graph=arm == "graph", args=args)
+            results[arm] = run_arm(data, Path(tmp) / "runs", arm=arm, args=args)
             log(f"    {[round(r['train/images_per_s'], 1) for r in results[arm]]} images/s per epoch")
     gpu = torch.cuda.get_device_name(0)
     lines = [f"End-to-end training, YOLOv9-{args.size}, {args.imgsz} px, batch {args.batch}, AMP, "
@@ -102,6 +133,8 @@ def main() -> int:
         lines += ["", f"per-epoch losses identical (eager vs graph, as written to results.csv): {'yes' if same else 'no'}"]
         for a, b in zip(results["eager"], results["graph"]):
             lines.append(f"- epoch {int(a['epoch'])}: eager {[a[k] for k in keys]} / graph {[b[k] for k in keys]}")
+    if args.profile:
+        lines += phase_table(results, args.batch)
     emit_report(lines, args.out)
     return 0
 

@@ -106,11 +106,26 @@ def test_cuda_graph_on_cpu_logs_one_line_and_trains_eagerly(mini_shapes, tmp_pat
     assert len(lines) == 1 and "training eagerly" in lines[0]
 
 
+def test_deterministic_training_leaves_the_process_flags_as_it_found_them(mini_shapes, tmp_path) -> None:
+    before = (torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.deterministic,
+              torch.backends.cudnn.benchmark)
+    seen: list[bool] = []
+    LibreYOLO9(size="t").train(data=str(mini_shapes), project=str(tmp_path), deterministic=True, val=False,
+                               callbacks=[lambda e: seen.append(torch.are_deterministic_algorithms_enabled())],
+                               **{**FAST, "epochs": 1})
+    assert seen and all(seen)  # deterministic while training ...
+    after = (torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.deterministic,
+             torch.backends.cudnn.benchmark)
+    assert after == before  # ... and not after
+
+
 @pytest.mark.parametrize(("options", "match"), [
     ({"batch": -1, "device": "cpu"}, "batch=-1 .* needs a CUDA device"),
     ({"epochs": 0}, "epochs=0 must be at least 1"),
     ({"bacth": 4}, "did you mean 'batch'"),
     ({"data": ""}, "train needs data="),
+    ({"deterministic": True, "cudnn_benchmark": True}, "cudnn_benchmark=True contradicts deterministic=True"),
+    ({"channels_last": "sometimes"}, "channels_last"),
 ])
 def test_bad_training_options_fail_before_any_work(options, match, mini_shapes) -> None:
     with pytest.raises(ConfigError, match=match):

@@ -63,6 +63,12 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
+def cpu_state_dict(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Detached CPU copies of a module's state, in the standard (NCHW) layout whatever the
+    training layout was, so a checkpoint reads the same everywhere."""
+    return {k: v.detach().cpu().clone(memory_format=torch.contiguous_format) for k, v in module.state_dict().items()}
+
+
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
     """Read a checkpoint file safely (``weights_only=True``) into a dict.
 

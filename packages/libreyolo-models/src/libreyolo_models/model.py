@@ -18,7 +18,7 @@ import yaml
 from torch import Tensor, nn
 
 from . import __version__
-from .checkpoint import atomic_save, checkpoint_metadata, extract_state_dict, load_checkpoint
+from .checkpoint import atomic_save, checkpoint_metadata, cpu_state_dict, extract_state_dict, load_checkpoint
 from .coco_names import default_names
 from .config import load_config, suggest
 from .devices import resolve_device
@@ -98,6 +98,7 @@ class LibreYOLO:
         self.names = _normalize_names(names, nc)
         self.imgsz = check_imgsz(imgsz or self.spec.default_imgsz)
         self.net = self.build_net(size, nc)
+        self.fused = False
 
     def _build_from_checkpoint(self, ckpt: Mapping[str, Any], source: str) -> None:
         state = extract_state_dict(ckpt, source)
@@ -214,6 +215,29 @@ class LibreYOLO:
         self.net.eval()
         return self
 
+    def fuse(self) -> LibreYOLO:
+        """Fold BatchNorm into the convolutions and merge re-parameterizable branches, in place.
+
+        Fewer, larger kernels: faster inference, eager or graphed, at the same results up to
+        rounding (not bit for bit; see ``layers.fuse``). One-way: a fused model predicts and
+        validates but cannot train or be saved; ``load()`` brings back the unfused network.
+        """
+        if not self.fused:
+            from .layers.fuse import fuse_network
+
+            self.invalidate_cuda_graph("network fused for inference")
+            fuse_network(self.net)
+            self.fused = True
+        return self
+
+    def require_unfused(self, action: str) -> None:
+        """Refuse ``action`` (training, saving) on a fused network, naming the way back."""
+        if self.fused:
+            source = f"LibreYOLO({str(self.ckpt_path)!r})" if self.ckpt_path else "a fresh model"
+            raise ConfigError(f"cannot {action}: this model was fused for inference (model.fuse() or fuse=True), "
+                              f"which folds its BatchNorm layers away; use {source} or model.load(weights) "
+                              "for an unfused copy")
+
     def n_parameters(self) -> int:
         return sum(p.numel() for p in self.net.parameters())
 
@@ -222,15 +246,17 @@ class LibreYOLO:
         return {"family": self.spec.name, "model": self.spec.weight_name(self.size, self.task, ""),
                 "size": self.size, "task": self.task, "nc": self.nc, "imgsz": self.imgsz,
                 "parameters": self.n_parameters(), "device": str(self.device), "dtype": str(self.dtype),
+                "fused": self.fused,
                 "checkpoint": str(self.ckpt_path) if self.ckpt_path else None,
                 "inference_capture_verified": self.spec.inference_capture_verified,
                 "train_capture_verified": self.spec.train_capture_verified}
 
     def state_for_checkpoint(self) -> dict[str, Any]:
         """The schema's metadata plus the network weights (CPU tensors)."""
+        self.require_unfused("save a checkpoint")
         meta = checkpoint_metadata(family=self.spec.name, size=self.size, task=self.task, nc=self.nc,
                                    names=self.names, imgsz=self.imgsz, version=__version__)
-        meta["model"] = {k: v.detach().cpu().clone() for k, v in self.net.state_dict().items()}
+        meta["model"] = cpu_state_dict(self.net)
         return meta
 
     def save(self, path: str | Path) -> Path:
@@ -242,7 +268,7 @@ class LibreYOLO:
         """Detect objects in ``source`` (see ``predict.sources`` for what it may be).
 
         Options (``PredictConfig``): conf, iou, imgsz, classes, max_det, batch, save, device,
-        half, cuda_graph (False | True | "auto"), project, name, verbose.
+        half, fuse (see ``fuse()``), cuda_graph (False | True | "auto"), project, name, verbose.
         Returns one ``Results`` per image.
         """
         from .predict.predictor import run_prediction

@@ -39,6 +39,7 @@ class PredictConfig:
     save: bool = False
     device: str | None = None
     half: bool = False
+    fuse: bool = False
     cuda_graph: bool | Literal["auto"] = False
     project: str = "runs/predict"
     name: str = "exp"

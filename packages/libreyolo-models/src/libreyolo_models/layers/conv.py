@@ -30,3 +30,13 @@ class Conv(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return self.act(self.bn(self.conv(x)))
+
+    def fuse_for_inference(self) -> bool:
+        """Fold ``bn`` into ``conv`` (see ``layers.fuse``); True when something changed."""
+        if not isinstance(self.bn, nn.BatchNorm2d):
+            return False
+        from .fuse import fold_batchnorm
+
+        self.conv = fold_batchnorm(self.conv, self.bn)
+        self.bn = nn.Identity()
+        return True

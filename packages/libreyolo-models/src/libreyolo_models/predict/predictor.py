@@ -43,6 +43,8 @@ def run_prediction(model: LibreYOLO, source: object, cfg: PredictConfig) -> list
         model.to(cfg.device)
     if cfg.half:
         model.half()
+    if cfg.fuse:
+        model.fuse()
     imgsz = check_imgsz(cfg.imgsz or model.imgsz)
     model.net.eval()
     forward = forward_for_predict(model, cfg.cuda_graph)

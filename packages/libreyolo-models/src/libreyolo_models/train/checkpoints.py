@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..checkpoint import atomic_save
+from ..checkpoint import atomic_save, cpu_state_dict
 
 if TYPE_CHECKING:
     from ..model import LibreYOLO
@@ -22,22 +22,18 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def _cpu_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
-    return {k: v.detach().cpu().clone() for k, v in module.state_dict().items()}
-
-
 def build_training_checkpoint(model: LibreYOLO, *, net: torch.nn.Module, ema: ModelEMA | None,
                               optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler | None, epoch: int,
                               best: dict[str, Any], config: dict[str, Any], world_size: int,
                               global_batch: int, run_dir: Path, loss: float) -> dict[str, Any]:
     """Everything to continue after ``epoch`` (0-based, completed)."""
     ckpt = model.state_for_checkpoint()
-    raw = _cpu_state(net)
+    raw = cpu_state_dict(net)
     ckpt.update({
-        "model": _cpu_state(ema.ema) if ema is not None else raw,
+        "model": cpu_state_dict(ema.ema) if ema is not None else raw,
         "is_ema_weights": ema is not None,
         "train_model": raw,
-        "ema": _cpu_state(ema.ema) if ema is not None else None,
+        "ema": cpu_state_dict(ema.ema) if ema is not None else None,
         "ema_updates": ema.updates if ema is not None else 0,
         "optimizer": optimizer.state_dict(),
         "scaler": scaler.state_dict() if scaler is not None and scaler.is_enabled() else None,

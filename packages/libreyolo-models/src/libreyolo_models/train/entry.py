@@ -33,6 +33,7 @@ def train_model(model: LibreYOLO, options: Mapping[str, Any]) -> TrainOutcome:
     options = dict(options)
     callbacks = options.pop("callbacks", None)
     source = f"{type(model).__name__}.train()"
+    model.require_unfused("train")
     resume = None
     if options.get("resume"):
         if not is_training_checkpoint(model.checkpoint):

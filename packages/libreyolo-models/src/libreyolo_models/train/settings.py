@@ -66,6 +66,8 @@ class TrainConfig:
     gpu_augment: bool | Literal["auto"] = "auto"
     sync_bn: bool | None = None         # Python argument; None: the family's default
     profile: bool = False
+    channels_last: bool | Literal["auto"] = "auto"    # CUDA: NHWC weights and images; auto: on for CUDA
+    cudnn_benchmark: bool | Literal["auto"] = "auto"  # auto: on for CUDA unless deterministic or multi_scale
     max_grad_norm: float = 10.0
     val_conf: float = 0.001
     val_iou: float = 0.7
@@ -83,6 +85,9 @@ class TrainConfig:
             raise ConfigError(f"workers={self.workers} must be 0 or more")
         if self.nbs < 1:
             raise ConfigError(f"nbs={self.nbs} must be at least 1 (the nominal batch for gradient accumulation)")
+        if self.deterministic and self.cudnn_benchmark is True:
+            raise ConfigError("cudnn_benchmark=True contradicts deterministic=True (cuDNN's autotuner picks kernels "
+                              "run by run); drop one of them")
         self.augment()  # AugmentConfig checks each augmentation value's range
 
     def augment(self) -> AugmentConfig:
@@ -95,4 +100,5 @@ class TrainConfig:
 
 # Options whose change on resume is allowed and handled (others are reported, then the saved value wins).
 RESUME_MAY_CHANGE = frozenset({"epochs", "device", "workers", "patience", "verbose", "plots", "cache",
-                               "gpu_augment", "resume", "profile", "cuda_graph", "save_period"})
+                               "gpu_augment", "resume", "profile", "cuda_graph", "save_period",
+                               "channels_last", "cudnn_benchmark"})

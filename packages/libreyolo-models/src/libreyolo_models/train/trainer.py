@@ -6,9 +6,11 @@ at another (``graph_forward``); everything else is the same single-device code p
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -82,9 +84,13 @@ class Trainer:
         self.device = (libreyolo_ddp.local_device() if self.world > 1
                        else libreyolo_ddp.parse_devices(cfg.device or "auto").torch_device(0))
         libreyolo_ddp.seed_everything(cfg.seed)
+        cuda = self.device.type == "cuda"
         if cfg.deterministic:
             torch.use_deterministic_algorithms(True, warn_only=True)
             torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
+        elif cuda and (cfg.cudnn_benchmark is True
+                       or (cfg.cudnn_benchmark == "auto" and not cfg.multi_scale)):
+            torch.backends.cudnn.benchmark = True  # fixed shapes: autotune each conv once, then reuse
         data = libreyolo_ddp.resolve_on_rank_zero(lambda: resolve_dataset(cfg.data))
         adapt_to_classes(model, data.nc, data.names)
         self.imgsz = check_imgsz(cfg.imgsz or model.imgsz)
@@ -94,6 +100,9 @@ class Trainer:
         train_index = load_split(data, "train")
         val_index = load_split(data, "val") if data.val else None
         model.net.to(self.device).float()
+        self.channels_last = cuda and cfg.channels_last in (True, "auto")
+        if self.channels_last:  # before the EMA copy and the optimizer, so both see NHWC parameters
+            model.net.to(memory_format=torch.channels_last)
         model.task = "detect"
         workers = default_workers(cfg.workers, batch=self.batch, world_size=self.world)
         self.train_data = TrainPipeline(train_index, imgsz=self.imgsz, batch_size=self.batch, device=self.device,
@@ -158,6 +167,10 @@ class Trainer:
 
     # ------------------------------------------------------------------ run
     def run(self) -> TrainOutcome:
+        with _restored_backend_flags():  # deterministic / cudnn settings are the run's, not the process's
+            return self._run()
+
+    def _run(self) -> TrainOutcome:
         epoch, stopped_early, last, metrics = 0, False, None, {}
         try:
             self._setup()
@@ -255,6 +268,8 @@ class Trainer:
                      cosine=cfg.cos_lr, warmup_bias_lr=cfg.warmup_bias_lr, warmup_momentum=cfg.warmup_momentum,
                      momentum=cfg.momentum)
             images = self._multi_scale(batch.images) if cfg.multi_scale else batch.images
+            if self.channels_last:
+                images = images.contiguous(memory_format=torch.channels_last)
             sums += step.forward_backward(images, batch.targets)
             if ni - last_opt >= accumulate or i == nb - 1:
                 step.optimizer_step()
@@ -282,3 +297,14 @@ class Trainer:
         if size == images.shape[-1]:
             return images
         return F.interpolate(images, size=(size, size), mode="bilinear", align_corners=False)
+
+
+@contextlib.contextmanager
+def _restored_backend_flags() -> Iterator[None]:
+    saved = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
+             torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(saved[0], warn_only=saved[1])
+        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = saved[2], saved[3]

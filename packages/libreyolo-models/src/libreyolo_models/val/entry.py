@@ -37,6 +37,8 @@ def validate_model(model: LibreYOLO, options: Mapping[str, Any]) -> MetricsResul
                            cache=cfg.cache)
     if cfg.half:
         model.half()
+    if cfg.fuse:
+        model.fuse()
     model.net.eval()
     result = evaluate(model, model.forward_tensors, pipeline, conf=cfg.conf, iou=cfg.iou, max_det=cfg.max_det,
                       progress=cfg.verbose)

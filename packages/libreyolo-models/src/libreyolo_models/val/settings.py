@@ -20,6 +20,7 @@ class ValConfig:
     device: str | None = None
     workers: int | None = None
     half: bool = False
+    fuse: bool = False
     cache: Literal["auto", "ram", "disk"] = "auto"
     verbose: bool = True
 

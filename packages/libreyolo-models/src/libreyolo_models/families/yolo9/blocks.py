@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ...layers.conv import Conv
+from ...layers.fuse import merge_parallel_convs
 
 
 class RepConvN(nn.Module):
@@ -23,7 +24,19 @@ class RepConvN(nn.Module):
         self.act = nn.SiLU(inplace=True)
 
     def forward(self, x: Tensor) -> Tensor:
+        if self.conv2 is None:  # merged by fuse_for_inference
+            return self.act(self.conv1(x))
         return self.act(self.conv1(x) + self.conv2(x))
+
+    def fuse_for_inference(self) -> bool:
+        """Merge the (already BN-folded) 1x1 branch into the 3x3 one: one convolution instead of two."""
+        if self.conv2 is None:
+            return False
+        self.conv1.fuse_for_inference()
+        self.conv2.fuse_for_inference()
+        merge_parallel_convs(self.conv1.conv, self.conv2.conv)
+        self.conv2 = None
+        return True
 
 
 class RepNBottleneck(nn.Module):
