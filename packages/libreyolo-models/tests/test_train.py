@@ -66,6 +66,16 @@ def test_model_instance_holds_the_best_weights_and_classes(trained) -> None:
     assert ckpt["model_family"] == "yolo9" and ckpt["names"][0] == "circle"
 
 
+def test_val_with_fuse_gives_the_unfused_metrics(trained, mini_shapes) -> None:
+    _, outcome, _ = trained
+    model = LibreYOLO(outcome.best)
+    plain = model.val(data=str(mini_shapes), imgsz=64, batch=4, workers=0, verbose=False)
+    fused = model.val(data=str(mini_shapes), imgsz=64, batch=4, workers=0, verbose=False, fuse=True)
+    assert model.fused
+    assert plain.n_pred > 0 and abs(fused.n_pred - plain.n_pred) <= 0.01 * plain.n_pred
+    assert abs(fused.map50 - plain.map50) < 0.02 and abs(fused.map50_95 - plain.map50_95) < 0.02
+
+
 def test_callbacks_receive_frozen_events_in_order(trained) -> None:
     _, _, recorder = trained
     kinds = [type(e) for e in recorder.events]

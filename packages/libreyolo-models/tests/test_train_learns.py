@@ -30,3 +30,6 @@ def test_yolo9t_learns_shapes_on_cpu_to_map50_over_half(tmp_path) -> None:
     # The instance holds the best weights: validating it reproduces the best epoch's mAP.
     again = model.val(data="shapes", imgsz=128, workers=1, verbose=False)
     assert again.map50 >= 0.5
+    # Fused for inference, the same weights score the same up to rounding.
+    fused = model.val(data="shapes", imgsz=128, workers=1, verbose=False, fuse=True)
+    assert model.fused and abs(fused.map50 - again.map50) < 0.005 and abs(fused.map50_95 - again.map50_95) < 0.005
