@@ -33,6 +33,20 @@ def test_predict_prints_one_line_per_image(capsys: pytest.CaptureFixture[str], t
     assert (tmp_path / "exp" / "sample.jpg").is_file()
 
 
+@pytest.mark.parametrize(("words", "expected"), [
+    (["train", "--help"], ["libreyolo train model=", "epochs=100", "channels_last=auto", "cuda_graph=False"]),
+    (["predict", "-h"], ["libreyolo predict model=", "conf=0.25", "fuse=False"]),
+    (["val", "data=shapes", "--help"], ["libreyolo val model=", "batch=16", "fuse=False"]),
+    (["info", "--help"], ["libreyolo info model=... [--json]"]),
+])
+def test_command_help_lists_every_option_with_its_default(words, expected, capsys) -> None:
+    assert main(words) == EXIT_OK  # no model is loaded, nothing runs
+    out = capsys.readouterr().out
+    for text in expected:
+        assert text in out, text
+    assert "sync_bn" not in out  # a Python-only argument
+
+
 @pytest.mark.parametrize(("words", "code", "message"), [
     (["predcit"], EXIT_USAGE, "did you mean 'predict'"),
     ([], EXIT_USAGE, "Commands:"),

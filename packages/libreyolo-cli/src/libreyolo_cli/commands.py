@@ -89,6 +89,39 @@ COMMANDS: dict[str, Callable[[dict[str, object]], int]] = {
 }
 
 
+# The options each command forwards to the model, as settings dataclasses (module, class), plus the
+# words the command itself takes.
+_SETTINGS = {
+    "predict": ("libreyolo_models.settings", "PredictConfig", "model=... source=... (default: the sample image)"),
+    "train": ("libreyolo_models.train.settings", "TrainConfig", "model=... (architecture, weights or last.pt)"),
+    "val": ("libreyolo_models.val.settings", "ValConfig", "model=..."),
+}
+
+
+def command_help(command: str) -> str:
+    """``libreyolo <command> --help``: every option with its default, read from the settings class."""
+    import dataclasses
+    import importlib
+    import textwrap
+
+    if command not in _SETTINGS:
+        extra = {"info": "model=... [--json]", "version": "(no options)"}.get(command, "")
+        return f"libreyolo {command} {extra}".rstrip()
+    module, name, own = _SETTINGS[command]
+    settings = getattr(importlib.import_module(module), name)
+    words = []
+    for field in dataclasses.fields(settings):
+        default = field.default if field.default is not dataclasses.MISSING else (
+            field.default_factory() if field.default_factory is not dataclasses.MISSING else "...")
+        if command == "train" and field.name == "sync_bn":
+            continue  # a Python argument only (see its comment in TrainConfig)
+        words.append(f"{field.name}={default}")
+    body = textwrap.fill("  ".join(words), width=100, initial_indent="  ", subsequent_indent="  ",
+                         break_on_hyphens=False)
+    return (f"libreyolo {command} {own} [key=value ...]\n\noptions and their defaults:\n{body}\n\n"
+            "Write options as key=value or --flag / --no-flag; see the package README for what each does.")
+
+
 def run_command(parsed: ParsedArgs) -> int:
     if parsed.command is None:
         raise UsageError(f"no command given; use one of: {', '.join(sorted(COMMANDS))}")

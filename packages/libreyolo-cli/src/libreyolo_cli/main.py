@@ -5,6 +5,7 @@
     libreyolo val model=runs/train/exp/weights/best.pt data=shapes
     libreyolo info model=LibreYOLO9t.pt
     libreyolo version
+    libreyolo train --help     (every option of a command, with its default)
 
 Exit codes: 0 success; 1 the run failed (bad data, unreadable weights, a training error);
 2 the command line is wrong (unknown command or option, bad value); 130 interrupted (Ctrl-C).
@@ -16,7 +17,7 @@ import logging
 import sys
 
 from .arguments import UsageError, parse_words
-from .commands import COMMANDS, run_command
+from .commands import COMMANDS, command_help, run_command
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -28,6 +29,9 @@ def main(argv: list[str] | None = None) -> int:
     if not words or words[0] in ("-h", "--help", "help"):
         print(USAGE)
         return EXIT_OK if words else EXIT_USAGE
+    if words[0] in COMMANDS and any(w in ("-h", "--help") for w in words[1:]):
+        print(command_help(words[0]))
+        return EXIT_OK
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     from libreyolo_models.errors import ConfigError, LibreYOLOError
 
