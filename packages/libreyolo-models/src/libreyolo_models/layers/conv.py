@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
+from .fuse import fold_batchnorm
+
 # Upstream YOLO BatchNorm settings (not stored in checkpoints, so they must be rebuilt here).
 BN_EPS = 1e-3
 BN_MOMENTUM = 0.03
@@ -35,8 +37,6 @@ class Conv(nn.Module):
         """Fold ``bn`` into ``conv`` (see ``layers.fuse``); True when something changed."""
         if not isinstance(self.bn, nn.BatchNorm2d):
             return False
-        from .fuse import fold_batchnorm
-
         self.conv = fold_batchnorm(self.conv, self.bn)
         self.bn = nn.Identity()
         return True
