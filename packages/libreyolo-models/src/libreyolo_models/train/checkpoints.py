@@ -29,11 +29,12 @@ def build_training_checkpoint(model: LibreYOLO, *, net: torch.nn.Module, ema: Mo
     """Everything to continue after ``epoch`` (0-based, completed)."""
     ckpt = model.state_for_checkpoint()
     raw = cpu_state_dict(net)
+    smoothed = cpu_state_dict(ema.ema) if ema is not None else None  # one copy, saved once, under two keys
     ckpt.update({
-        "model": cpu_state_dict(ema.ema) if ema is not None else raw,
+        "model": smoothed if smoothed is not None else raw,
         "is_ema_weights": ema is not None,
         "train_model": raw,
-        "ema": cpu_state_dict(ema.ema) if ema is not None else None,
+        "ema": smoothed,
         "ema_updates": ema.updates if ema is not None else 0,
         "optimizer": optimizer.state_dict(),
         "scaler": scaler.state_dict() if scaler is not None and scaler.is_enabled() else None,

@@ -56,3 +56,22 @@ def build_optimizer(net: nn.Module, cfg: TrainConfig, *, iterations: int, weight
     log.info("%s: %d weights (decay %g), %d norm weights, %d biases (no decay)",
              name, len(decay), weight_decay, len(norm), len(bias))
     return opt
+
+
+def align_state_layout(optimizer: torch.optim.Optimizer) -> int:
+    """Lay each restored state tensor out like its parameter; returns how many were re-laid.
+
+    ``load_state_dict`` keeps the layout a checkpoint was saved in, so resuming an NCHW run with
+    channels_last parameters (or the reverse) would hand the fused kernels tensors whose strides
+    differ from their parameter's. Values are unchanged; only the memory order is.
+    """
+    moved = 0
+    for group in optimizer.param_groups:
+        for param in group["params"]:
+            for key, value in optimizer.state.get(param, {}).items():
+                if torch.is_tensor(value) and value.shape == param.shape and value.stride() != param.stride():
+                    relaid = torch.empty_like(param, dtype=value.dtype)  # keeps the parameter's strides
+                    relaid.copy_(value)
+                    optimizer.state[param][key] = relaid
+                    moved += 1
+    return moved

@@ -33,7 +33,7 @@ from .callbacks import CallbackRunner, EpochEnd, TrainEnd, TrainException, Train
 from .checkpoints import build_training_checkpoint, write_epoch_checkpoints
 from .ema import ModelEMA
 from .graph_forward import graph_forward
-from .optim import build_optimizer
+from .optim import align_state_layout, build_optimizer
 from .results_log import ResultsLog
 from .schedule import accumulate_steps, apply_lr, warmup_iterations
 from .settings import TrainConfig
@@ -145,6 +145,7 @@ class Trainer:
         if ckpt.get("ema") is not None:
             self.ema.load_state_dict(ckpt["ema"], int(ckpt.get("ema_updates", 0)))
         self.optimizer.load_state_dict(ckpt["optimizer"])
+        align_state_layout(self.optimizer)  # a run saved in another memory layout resumes in this one
         if ckpt.get("scaler") and self.scaler.is_enabled():
             self.scaler.load_state_dict(ckpt["scaler"])
         self.start_epoch = int(ckpt["epoch"]) + 1
