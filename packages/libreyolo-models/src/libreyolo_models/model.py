@@ -251,12 +251,13 @@ class LibreYOLO:
                 "inference_capture_verified": self.spec.inference_capture_verified,
                 "train_capture_verified": self.spec.train_capture_verified}
 
-    def state_for_checkpoint(self) -> dict[str, Any]:
-        """The schema's metadata plus the network weights (CPU tensors)."""
+    def state_for_checkpoint(self, weights: dict[str, Tensor] | None = None) -> dict[str, Any]:
+        """The schema's metadata plus the network weights (CPU tensors): ``weights`` when the
+        caller already copied them (the trainer saves the EMA's), else this network's."""
         self.require_unfused("save a checkpoint")
         meta = checkpoint_metadata(family=self.spec.name, size=self.size, task=self.task, nc=self.nc,
                                    names=self.names, imgsz=self.imgsz, version=__version__)
-        meta["model"] = cpu_state_dict(self.net)
+        meta["model"] = cpu_state_dict(self.net) if weights is None else weights
         return meta
 
     def save(self, path: str | Path) -> Path:

@@ -27,11 +27,10 @@ def build_training_checkpoint(model: LibreYOLO, *, net: torch.nn.Module, ema: Mo
                               best: dict[str, Any], config: dict[str, Any], world_size: int,
                               global_batch: int, run_dir: Path, loss: float) -> dict[str, Any]:
     """Everything to continue after ``epoch`` (0-based, completed)."""
-    ckpt = model.state_for_checkpoint()
     raw = cpu_state_dict(net)
     smoothed = cpu_state_dict(ema.ema) if ema is not None else None  # one copy, saved once, under two keys
+    ckpt = model.state_for_checkpoint(weights=smoothed if smoothed is not None else raw)
     ckpt.update({
-        "model": smoothed if smoothed is not None else raw,
         "is_ema_weights": ema is not None,
         "train_model": raw,
         "ema": smoothed,
