@@ -15,13 +15,13 @@ def validate_shard(weights: str, data: str, imgsz: int, split: str = "val") -> d
 def train_two_ranks(weights: str, data: str, project: str, device: str = "cpu") -> dict:
     """One rank of a two-rank training run (one epoch, no mosaic, so boxes cannot travel between images)."""
     from libreyolo_models import LibreYOLO
-    from libreyolo_models.train.settings import TrainConfig
+    from libreyolo_models.train.plan import resolve_plan
     from libreyolo_models.train.trainer import Trainer
 
     model = LibreYOLO(weights)
-    cfg = TrainConfig(data=data, epochs=1, imgsz=64, batch=8, workers=0, device=device, mosaic=0.0, project=project,
-                      name="exp", verbose=False, plots=False)
-    outcome = Trainer(model, cfg).run()
+    options = {"data": data, "epochs": 1, "imgsz": 64, "batch": 8, "workers": 0, "device": device, "mosaic": 0.0,
+               "project": project, "name": "exp", "verbose": False, "plots": False}
+    outcome = Trainer(model, resolve_plan(model, options, "test")).run()
     return {"run_dir": str(outcome.run_dir), "best": str(outcome.best)}
 
 

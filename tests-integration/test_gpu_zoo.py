@@ -1,31 +1,24 @@
 """CUDA graphs through the model zoo on a real GPU: predict, capture, invalidation, release, train.
 
-The family's verification flags gate users; these tests verify the behaviour itself, so they
-run with the flags switched on for the test.
+YOLOv9's declarations allow inference and training capture (its parity rows are green); these
+tests check the behaviour behind them.
 """
 
 from __future__ import annotations
 
 import csv
-import dataclasses
 import math
 from pathlib import Path
 
 import pytest
 import torch
 
-from libreyolo_models import SAMPLE_IMAGE, LibreYOLO9
+from libreyolo_models import SAMPLE_IMAGE, LibreYOLO, LibreYOLO9
 
 pytestmark = pytest.mark.cuda
 
 
-@pytest.fixture(autouse=True)
-def verified(monkeypatch: pytest.MonkeyPatch) -> None:
-    spec = dataclasses.replace(LibreYOLO9.spec, inference_capture_verified=True, train_capture_verified=True)
-    monkeypatch.setattr(LibreYOLO9, "spec", spec)
-
-
-def _model() -> LibreYOLO9:
+def _model() -> LibreYOLO:
     torch.manual_seed(0)
     model = LibreYOLO9(size="t", nc=3, imgsz=320)
     with torch.no_grad():
@@ -131,8 +124,8 @@ def test_train_with_cuda_graph_gives_eager_losses(tmp_path: Path, mini_shapes: P
         model = LibreYOLO9(size="t")
 
         def record(event, model=model):  # noqa: ANN001 - the graph state at the end of training
-            if type(event).__name__ == "TrainEnd" and model._train_graphs is not None:
-                infos.append(model._train_graphs.info())
+            if type(event).__name__ == "TrainEnd" and model.graphs.training is not None:
+                infos.append(model.graphs.training.info())
 
         out = model.train(data=str(mini_shapes), epochs=3, imgsz=128, batch=8, device=0, workers=2,
                           cuda_graph=graph, deterministic=True, close_mosaic=1, project=str(tmp_path),
@@ -161,3 +154,15 @@ def test_channels_last_training_writes_standard_layout_checkpoints(tmp_path: Pat
     assert all(t.is_contiguous() for t in ckpt["model"].values())
     assert all(p.is_contiguous() for p in model.net.parameters())  # the caller gets the standard layout
     assert all(math.isfinite(float(v)) for v in _losses(out.run_dir)[-1])
+
+
+def test_val_half_matches_fp32_map_on_a_trained_model(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = LibreYOLO9(size="t")
+    model.train(data="shapes", epochs=15, imgsz=128, batch=16, nbs=16, device=0, workers=2, project=str(tmp_path),
+                verbose=False, plots=False, val=False)
+    full = model.val(data="shapes", imgsz=128, device=0, verbose=False)
+    half = model.val(data="shapes", imgsz=128, device=0, half=True, verbose=False)
+    assert model.dtype == torch.float16
+    assert full.map50 > 0.3, full.summary()  # a trained model, so the comparison means something
+    assert abs(half.map50 - full.map50) <= 0.005 and abs(half.map50_95 - full.map50_95) <= 0.005

@@ -35,20 +35,18 @@ def yolo9t_infer_fused() -> tuple[str, nn.Module, int]:
 
 
 def _yolo9_train(size: str, device: torch.device, batch: int = 8, imgsz: int = 640):  # noqa: ANN202
-    from libreyolo_models import LibreYOLO9
+    from libreyolo_models import LibreYOLO9, LossContext
+    from libreyolo_models.layers.targets import random_box_targets
 
     torch.manual_seed(0)
     model = LibreYOLO9(size=size)
     g = torch.Generator().manual_seed(0)
     images = torch.rand(batch, 3, imgsz, imgsz, generator=g).to(device)
-    per_image = 6
-    wh = torch.rand(batch * per_image, 2, generator=g) * 0.3 + 0.05
-    xy = torch.rand(batch * per_image, 2, generator=g) * (1 - wh) + wh / 2
-    targets = torch.cat([torch.arange(batch).repeat_interleave(per_image)[:, None].float(),
-                         torch.randint(0, 80, (batch * per_image, 1), generator=g).float(), xy, wh], 1)
+    targets = random_box_targets(batch, model.nc, g, per_image=6)
+    context = LossContext(gains=model.spec.task(model.task).loss_gains, global_batch=batch)
 
     def loss_fn(outputs, inputs):  # noqa: ANN001, ANN202, ARG001
-        return model.compute_loss([o.float() for o in outputs], targets)[0]
+        return model.family.compute_loss(outputs, targets, context).total
 
     return f"yolov9-{size} (b{batch}, {imgsz}px)", model.training_module(), (images,), loss_fn
 

@@ -52,8 +52,8 @@ def run_arm(data: Path, project: Path, *, arm: str, args: argparse.Namespace) ->
     model = LibreYOLO9(size=args.size)
 
     def report(event) -> None:  # noqa: ANN001 - the training graphs as they stand when training ends
-        if type(event).__name__ == "TrainEnd" and model._train_graphs is not None:
-            info = model._train_graphs.info()
+        if type(event).__name__ == "TrainEnd" and model.graphs.training is not None:
+            info = model.graphs.training.info()
             log(f"    graphs: {[(g.signature, g.replays, round(g.capture_ms)) for g in info.graphs]}, "
                 f"eager calls {info.eager_calls}, latched {info.latched}")
 

@@ -1,6 +1,6 @@
 """Certify CUDA-graph parity for every family x size x task, each in a fresh process.
 
-Inference: the family's capture seam (``forward_tensors``) replayed on two contrasting probes must
+Inference: the family's capture seam (``inference_forward``) replayed on two contrasting probes must
 equal eager bit for bit, tell the probes apart, and never serve a stale replay (fp32 weights and
 fp16 weights). Training: one step at batch 8 under fp16 autocast, graphed (forward+backward) vs
 eager, comparing the loss, every gradient and every BatchNorm buffer, with an eager-vs-eager
@@ -9,8 +9,8 @@ control run classifying any difference. Writes ``docs/parity-matrix.md``.
     python tools/parity_matrix.py                      # all families, all sizes
     python tools/parity_matrix.py --sizes t --out /tmp/pm.md
 
-A family's ``inference_capture_verified`` / ``train_capture_verified`` flags may be True only
-where its row here is green. Needs a CUDA GPU.
+A family's ``TaskDecl.inference_capture`` / ``train_capture`` declarations may be True only where
+its row here is green. Needs a CUDA GPU.
 """
 
 from __future__ import annotations
@@ -45,49 +45,60 @@ def _calibrate_batchnorm(net, imgsz: int, device) -> None:  # noqa: ANN001
     net.eval()
 
 
-def certify_one(family: str, size: str, task: str, imgsz: int, train_batch: int) -> dict:
+def _to_device(tree, device):  # noqa: ANN001, ANN202 - targets of any task's schema
+    import torch
+
+    if isinstance(tree, torch.Tensor):
+        return tree.to(device)
+    if isinstance(tree, dict):
+        return {k: _to_device(v, device) for k, v in tree.items()}
+    if isinstance(tree, list | tuple):
+        return type(tree)(_to_device(v, device) for v in tree)
+    return tree
+
+
+def certify_one(family: str, size: str, task: str, imgsz: int | None, train_batch: int) -> dict:
     import torch
 
     from libreyolo_cudagraph import compare_train_step, contrasting_probes, verify_parity
-    from libreyolo_models.registry import get_family
+    from libreyolo_models import LibreYOLO, LossContext
 
-    cls = get_family(family)
     device = torch.device("cuda")
     torch.backends.cudnn.benchmark = False
     torch.backends.cudnn.deterministic = True
-    result: dict = {"family": family, "size": size, "task": task, "imgsz": imgsz}
+
+    def build() -> LibreYOLO:
+        return LibreYOLO(family=family, size=size, task=task, imgsz=imgsz)
 
     torch.manual_seed(0)
-    model = cls(size=size)
+    model = build()
+    imgsz = model.imgsz
+    result: dict = {"family": family, "size": size, "task": task, "imgsz": imgsz}
     model.net.to(device)
     _calibrate_batchnorm(model.net, imgsz, device)
     for dtype_name, dtype in (("fp32", torch.float32), ("fp16", torch.float16)):
         model.net.to(dtype)
         probe_a, probe_b = contrasting_probes((1, 3, imgsz, imgsz), dtype=dtype, device=device)
         with torch.inference_mode():
-            report = verify_parity(model.forward_tensors, probe_a, probe_b, watch=model.net,
+            report = verify_parity(model.inference_forward, probe_a, probe_b, watch=model.net,
                                    name=f"{family}-{size} {dtype_name}")
         result[f"infer_{dtype_name}"] = {"ok": report.ok, "summary": report.summary()}
     del model
     torch.cuda.empty_cache()
 
-    loss_owner = cls(size=size)  # compute_loss is the family's eager remainder; it holds no weights
+    loss_owner = build()  # compute_loss is the family's eager remainder; it reads no weights
+    targets = _to_device(loss_owner.family.sample_targets(train_batch, imgsz, torch.Generator().manual_seed(7)),
+                         device)
+    context = LossContext(gains=loss_owner.spec.task(task).loss_gains, global_batch=train_batch)
 
     def make_model():  # noqa: ANN202
-        return cls(size=size).training_module()
+        return build().training_module()
 
     def make_inputs():  # noqa: ANN202
         return (torch.rand(train_batch, 3, imgsz, imgsz),)
 
-    g = torch.Generator().manual_seed(7)
-    n_boxes = train_batch * 4
-    wh = torch.rand(n_boxes, 2, generator=g) * 0.3 + 0.05
-    xy = torch.rand(n_boxes, 2, generator=g) * (1 - wh) + wh / 2
-    targets = torch.cat([torch.arange(train_batch).repeat_interleave(4)[:, None].float(),
-                         torch.randint(0, 80, (n_boxes, 1), generator=g).float(), xy, wh], 1).to(device)
-
     def loss_fn(outputs, inputs):  # noqa: ANN001, ANN202, ARG001
-        return loss_owner.compute_loss([o.float() for o in outputs], targets)[0]
+        return loss_owner.family.compute_loss(outputs, targets, context).total
 
     report = compare_train_step(make_model, make_inputs, loss_fn, device=device, autocast_dtype=torch.float16)
     result["train_amp"] = {"ok": report.ok, "summary": report.summary(),
@@ -96,14 +107,15 @@ def certify_one(family: str, size: str, task: str, imgsz: int, train_batch: int)
     return result
 
 
-def _run_child(family: str, size: str, args: argparse.Namespace) -> dict:
-    cmd = [sys.executable, __file__, "--one", family, size, "--imgsz", str(args.imgsz),
-           "--train-batch", str(args.train_batch)]
+def _run_child(family: str, size: str, task: str, args: argparse.Namespace) -> dict:
+    cmd = [sys.executable, __file__, "--one", family, size, task, "--train-batch", str(args.train_batch)]
+    if args.imgsz:
+        cmd += ["--imgsz", str(args.imgsz)]
     started = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout_s, cwd=ROOT)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     if proc.returncode != 0 or not lines:
-        return {"family": family, "size": size, "task": "detect", "error": proc.stderr[-2000:] or "no result",
+        return {"family": family, "size": size, "task": task, "error": proc.stderr[-2000:] or "no result",
                 "seconds": time.perf_counter() - started}
     data = json.loads(lines[-1][len("RESULT "):])
     data["seconds"] = time.perf_counter() - started
@@ -156,35 +168,35 @@ def write_markdown(rows: list[dict], out: Path, command: str, *, gpu: str | None
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--one", nargs=2, metavar=("FAMILY", "SIZE"), help=argparse.SUPPRESS)
+    parser.add_argument("--one", nargs=3, metavar=("FAMILY", "SIZE", "TASK"), help=argparse.SUPPRESS)
     parser.add_argument("--families", default=None, help="comma-separated (default: every registered family)")
     parser.add_argument("--sizes", default=None, help="comma-separated (default: every size of each family)")
-    parser.add_argument("--imgsz", type=int, default=640)
+    parser.add_argument("--imgsz", type=int, default=None, help="default: each family's own image size")
     parser.add_argument("--train-batch", type=int, default=8)
     parser.add_argument("--timeout-s", type=float, default=600)
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "parity-matrix.md")
     parser.add_argument("--json", type=Path, default=None, help="also write the raw results here")
     args = parser.parse_args()
     if args.one:
-        data = certify_one(args.one[0], args.one[1], "detect", args.imgsz, args.train_batch)
+        data = certify_one(args.one[0], args.one[1], args.one[2], args.imgsz, args.train_batch)
         print("RESULT " + json.dumps(data, default=str), flush=True)
         return 0
     from libreyolo_models.registry import families
 
     chosen = args.families.split(",") if args.families else sorted(families())
     rows = []
-    for family in chosen:
-        spec = families()[family].spec
-        for size in (args.sizes.split(",") if args.sizes else spec.sizes):
-            print(f"certifying {family}-{size} ...", file=sys.stderr, flush=True)
-            row = _run_child(family, size, args)
-            rows.append(row)
-            print(json.dumps({k: row.get(k) for k in ("family", "size", "seconds")}), file=sys.stderr, flush=True)
-            for key in ("infer_fp32", "infer_fp16", "train_amp"):
-                if key in row:
-                    print(f"  {key}: {row[key]['summary']}", file=sys.stderr, flush=True)
-            if "error" in row:
-                print(f"  ERROR: {row['error'][-800:]}", file=sys.stderr, flush=True)
+    jobs = [(family, size, task) for family in chosen for task in families()[family].tasks
+            for size in (args.sizes.split(",") if args.sizes else families()[family].sizes)]
+    for family, size, task in (job for job in jobs if job[1] in families()[job[0]].sizes):
+        print(f"certifying {family}-{size} {task} ...", file=sys.stderr, flush=True)
+        row = _run_child(family, size, task, args)
+        rows.append(row)
+        print(json.dumps({k: row.get(k) for k in ("family", "size", "seconds")}), file=sys.stderr, flush=True)
+        for key in ("infer_fp32", "infer_fp16", "train_amp"):
+            if key in row:
+                print(f"  {key}: {row[key]['summary']}", file=sys.stderr, flush=True)
+        if "error" in row:
+            print(f"  ERROR: {row['error'][-800:]}", file=sys.stderr, flush=True)
     write_markdown(rows, args.out, "python tools/parity_matrix.py")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1, default=str))

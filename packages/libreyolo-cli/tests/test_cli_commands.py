@@ -33,11 +33,21 @@ def test_predict_prints_one_line_per_image(capsys: pytest.CaptureFixture[str], t
     assert (tmp_path / "exp" / "sample.jpg").is_file()
 
 
+def test_info_without_a_model_lists_every_family(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["info"]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert "yolo9" in out and "t,s,m,c" in out and "LibreYOLO9t.pt" in out
+    assert main(["info", "--json"]) == EXIT_OK
+    rows = json.loads(capsys.readouterr().out)
+    yolo9 = next(r for r in rows if r["family"] == "yolo9")
+    assert yolo9["task"] == "detect" and yolo9["cuda_graph_predict"] and yolo9["losses"] == ["box", "cls", "dfl"]
+
+
 @pytest.mark.parametrize(("words", "expected"), [
     (["train", "--help"], ["libreyolo train model=", "epochs=100", "channels_last=auto", "cuda_graph=False"]),
     (["predict", "-h"], ["libreyolo predict model=", "conf=0.25", "fuse=False"]),
     (["val", "data=shapes", "--help"], ["libreyolo val model=", "batch=16", "fuse=False"]),
-    (["info", "--help"], ["libreyolo info model=... [--json]"]),
+    (["info", "--help"], ["libreyolo info [model=...] [--json]"]),
 ])
 def test_command_help_lists_every_option_with_its_default(words, expected, capsys) -> None:
     assert main(words) == EXIT_OK  # no model is loaded, nothing runs

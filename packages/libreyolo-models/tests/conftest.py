@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,3 +16,7 @@ def mini_shapes(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("mini-shapes")
     generate_shapes(root, split_sizes={"train": 24, "val": 8})
     return root / "data.yaml"
+
+
+# Test helper modules beside this file (``upstream_fill``) import by name.
+sys.path.insert(0, str(Path(__file__).parent))

@@ -11,8 +11,9 @@ import pytest
 from PIL import Image
 
 from libreyolo_models.data import image_check
-from libreyolo_models.data.data_config import DataConfigError, EmptySplitError, load_data_config
+from libreyolo_models.data.data_config import load_data_config
 from libreyolo_models.data.datasets import load_split
+from libreyolo_models.data.errors import DataConfigError, EmptySplitError
 
 
 def _coco(root: Path, images: list[dict], annotations: list[dict], *, categories: list[dict] | None = None,

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from libreyolo_models import SAMPLE_IMAGE, ConfigError, LibreYOLO9
+from libreyolo_models import SAMPLE_IMAGE, ConfigError, LibreYOLO, LibreYOLO9
 from libreyolo_models.families.yolo9.blocks import RepConvN
 from libreyolo_models.layers.fuse import fold_batchnorm, fuse_network, merge_parallel_convs
 
@@ -63,7 +63,7 @@ def test_repconvn_becomes_one_convolution_with_the_same_output() -> None:
         assert fuse_network(block) == 0  # idempotent
 
 
-def _calibrated_model() -> LibreYOLO9:
+def _calibrated_model() -> LibreYOLO:
     """Untrained YOLOv9-t whose BatchNorm statistics are not the identity (what folding must carry)."""
     torch.manual_seed(0)
     model = LibreYOLO9(size="t", nc=3, imgsz=128)
@@ -80,7 +80,7 @@ def test_fused_yolo9_matches_unfused_with_fewer_modules() -> None:
     model = _calibrated_model()
     x = torch.rand(2, 3, 128, 128, generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
-        expected = model.forward_tensors(x)
+        expected = model.inference_forward(x)
     convs_before = sum(isinstance(m, nn.Conv2d) for m in model.net.modules())
     params_before = model.n_parameters()
     assert model.fuse() is model and model.fused and model.info()["fused"]
@@ -90,7 +90,7 @@ def test_fused_yolo9_matches_unfused_with_fewer_modules() -> None:
     assert sum(isinstance(m, nn.Conv2d) for m in model.net.modules()) == convs_before - len(repconvs)
     assert model.n_parameters() < params_before
     with torch.no_grad():
-        got = model.forward_tensors(x)
+        got = model.inference_forward(x)
     scale = expected.abs().max()
     assert (got - expected).abs().max() <= 1e-4 * scale  # rounding, not a different network
 

@@ -18,6 +18,7 @@ SETTINGS = {"imgsz": 96, "batch": 16, "nbs": 16, "epochs": 12, "close_mosaic": 4
 
 
 @pytest.mark.slow
+@pytest.mark.learning
 @pytest.mark.timeout(1200)
 def test_gpu_path_and_cpu_path_reach_the_same_map(tmp_path) -> None:
     from libreyolo_models.data.shapes import generate_shapes

@@ -8,9 +8,16 @@ import logging
 import pytest
 import torch
 
-from libreyolo_models import SAMPLE_IMAGE, ConfigError, LibreYOLO9
+from libreyolo_models import SAMPLE_IMAGE, ConfigError, LibreYOLO, LibreYOLO9
 from libreyolo_models.train.graph_forward import graph_forward
 from libreyolo_models.train.settings import TrainConfig
+
+
+def declare_capture(model: LibreYOLO, *, inference: bool, training: bool) -> LibreYOLO:
+    """The model with its task's capture declarations replaced (the family's own stay untouched)."""
+    decl = dataclasses.replace(model.spec.task(model.task), inference_capture=inference, train_capture=training)
+    model.spec = dataclasses.replace(model.spec, tasks={model.task: decl})
+    return model
 
 
 class SpyGraphs:
@@ -28,32 +35,21 @@ class SpyGraphs:
         self.released += 1
 
 
-@pytest.fixture
-def verified(monkeypatch: pytest.MonkeyPatch) -> None:
-    spec = dataclasses.replace(LibreYOLO9.spec, inference_capture_verified=True, train_capture_verified=True)
-    monkeypatch.setattr(LibreYOLO9, "spec", spec)
-
-
-@pytest.fixture
-def unverified(monkeypatch: pytest.MonkeyPatch) -> None:
-    spec = dataclasses.replace(LibreYOLO9.spec, inference_capture_verified=False, train_capture_verified=False)
-    monkeypatch.setattr(LibreYOLO9, "spec", spec)
-
-
 def test_yolo9_declares_what_its_parity_matrix_row_certified() -> None:
-    assert LibreYOLO9.spec.inference_capture_verified and LibreYOLO9.spec.train_capture_verified
+    decl = LibreYOLO9(size="t", imgsz=64).spec.task("detect")
+    assert decl.inference_capture and decl.train_capture
 
 
 @pytest.mark.parametrize("request_", [True, "auto"])
-def test_unverified_family_refuses_predict_with_graphs_naming_itself(request_, unverified) -> None:
-    model = LibreYOLO9(size="t", imgsz=64)
-    with pytest.raises(NotImplementedError, match=r"YOLOv9 \(yolo9\) is not verified for CUDA graph inference"):
+def test_unverified_family_refuses_predict_with_graphs_naming_itself(request_) -> None:
+    model = declare_capture(LibreYOLO9(size="t", imgsz=64), inference=False, training=False)
+    with pytest.raises(NotImplementedError, match=r"YOLOv9 \(yolo9, detect\) is not verified for CUDA graph inference"):
         model(SAMPLE_IMAGE, cuda_graph=request_)
     with pytest.raises(NotImplementedError, match="yolo9"):
         model.capture_graph()
 
 
-def test_cpu_model_gets_a_clear_error(verified) -> None:
+def test_cpu_model_gets_a_clear_error() -> None:
     model = LibreYOLO9(size="t", imgsz=64)
     with pytest.raises(ConfigError, match="needs the model on a CUDA GPU, but it is on cpu"):
         model(SAMPLE_IMAGE, cuda_graph=True)
@@ -61,7 +57,7 @@ def test_cpu_model_gets_a_clear_error(verified) -> None:
     assert info["supported"] is False and info["family_verified"] is True and info["graphs"] == []
 
 
-def test_bad_cuda_graph_value_is_rejected(verified) -> None:
+def test_bad_cuda_graph_value_is_rejected() -> None:
     with pytest.raises(ConfigError, match="cuda_graph"):
         LibreYOLO9(size="t", imgsz=64)(SAMPLE_IMAGE, cuda_graph="sometimes")
 
@@ -70,24 +66,24 @@ def test_half_float_and_new_weights_invalidate_graphs(tmp_path) -> None:
     model = LibreYOLO9(size="t", nc=2, imgsz=64)
     path = model.save(tmp_path / "w.pt")
     spy = SpyGraphs()
-    model._graphs = spy
+    model.graphs.inference = spy
     model.half()
     model.half()  # already fp16: nothing changed, nothing dropped
     model.float()
     assert spy.invalidated == ["weights cast to float16", "weights cast to float32"]
     model.load(path)
     assert spy.invalidated[-1].startswith("new weights loaded from")
-    assert spy.released == 1 and model._graphs is None  # the rebuilt network gets a fresh runner
+    assert spy.released == 1 and model.graphs.inference is None  # the rebuilt network gets a fresh runner
 
 
 def test_device_change_invalidates_and_same_device_does_not(monkeypatch) -> None:
     model = LibreYOLO9(size="t", imgsz=64)
     spy = SpyGraphs()
-    model._graphs = spy
+    model.graphs.inference = spy
     model.to("cpu")
     assert spy.invalidated == []
     moved = []
-    monkeypatch.setattr("libreyolo_models.model.resolve_device", lambda d: torch.device("meta"))
+    monkeypatch.setattr("libreyolo_models.facade.resolve_device", lambda d: torch.device("meta"))
     monkeypatch.setattr(model.net, "to", lambda device: moved.append(device))
     model.to("cuda:1")
     assert spy.invalidated == ["device change cpu -> meta"] and moved == [torch.device("meta")]
@@ -98,15 +94,15 @@ def test_class_change_before_training_releases_graphs() -> None:
 
     model = LibreYOLO9(size="t", imgsz=64)
     spy = SpyGraphs()
-    model._graphs = spy
+    model.graphs.inference = spy
     adapt_to_classes(model, 3, {0: "a", 1: "b", 2: "c"})
-    assert spy.invalidated == ["class count changed 80 -> 3"] and model._graphs is None
+    assert spy.invalidated == ["network rebuilt"] and spy.released == 1 and model.graphs.inference is None
 
 
 def test_invalidate_cuda_graph_reaches_the_training_graphs() -> None:
     model = LibreYOLO9(size="t", imgsz=64)
     spy = SpyGraphs()
-    model._train_graphs = spy
+    model.graphs.training = spy
     model.invalidate_cuda_graph("head branch switched on")
     assert spy.invalidated == ["head branch switched on"]
 
@@ -118,9 +114,7 @@ def test_invalidate_cuda_graph_reaches_the_training_graphs() -> None:
 ])
 def test_train_graph_refusals_log_one_line_and_stay_eager(monkeypatch, caplog, device, world, verified_flag,
                                                           reason) -> None:
-    spec = dataclasses.replace(LibreYOLO9.spec, train_capture_verified=verified_flag)
-    monkeypatch.setattr(LibreYOLO9, "spec", spec)
-    model = LibreYOLO9(size="t", imgsz=64)
+    model = declare_capture(LibreYOLO9(size="t", imgsz=64), inference=True, training=verified_flag)
     module = model.training_module()
     cfg = TrainConfig(data="shapes", cuda_graph=True)
     with caplog.at_level(logging.INFO, logger="libreyolo_models.train.graph_forward"):

@@ -7,13 +7,13 @@ from pathlib import Path
 import pytest
 
 import libreyolo_models
-from libreyolo_models import ConfigError, LibreYOLO, LibreYOLO9, UnknownFamilyError
-from libreyolo_models.registry import families, parse_model_name
+from libreyolo_models import ConfigError, Family, LibreYOLO, LibreYOLO9, UnknownFamilyError
+from libreyolo_models.registry import BUILTIN, get_family, parse_model_name
 
 
 def test_architecture_name_builds_an_untrained_model() -> None:
     model = LibreYOLO("LibreYOLO9s.yaml")
-    assert isinstance(model, LibreYOLO9) and isinstance(model, LibreYOLO)
+    assert isinstance(model, LibreYOLO) and model.spec.name == "yolo9" and model.task == "detect"
     assert (model.size, model.nc, model.imgsz, model.names[0]) == ("s", 80, 640, "person")
 
 
@@ -47,16 +47,29 @@ def test_unknown_names_are_explained() -> None:
 
 def test_weight_names_parse_like_upstream() -> None:
     parsed = parse_model_name("LibreYOLO9c.pt")
-    assert (parsed.family, parsed.size, parsed.task) == (LibreYOLO9, "c", "detect")
-    assert LibreYOLO9.spec.weight_name("t") == "LibreYOLO9t.pt"
+    assert (parsed.family.name, parsed.size, parsed.task) == ("yolo9", "c", "detect")
+    assert parsed.family.weight_name("t") == "LibreYOLO9t.pt"
 
 
 def test_registry_table_lists_exactly_the_family_folders() -> None:
     folder = Path(libreyolo_models.__file__).parent / "families"
     on_disk = {p.name for p in folder.iterdir() if p.is_dir() and (p / "family.py").is_file()}
-    assert on_disk == set(families())
+    assert on_disk == set(BUILTIN)
+    for name, spec in BUILTIN.items():
+        assert issubclass(spec.implementation(), Family), name  # the spec names its implementation
 
 
-def test_declarations_are_data_on_the_class() -> None:
-    spec = LibreYOLO9.spec
-    assert spec.sizes == ("t", "s", "m", "c") and spec.tasks == ("detect",) and spec.default_imgsz == 640
+def test_declarations_are_data() -> None:
+    spec = get_family("yolo9")
+    assert spec.sizes == ("t", "s", "m", "c") and tuple(spec.tasks) == ("detect",)
+    assert spec.default_imgsz("t", "detect") == 640 and spec.stride == 32
+    assert spec.task("detect").loss_names == ("box", "cls", "dfl")
+
+
+def test_family_keyword_builds_any_registered_family() -> None:
+    model = LibreYOLO(family="yolo9", size="s", nc=2, imgsz=320)
+    assert (model.spec.name, model.size, model.nc, model.imgsz) == ("yolo9", "s", 2, 320)
+    with pytest.raises(UnknownFamilyError, match="did you mean 'yolo9'"):
+        LibreYOLO(family="yolo8")
+    with pytest.raises(ConfigError, match="multiple of 32; use 96 or 128"):
+        LibreYOLO(family="yolo9", imgsz=100)

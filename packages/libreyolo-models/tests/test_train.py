@@ -146,8 +146,10 @@ def test_multi_gpu_request_for_a_family_without_autospawn_names_torchrun(mini_sh
     import libreyolo_ddp
 
     monkeypatch.setattr(libreyolo_ddp, "check_devices_available", lambda plan: None)
+    import dataclasses
+
     model = LibreYOLO9(size="t")
-    monkeypatch.setattr(type(model), "spec", model.spec.__class__(**{**model.spec.__dict__, "ddp_autospawn": False}))
+    model.spec = dataclasses.replace(model.spec, ddp_autospawn=False)
     with pytest.raises(ConfigError, match=r"torchrun --nproc_per_node=2"):
         model.train(data=str(mini_shapes), device="0,1", batch=8)
 
@@ -158,3 +160,48 @@ def test_lr_schedule_and_accumulation_ramp() -> None:
     assert lr_factor(5, 10, 0.01, cosine=True) == pytest.approx(0.505)
     assert accumulate_steps(0, 100, nbs=64, batch=16) == 1
     assert accumulate_steps(100, 100, nbs=64, batch=16) == 4
+
+
+def test_loss_gains_reach_the_loss(mini_shapes: Path, tmp_path: Path) -> None:
+    """``box=``/``cls=``/``dfl=`` (and ``gains=``) weigh the family's terms in the loss itself."""
+    from libreyolo_models import LossContext
+    from libreyolo_models.layers.targets import random_box_targets
+
+    model = LibreYOLO9(size="t", nc=3)
+    images = torch.rand(2, 3, 64, 64, generator=torch.Generator().manual_seed(0))
+    targets = random_box_targets(2, 3, torch.Generator().manual_seed(1))
+    outputs = model.training_forward(images)
+    base = model.family.compute_loss(outputs, targets, LossContext(gains={"box": 7.5, "cls": 0.5, "dfl": 1.5}))
+    doubled = model.family.compute_loss(outputs, targets, LossContext(gains={"box": 15.0, "cls": 0.5, "dfl": 0.0}))
+    torch.testing.assert_close(doubled.items, base.items * torch.tensor([2.0, 1.0, 0.0]))
+    # End to end: a zero gain zeroes the logged term, the others stay.
+    out = LibreYOLO9(size="t").train(data=str(mini_shapes), project=str(tmp_path), box=0.0, gains={"dfl": 0.0},
+                                     **{**FAST, "epochs": 1, "plots": False})
+    with (out.run_dir / "results.csv").open() as fh:
+        row = next(csv.DictReader(fh))
+    assert float(row["train/box_loss"]) == 0.0 and float(row["train/dfl_loss"]) == 0.0
+    assert float(row["train/cls_loss"]) > 0.0
+
+
+def test_val_half_on_the_cpu_is_refused_before_any_work() -> None:
+    model = LibreYOLO9(size="t", nc=3)
+    with pytest.raises(ConfigError, match=r"val\(half=True\) runs fp16 weights, which needs a CUDA GPU.*device=0"):
+        model.val(data="no-such-dataset.yaml", half=True)
+    assert model.dtype == torch.float32
+
+
+def test_a_family_training_head_gets_the_targets_after_the_seam(mini_shapes: Path, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Split capture's wiring: a family that declares ``training_head`` receives the seam's outputs
+    and the batch's targets in every step, and its return value is what the loss reads."""
+    from libreyolo_models.families.yolo9.family import Yolo9Family
+
+    calls: list[tuple[int, int]] = []
+
+    def head(self, net, outputs, targets):  # noqa: ANN001, ANN202
+        calls.append((len(outputs), targets.shape[1]))
+        return outputs
+
+    monkeypatch.setattr(Yolo9Family, "training_head", head, raising=False)
+    LibreYOLO9(size="t").train(data=str(mini_shapes), project=str(tmp_path), **{**FAST, "epochs": 1})
+    assert calls and all(c == (3, 6) for c in calls)  # three raw maps, [M, 6] detection targets

@@ -19,6 +19,8 @@ QUICK = {"data": "shapes", "imgsz": 128, "batch": 16, "nbs": 16, "epochs": 12, "
 
 
 @pytest.mark.slow
+@pytest.mark.learning
+@pytest.mark.ci
 @pytest.mark.timeout(900)
 def test_yolo9t_learns_shapes_on_cpu_to_map50_over_half(tmp_path) -> None:
     started = time.perf_counter()

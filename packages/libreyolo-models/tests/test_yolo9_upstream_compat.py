@@ -1,75 +1,18 @@
 """YOLOv9 matches upstream LibreYOLO: state-dict layout (every key, shape, dtype, in order, for
 t/s/m/c) and eval-mode numerics (size t, the "hash" deterministic weights, 320x320 input).
 
-The data under ``data/upstream/`` comes from upstream; the fill rule below is restated from its
-notes: each state-dict entry ``i`` (natural order, every entry counted) gets a deterministic base
-sequence, transformed per kind of entry.
+The data under ``data/upstream/`` comes from upstream; the fill rules are restated in
+``upstream_fill.py`` (shared by every family's compatibility tests).
 """
 
 from __future__ import annotations
 
-import math
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
-from torch import nn
+from upstream_fill import DATA, fill_weights, layout_rows, read_manifest, vector_input
 
 from libreyolo_models.families.yolo9.nn import Yolo9Net
-
-DATA = Path(__file__).parent / "data" / "upstream"
-HASH_GAIN = 2.75
-MASK32 = np.uint64(0xFFFFFFFF)
-MUL = np.uint64(0x45D9F3B)
-
-
-def read_manifest(size: str) -> tuple[dict[str, int], list[tuple[str, str, str]]]:
-    lines = (DATA / f"manifest-yolo9-{size}.tsv").read_text().splitlines()
-    header = dict(tok.split("=") for tok in lines[0].split() if "=" in tok)
-    rows = [tuple(line.split("\t")) for line in lines[1:]]
-    return {k: int(v) for k, v in header.items() if v.isdigit()}, rows
-
-
-def mix32(h: np.ndarray) -> np.ndarray:
-    h = h.astype(np.uint64)
-    h ^= h >> np.uint64(16)
-    h = (h * MUL) & MASK32
-    h ^= h >> np.uint64(16)
-    h = (h * MUL) & MASK32
-    h ^= h >> np.uint64(16)
-    return h
-
-
-def hash_base(index: int, numel: int) -> np.ndarray:
-    seed = mix32(np.array([index + 1], dtype=np.uint64))[0]
-    k = np.arange(numel, dtype=np.uint64)
-    h = mix32((k + seed) & MASK32)
-    return (h.astype(np.float64) / 2.0**31 - 1.0).astype(np.float32)
-
-
-def fill_hash(model: nn.Module) -> None:
-    """Overwrite every state-dict entry with upstream's deterministic "hash" weights."""
-    state = model.state_dict()
-    filled = {}
-    for i, (key, value) in enumerate(state.items()):
-        if not value.is_floating_point():
-            filled[key] = value
-            continue
-        owner = model.get_submodule(key.rsplit(".", 1)[0])
-        s = hash_base(i, value.numel())
-        is_norm = isinstance(owner, nn.BatchNorm2d)
-        if is_norm and key.endswith("running_var"):
-            out = np.float32(1) + np.float32(0.5) * np.abs(s)
-        elif is_norm and key.endswith("weight"):
-            out = np.float32(1) + np.float32(0.1) * s
-        elif value.dim() >= 2:
-            fan_in = value.numel() / value.shape[0]
-            out = s * np.float32(HASH_GAIN / math.sqrt(fan_in))
-        else:
-            out = s * np.float32(0.1)
-        filled[key] = torch.from_numpy(out.reshape(tuple(value.shape)))
-    model.load_state_dict(filled)
 
 
 def leaves(outputs: dict) -> list[tuple[str, torch.Tensor]]:
@@ -81,10 +24,9 @@ def leaves(outputs: dict) -> list[tuple[str, torch.Tensor]]:
 
 @pytest.mark.parametrize("size", ["t", "s", "m", "c"])
 def test_state_dict_layout_matches_upstream_manifest(size: str) -> None:
-    header, rows = read_manifest(size)
+    header, rows = read_manifest(f"yolo9-{size}")
     model = Yolo9Net(size, nc=80)
-    ours = [(k, "x".join(map(str, v.shape)) if v.dim() else "scalar", str(v.dtype).removeprefix("torch."))
-            for k, v in model.state_dict().items()]
+    ours = layout_rows(model)
     assert ours == rows
     assert sum(p.numel() for p in model.parameters()) == header["params"]
     assert len(ours) == header["entries"]
@@ -92,7 +34,7 @@ def test_state_dict_layout_matches_upstream_manifest(size: str) -> None:
 
 def test_hash_fill_reproduces_upstream_checksums() -> None:
     model = Yolo9Net("t", nc=80)
-    fill_hash(model)
+    fill_weights(model, "hash")
     state = list(model.state_dict().items())
     rows = [line.split("\t") for line in (DATA / "fill-yolo9-t.tsv").read_text().splitlines()[1:]]
     for row in rows[:: max(1, len(rows) // 60)]:  # a spread of entries across the network
@@ -106,7 +48,8 @@ def test_hash_fill_reproduces_upstream_checksums() -> None:
 def test_forward_matches_upstream_hash_vectors() -> None:
     ref = np.load(DATA / "vectors-yolo9-t-hash.npz", allow_pickle=False)
     model = Yolo9Net("t", nc=80).eval()
-    fill_hash(model)
+    fill_weights(model, "hash")
+    assert torch.equal(vector_input(), torch.from_numpy(ref["input"]))  # the input rule, restated
     with torch.no_grad():
         outputs = model(torch.from_numpy(ref["input"]))
     got = leaves(outputs)

@@ -48,13 +48,14 @@ def cmd_val(options: dict[str, object]) -> int:
     model = _take_model(options, "val")
     metrics = model.val(**options)
     print(metrics.table())
-    print(f"mAP50={metrics.map50:.4f} mAP50-95={metrics.map50_95:.4f} "
-          f"precision={metrics.precision:.4f} recall={metrics.recall:.4f}")
+    print(" ".join(f"{key.split('/')[-1]}={value:.4f}" for key, value in metrics.as_dict().items()))
     return 0
 
 
 def cmd_info(options: dict[str, object]) -> int:
     as_json = bool(options.pop("json", False))
+    if "model" not in options and not options:
+        return _list_families(as_json)
     model = _take_model(options, "info")
     if options:
         key = sorted(options)[0]
@@ -66,6 +67,32 @@ def cmd_info(options: dict[str, object]) -> int:
     else:
         for key, value in info.items():
             print(f"{key}: {value}")
+    return 0
+
+
+def _list_families(as_json: bool) -> int:
+    """``libreyolo info`` without a model: every family, its sizes, tasks and what it supports."""
+    from libreyolo_models import families
+
+    rows = []
+    for spec in families().values():
+        for task, decl in spec.tasks.items():
+            rows.append({"family": spec.name, "name": spec.display_name, "task": task, "sizes": list(spec.sizes),
+                         "weights": spec.weight_name(spec.default_size, task),
+                         "imgsz": spec.default_imgsz(spec.default_size, task),
+                         "cuda_graph_predict": decl.inference_capture, "cuda_graph_train": decl.train_capture,
+                         "multi_gpu_spawn": spec.ddp_autospawn, "sync_bn": spec.sync_bn_default,
+                         "losses": list(decl.loss_names), "summary": spec.summary})
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    header = f"{'family':<10}{'task':<10}{'sizes':<22}{'example':<22}{'imgsz':>6}  graphs(predict/train)  spawn"
+    print(header)
+    for r in rows:
+        graphs = f"{'yes' if r['cuda_graph_predict'] else 'no'}/{'yes' if r['cuda_graph_train'] else 'no'}"
+        print(f"{r['family']:<10}{r['task']:<10}{','.join(r['sizes']):<22}{r['weights']:<22}{r['imgsz']:>6}  "
+              f"{graphs:<21}  {'yes' if r['multi_gpu_spawn'] else 'torchrun'}")
+    print("\nlibreyolo info model=<weights or .yaml> describes one model.")
     return 0
 
 
@@ -105,7 +132,8 @@ def command_help(command: str) -> str:
     import textwrap
 
     if command not in _SETTINGS:
-        extra = {"info": "model=... [--json]", "version": "(no options)"}.get(command, "")
+        extra = {"info": "[model=...] [--json]   (without model=: every family)",
+                 "version": "(no options)"}.get(command, "")
         return f"libreyolo {command} {extra}".rstrip()
     module, name, own = _SETTINGS[command]
     settings = getattr(importlib.import_module(module), name)

@@ -23,9 +23,6 @@ from .errors import CheckpointError
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = "1.0"
-# Keys older upstream writers used; mapped on load so their files still load without remapping.
-_LEGACY_PREFIXES = {"detect.": "head."}
-_LEGACY_DROPPED = {"head.dfl.conv.weight"}
 
 
 def atomic_save(obj: object, path: str | Path) -> Path:
@@ -99,20 +96,12 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
 def extract_state_dict(ckpt: Mapping[str, Any], source: str) -> dict[str, torch.Tensor]:
     """The network weights in a checkpoint: ``model``, else ``state_dict``, else the dict itself.
 
-    Strips a DDP ``module.`` prefix and maps upstream's legacy key names.
+    Strips a DDP ``module.`` prefix; a family maps its own legacy key names (``remap_state``).
     """
     state = ckpt.get("model", ckpt.get("state_dict", ckpt))
     if not isinstance(state, Mapping) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise CheckpointError(f"{source}: no state dict found (expected a 'model' entry of tensors)")
-    fixed: dict[str, torch.Tensor] = {}
-    for key, value in state.items():
-        key = key.removeprefix("module.")
-        for old, new in _LEGACY_PREFIXES.items():
-            if key.startswith(old):
-                key = new + key[len(old):]
-        if key not in _LEGACY_DROPPED:
-            fixed[key] = value
-    return fixed
+    return {key.removeprefix("module."): value for key, value in state.items()}
 
 
 def checkpoint_metadata(*, family: str, size: str, task: str, nc: int, names: Mapping[int, str],

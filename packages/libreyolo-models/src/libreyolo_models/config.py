@@ -69,6 +69,8 @@ def coerce(value: object, annotation: Any, key: str, source: str) -> object:
                     _TRUE if option else _FALSE):
                 return option
         raise ConfigError(f"{source}: {key}={value!r} is not one of {', '.join(map(repr, args))}")
+    if origin is dict:
+        return _coerce_dict(value, args, key, source)
     if origin in (list, tuple):
         items = value.split(",") if isinstance(value, str) else value
         if not isinstance(items, list | tuple):
@@ -113,6 +115,19 @@ def coerce(value: object, annotation: Any, key: str, source: str) -> object:
     if isinstance(annotation, type) and isinstance(value, annotation):
         return value
     raise ConfigError(f"{source}: {key}={value!r} must be {_describe(annotation)}")
+
+
+def _coerce_dict(value: object, args: tuple[Any, ...], key: str, source: str) -> dict[Any, Any]:
+    """A mapping, or ``"a:1,b:2"`` from the command line."""
+    if isinstance(value, str):
+        pairs = [part.split(":", 1) for part in value.split(",") if part.strip()]
+        if any(len(p) != 2 for p in pairs):
+            raise ConfigError(f"{source}: {key}={value!r} must be name:value pairs separated by commas, e.g. a:1,b:2")
+        value = {k.strip(): v.strip() for k, v in pairs}
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{source}: {key}={value!r} must be a mapping (name:value pairs on the command line)")
+    key_type, value_type = args if len(args) == 2 else (Any, Any)
+    return {coerce(k, key_type, key, source): coerce(v, value_type, key, source) for k, v in value.items()}
 
 
 def _describe(annotation: Any) -> str:

@@ -1,12 +1,83 @@
-"""A family's declarations as data: what it supports is read from here, never from code paths."""
+"""A family's declarations as data: what it supports is read from here, never from code paths.
+
+A family folder declares one ``FamilySpec`` in its ``spec.py`` (no torch import there, so the
+registry, the CLI's ``--help`` and ``libreyolo info`` stay cheap). The implementation class (the
+``Family`` protocol of ``contract.py``) is named by a loader function, imported on first use.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from .errors import ConfigError
+
+if TYPE_CHECKING:
+    from .contract import Family
 
 # Weight-file suffix per task, as upstream names its files (detect has none).
 TASK_SUFFIXES = {"detect": "", "segment": "-seg", "semantic": "-sem", "pose": "-pose",
                  "classify": "-cls", "obb": "-obb"}
+
+# Where upstream LibreYOLO publishes weights: <hub>/<org>/<stem>/resolve/main/<stem>.pt.
+HUB_ORG = "LibreYOLO"
+
+
+@dataclass(frozen=True)
+class TaskDecl:
+    """What a family declares for one task it implements.
+
+    Attributes:
+        loss_names: the named terms ``compute_loss`` returns, in order (``results.csv`` columns
+            ``train/<name>_loss``).
+        loss_gains: default weight of each term (keys are loss names); ``train(box=..., gains=...)``
+            overrides them and rejects names the family does not have.
+        default_imgsz: training and inference size when none is given (``imgsz_by_size`` wins).
+        imgsz_by_size: per-size default image sizes (YOLOX n/t train at 416).
+        inference_capture: ``predict(cuda_graph=...)`` is allowed. True only where the family's
+            inference row of ``docs/parity-matrix.md`` is green.
+        train_capture: ``train(cuda_graph=True)`` captures; else it trains eagerly (logged).
+        recipe: training defaults of this family, as ``TrainConfig`` values (``{"optimizer":
+            "AdamW", "lr0": 1e-4}``). The user's options win; the merged values are what
+            ``args.yaml`` records.
+    """
+
+    loss_names: tuple[str, ...]
+    loss_gains: Mapping[str, float] = field(default_factory=dict)
+    default_imgsz: int = 640
+    imgsz_by_size: Mapping[str, int] = field(default_factory=dict)
+    inference_capture: bool = False
+    train_capture: bool = False
+    recipe: Mapping[str, object] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        unknown = set(self.loss_gains) - set(self.loss_names)
+        if unknown:
+            raise ConfigError(f"loss_gains names {sorted(unknown)} that are not in loss_names {self.loss_names}")
+
+
+@dataclass(frozen=True)
+class WeightsEntry:
+    """One published weights file.
+
+    Attributes:
+        size, task: what it holds.
+        file: the file name users type (``LibreYOLO9t.pt``).
+        url: where the hub serves it; relative to the hub endpoint when it does not start with a
+            scheme (``LibreYOLO/LibreYOLO9t/resolve/main/LibreYOLO9t.pt``).
+        sha256: the file's digest, checked before the file is used. None where it could not be
+            recorded when the table was written: the hub's own published digest is used then.
+        nc: class count of the checkpoint; names: its class names (None: COCO for 80).
+    """
+
+    size: str
+    task: str
+    file: str
+    url: str
+    sha256: str | None = None
+    nc: int = 80
+    names: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -18,13 +89,15 @@ class FamilySpec:
         display_name: for messages (``"YOLOv9"``).
         weight_prefix: weight file names are ``<prefix><size>[-<task>].pt`` (``LibreYOLO9t.pt``).
         sizes: the sizes it can build; ``default_size`` is used when none is given.
-        tasks: tasks it implements.
-        default_imgsz: training and inference size when none is given.
-        inference_capture_verified: ``predict(cuda_graph=...)`` is allowed; True only where the
-            parity matrix (``docs/parity-matrix.md``) is green for this family.
-        train_capture_verified: ``train(cuda_graph=True)`` captures; else it trains eagerly.
+        tasks: per task it implements, its declarations (the first is the default task).
+        stride: the largest downsampling of the network: image sizes must be multiples of it.
+        mean, std: input normalisation applied inside the graph seams to RGB in [0, 1]
+            (``(x - mean) / std``); YOLO families use none.
         ddp_autospawn: ``train(device="0,1")`` spawns workers itself (else: use torchrun).
         sync_bn_default: SyncBatchNorm on by default under DDP.
+        weights: the published weights, one entry per (size, task).
+        implementation: returns the class implementing the ``Family`` protocol; imported lazily.
+        summary: one line for ``libreyolo info`` listings.
     """
 
     name: str
@@ -32,12 +105,65 @@ class FamilySpec:
     weight_prefix: str
     sizes: tuple[str, ...]
     default_size: str
-    tasks: tuple[str, ...]
-    default_imgsz: int
-    inference_capture_verified: bool = False
-    train_capture_verified: bool = False
+    tasks: Mapping[str, TaskDecl]
+    implementation: Callable[[], type[Family]]
+    stride: int = 32
+    mean: tuple[float, float, float] | None = None
+    std: tuple[float, float, float] | None = None
     ddp_autospawn: bool = False
     sync_bn_default: bool = True
+    weights: tuple[WeightsEntry, ...] = ()
+    summary: str = ""
 
-    def weight_name(self, size: str, task: str = "detect", suffix: str = ".pt") -> str:
-        return f"{self.weight_prefix}{size}{TASK_SUFFIXES[task]}{suffix}"
+    def __post_init__(self) -> None:
+        if self.default_size not in self.sizes:
+            raise ConfigError(f"{self.name}: default_size {self.default_size!r} is not one of {self.sizes}")
+        if not self.tasks:
+            raise ConfigError(f"{self.name}: a family declares at least one task")
+        for entry in self.weights:
+            if entry.size not in self.sizes or entry.task not in self.tasks:
+                raise ConfigError(f"{self.name}: weights entry {entry.file} names size {entry.size!r} / task "
+                                  f"{entry.task!r}, which the family does not declare")
+
+    @property
+    def default_task(self) -> str:
+        return next(iter(self.tasks))
+
+    def task(self, task: str) -> TaskDecl:
+        """The declarations for ``task``; ConfigError naming the family's tasks otherwise."""
+        if task not in self.tasks:
+            raise ConfigError(f"{self.display_name} has no task {task!r}; tasks: {', '.join(self.tasks)}")
+        return self.tasks[task]
+
+    def default_imgsz(self, size: str, task: str) -> int:
+        decl = self.task(task)
+        return int(decl.imgsz_by_size.get(size, decl.default_imgsz))
+
+    def weight_name(self, size: str, task: str | None = None, suffix: str = ".pt") -> str:
+        return f"{self.weight_prefix}{size}{TASK_SUFFIXES[task or self.default_task]}{suffix}"
+
+    def weights_entry(self, size: str, task: str | None = None) -> WeightsEntry:
+        """The published weights of (size, task): the table's entry, else upstream's naming rule."""
+        task = task or self.default_task
+        for entry in self.weights:
+            if entry.size == size and entry.task == task:
+                return entry
+        file = self.weight_name(size, task)
+        stem = file.removesuffix(".pt")
+        return WeightsEntry(size=size, task=task, file=file, url=f"{HUB_ORG}/{stem}/resolve/main/{file}")
+
+    def check_imgsz(self, imgsz: int, source: str = "imgsz") -> int:
+        """``imgsz`` if it is a positive multiple of the stride, else a ConfigError naming the nearest."""
+        return check_multiple(imgsz, self.stride, source)
+
+
+def check_multiple(imgsz: int, stride: int, source: str = "imgsz") -> int:
+    """Image sizes must be positive multiples of the network stride."""
+    if isinstance(imgsz, bool) or not isinstance(imgsz, int) or imgsz <= 0 or imgsz % stride:
+        value = imgsz if isinstance(imgsz, int) else 0
+        lower = max(stride, value // stride * stride)
+        upper = max(stride, (value // stride + 1) * stride)
+        options = sorted({lower, upper})
+        raise ConfigError(f"{source}={imgsz!r} must be a positive multiple of {stride}; use "
+                          + " or ".join(map(str, options)) + " (the network's stride)")
+    return imgsz

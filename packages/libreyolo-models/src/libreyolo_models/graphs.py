@@ -1,10 +1,11 @@
-"""CUDA graphs in the model zoo: the dispatch rules between a family, its declarations and
-``libreyolo_cudagraph``.
+"""CUDA graphs in the model zoo: one owner per model for every graph it captured, and the rules
+between a family's declarations and ``libreyolo_cudagraph``.
 
-Only the network forward (``forward_tensors``) is captured; NMS and post-processing stay eager.
-A family whose ``inference_capture_verified`` flag is False refuses ``cuda_graph`` at predict time
-(``NotImplementedError`` naming it); a CPU model gets a clear error. Every change of what a graph
-captured (device, dtype, weights) drops the graphs before the next call.
+Inference captures the family's ``inference_forward`` seam; training captures its
+``training_forward`` seam (forward and backward). NMS, losses and post-processing stay eager.
+A family whose task is not declared ``inference_capture`` refuses ``cuda_graph`` at predict time
+(``NotImplementedError`` naming it). Every change of what a graph captured (device, dtype,
+weights, a head branch) goes through ``ModelGraphs.invalidate``.
 """
 
 from __future__ import annotations
@@ -14,12 +15,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
 import torch
-from torch import Tensor
 
 from .errors import ConfigError
 
 if TYPE_CHECKING:
-    from .model import LibreYOLO
+    from libreyolo_cudagraph import GraphedTraining, GraphRunner
+
+    from .facade import LibreYOLO
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +29,7 @@ GraphRequest = bool | Literal["auto"]
 MAX_GRAPHS = 8  # distinct (batch, imgsz, dtype) signatures kept per model; LRU beyond
 
 
-def _mode(request: GraphRequest) -> str:
+def graph_mode(request: GraphRequest) -> str:
     if request is True:
         return "on"
     if request == "auto":
@@ -38,94 +40,91 @@ def _mode(request: GraphRequest) -> str:
 def check_graph_support(model: LibreYOLO, what: str) -> None:
     """Raise unless ``model`` may capture inference graphs here (family verified, on CUDA)."""
     spec = model.spec
-    if not spec.inference_capture_verified:
+    if not spec.task(model.task).inference_capture:
         raise NotImplementedError(
-            f"{spec.display_name} ({spec.name}) is not verified for CUDA graph inference capture: its row in "
-            f"docs/parity-matrix.md is not green, so {what} is refused rather than risking wrong results. "
-            "Use cuda_graph=False (the default).")
+            f"{spec.display_name} ({spec.name}, {model.task}) is not verified for CUDA graph inference capture: "
+            f"its row in docs/parity-matrix.md is not green, so {what} is refused rather than risking wrong "
+            "results. Use cuda_graph=False (the default).")
     if model.device.type != "cuda":
         raise ConfigError(f"{what} needs the model on a CUDA GPU, but it is on {model.device}. "
                           "Move it first (model.to(0) or predict(..., device=0)) or leave cuda_graph=False.")
 
 
 class ModelGraphs:
-    """One inference graph runner per model instance, created on first use."""
+    """Every graph one model captured: the inference runner and the training capture."""
 
-    def __init__(self, model: LibreYOLO, mode: str) -> None:
-        from libreyolo_cudagraph import GraphRunner
+    def __init__(self, model: LibreYOLO) -> None:
+        self._model = model
+        self.inference: GraphRunner | None = None
+        self.training: GraphedTraining | None = None
 
-        self.runner = GraphRunner(model.forward_tensors, mode=mode, max_graphs=MAX_GRAPHS, copy_outputs=True,
-                                  watch=model.net, name=f"{model.spec.name}-{model.size}")
+    def inference_runner(self, mode: str) -> GraphRunner:
+        """The inference runner, created on first use, switched to ``mode``."""
+        if self.inference is None:
+            from libreyolo_cudagraph import GraphRunner
 
-    @property
-    def mode(self) -> str:
-        return self.runner.mode
+            model = self._model
+            self.inference = GraphRunner(model.inference_forward, mode=mode, max_graphs=MAX_GRAPHS,  # type: ignore[arg-type]
+                                         copy_outputs=True, watch=model.net, name=f"{model.spec.name}-{model.size}")
+        elif self.inference.mode != mode:
+            self.inference.mode = mode  # type: ignore[assignment]
+        return self.inference
 
-    def set_mode(self, mode: str) -> None:
-        self.runner.mode = mode
-
-    def capture(self, *, imgsz: int, batch: int, dtype: torch.dtype | None, model: LibreYOLO) -> dict[str, Any]:
-        x = torch.rand(batch, 3, imgsz, imgsz, device=model.device, dtype=dtype or model.dtype)
-        with torch.inference_mode():
-            self.runner.capture(x)
-        return describe_graphs(model)
-
-    def release(self) -> None:
-        self.runner.release()
+    def attach_training(self, graphed: GraphedTraining | None) -> None:
+        self.training = graphed
 
     def invalidate(self, reason: str) -> None:
-        self.runner.invalidate(reason)
+        """Drop captured graphs; the next call recaptures per its mode."""
+        if self.inference is not None:
+            self.inference.invalidate(reason)
+        if self.training is not None:
+            self.training.invalidate(reason)
+
+    def release(self) -> None:
+        """Free every graph and its memory pool; the runners are forgotten."""
+        if self.inference is not None:
+            self.inference.release()
+        self.inference = None
+        self.training = None
+
+    def describe(self) -> dict[str, Any]:
+        """``graph_info()``: support, mode, and per graph its signature and replay count."""
+        model = self._model
+        verified = model.spec.task(model.task).inference_capture
+        info: dict[str, Any] = {"supported": verified and model.device.type == "cuda", "family_verified": verified,
+                                "device": str(model.device), "mode": "off", "graphs": [], "fallbacks": {}}
+        if self.inference is not None:
+            runner_info = self.inference.info()
+            info["mode"] = runner_info.mode
+            info["graphs"] = [{"signature": g.signature, "replays": g.replays, "capture_ms": g.capture_ms,
+                               "pool_bytes": g.pool_bytes} for g in runner_info.graphs]
+            info["fallbacks"] = dict(runner_info.fallbacks)
+        return info
 
 
-def graphs_for(model: LibreYOLO, mode: str = "on") -> _BoundGraphs:
-    """The model's graph runner (created with ``mode`` if absent), after the support checks."""
-    check_graph_support(model, "capture_graph()")
-    if model._graphs is None:
-        model._graphs = ModelGraphs(model, mode)
-    return _BoundGraphs(model)
-
-
-class _BoundGraphs:
-    def __init__(self, model: LibreYOLO) -> None:
-        self.model = model
-
-    def capture(self, *, imgsz: int, batch: int, dtype: torch.dtype | None) -> dict[str, Any]:
-        from .settings import check_imgsz
-
-        if dtype is not None and dtype != self.model.dtype:
-            if dtype == torch.float16:
-                self.model.half()
-            elif dtype == torch.float32:
-                self.model.float()
-            else:
-                raise ConfigError(f"capture_graph(dtype={dtype}) must be torch.float16 or torch.float32")
-        self.model.net.eval()
-        return self.model._graphs.capture(imgsz=check_imgsz(imgsz), batch=batch, dtype=None, model=self.model)
-
-
-def forward_for_predict(model: LibreYOLO, request: GraphRequest) -> Callable[[Tensor], Tensor]:
-    """The forward ``predict`` calls: eager for ``cuda_graph=False``, else the graph runner."""
+def forward_for_predict(model: LibreYOLO, request: GraphRequest) -> Callable[[torch.Tensor], Any]:
+    """The forward ``predict`` and ``val`` call: eager for ``cuda_graph=False``, else the runner."""
     if request is False:
-        return model.forward_tensors
-    mode = _mode(request)
+        return model.inference_forward
+    mode = graph_mode(request)
     check_graph_support(model, f"predict(cuda_graph={request!r})")
-    if model._graphs is None:
-        model._graphs = ModelGraphs(model, mode)
-    elif model._graphs.mode != mode:
-        model._graphs.set_mode(mode)
-    return model._graphs.runner
+    return model.graphs.inference_runner(mode)
 
 
-def describe_graphs(model: LibreYOLO) -> dict[str, Any]:
-    """``graph_info()``: support, mode, and per graph its signature and replay count."""
-    supported = model.spec.inference_capture_verified and model.device.type == "cuda"
-    info: dict[str, Any] = {"supported": supported,
-                            "family_verified": model.spec.inference_capture_verified,
-                            "device": str(model.device), "mode": "off", "graphs": [], "fallbacks": {}}
-    if model._graphs is not None:
-        runner_info = model._graphs.runner.info()
-        info["mode"] = runner_info.mode
-        info["graphs"] = [{"signature": g.signature, "replays": g.replays, "capture_ms": g.capture_ms,
-                           "pool_bytes": g.pool_bytes} for g in runner_info.graphs]
-        info["fallbacks"] = dict(runner_info.fallbacks)
-    return info
+def capture_ahead(model: LibreYOLO, *, imgsz: int, batch: int, dtype: torch.dtype | None) -> dict[str, Any]:
+    """Capture the inference graph for ``batch x 3 x imgsz x imgsz`` ahead of the first request."""
+    check_graph_support(model, "capture_graph()")
+    if dtype is not None and dtype != model.dtype:
+        if dtype == torch.float16:
+            model.half()
+        elif dtype == torch.float32:
+            model.float()
+        else:
+            raise ConfigError(f"capture_graph(dtype={dtype}) must be torch.float16 or torch.float32")
+    model.net.eval()
+    imgsz = model.spec.check_imgsz(imgsz)
+    runner = model.graphs.inference_runner("on")
+    x = torch.rand(batch, 3, imgsz, imgsz, device=model.device, dtype=model.dtype)
+    with torch.inference_mode():
+        runner.capture(x)
+    return model.graphs.describe()

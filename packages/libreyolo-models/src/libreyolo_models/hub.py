@@ -1,13 +1,14 @@
 """Finding weights by name: a local path, then the weights folder, then the hub download.
 
 ``LibreYOLO("LibreYOLO9t.pt")`` looks for ``LibreYOLO9t.pt`` as given, then in the weights
-folder (``$LIBREYOLO_WEIGHTS_DIR``, default ``./weights``), then downloads
-``<base>/<name>/resolve/main/<name>.pt`` where ``<base>`` is ``$LIBREYOLO_HUB_URL`` (default
-upstream's Hugging Face organisation). Downloads land in the weights folder atomically.
+folder (``$LIBREYOLO_WEIGHTS_DIR``, default ``./weights``), then downloads the URL of the family's
+weights table (relative URLs are joined to ``$LIBREYOLO_HUB_URL``, default the Hugging Face hub).
+A download lands in the weights folder atomically and only after its sha256 matched.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import shutil
@@ -19,10 +20,11 @@ from pathlib import Path
 from tqdm import tqdm
 
 from .errors import WeightsNotFoundError
+from .family_spec import WeightsEntry
 
 log = logging.getLogger(__name__)
 
-DEFAULT_HUB_URL = "https://huggingface.co/LibreYOLO"
+DEFAULT_HUB_URL = "https://huggingface.co"
 HUB_URL_ENV = "LIBREYOLO_HUB_URL"
 WEIGHTS_DIR_ENV = "LIBREYOLO_WEIGHTS_DIR"
 DOWNLOAD_TIMEOUT_S = 30.0
@@ -33,20 +35,21 @@ def weights_dir() -> Path:
     return Path(os.environ.get(WEIGHTS_DIR_ENV, "weights"))
 
 
-def hub_url(filename: str) -> str:
-    """Download URL of a weights file name such as ``LibreYOLO9t.pt``."""
-    base = os.environ.get(HUB_URL_ENV, DEFAULT_HUB_URL).rstrip("/")
-    stem = Path(filename).stem
-    return f"{base}/{stem}/resolve/main/{stem}.pt"
+def hub_url(url: str) -> str:
+    """An absolute download URL: a table URL relative to the hub endpoint is joined to it."""
+    if "://" in url:
+        return url
+    return f"{os.environ.get(HUB_URL_ENV, DEFAULT_HUB_URL).rstrip('/')}/{url.lstrip('/')}"
 
 
-def resolve_weights(name: str | Path, *, untrained_hint: str, download: bool = True) -> Path:
+def resolve_weights(name: str | Path, *, entry: WeightsEntry | None, untrained_hint: str) -> Path:
     """Return a local path for ``name``, downloading it from the hub if needed.
 
     Args:
         name: a path, or a bare file name like ``LibreYOLO9t.pt``.
+        entry: the family's weights-table entry for this name (None: not a published name,
+            so nothing is downloaded).
         untrained_hint: how to build the same architecture without weights; put in the error.
-        download: allow the hub download (the last resort).
 
     Raises:
         WeightsNotFoundError: not found anywhere; says where it looked and how to build an
@@ -62,10 +65,10 @@ def resolve_weights(name: str | Path, *, untrained_hint: str, download: bool = T
         if local.is_file():
             return local
         looked.append(str(local))
-    if is_bare and download:
-        url = hub_url(given.name)
+    if is_bare and entry is not None:
+        url = hub_url(entry.url)
         try:
-            return download_file(url, weights_dir() / given.name)
+            return download_file(url, weights_dir() / given.name, sha256=entry.sha256)
         except (urllib.error.URLError, OSError, TimeoutError) as err:
             looked.append(f"{url} ({_reason(err)})")
     raise WeightsNotFoundError(
@@ -83,29 +86,72 @@ def _reason(err: BaseException) -> str:
     return str(err) or type(err).__name__
 
 
-def download_file(url: str, dest: Path, *, timeout_s: float = DOWNLOAD_TIMEOUT_S) -> Path:
+class ChecksumError(OSError):
+    """A downloaded file's sha256 is not the published one (the file was deleted)."""
+
+
+def download_file(url: str, dest: Path, *, sha256: str | None = None,
+                  timeout_s: float = DOWNLOAD_TIMEOUT_S) -> Path:
     """Download ``url`` to ``dest`` atomically with a progress bar; returns ``dest``.
 
-    A partial download never replaces or masquerades as a complete file: the data goes to a
-    temporary file beside ``dest`` and is renamed only when the byte count matches.
+    A partial or corrupted download never replaces or masquerades as a complete file: the data
+    goes to a temporary file beside ``dest`` and is renamed only when the byte count and the
+    sha256 match. The expected digest is ``sha256`` (the weights table), else the one the hub
+    publishes for large files (its ``X-Linked-Etag`` / ``ETag`` header); a download with
+    neither is refused, since nothing would vouch for it.
     """
+    created = not dest.parent.exists()
     dest.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        return _download(url, dest, sha256=sha256, timeout_s=timeout_s)
+    except BaseException:
+        if created:
+            _remove_if_empty(dest.parent)
+        raise
+
+
+def _remove_if_empty(folder: Path) -> None:
+    try:
+        folder.rmdir()
+    except OSError:
+        pass
+
+
+def _published_digest(headers: object) -> str | None:
+    for key in ("X-Linked-Etag", "ETag"):
+        value = str(getattr(headers, "get", lambda _k: None)(key) or "").strip().strip('"').removeprefix("W/")
+        value = value.strip('"').lower()
+        if len(value) == 64 and all(c in "0123456789abcdef" for c in value):
+            return value
+    return None
+
+
+def _download(url: str, dest: Path, *, sha256: str | None, timeout_s: float) -> Path:
     log.info("downloading %s -> %s", url, dest)
     request = urllib.request.Request(url, headers={"User-Agent": "libreyolo"})
     fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
     try:
+        digest = hashlib.sha256()
         with urllib.request.urlopen(request, timeout=timeout_s) as response, os.fdopen(fd, "wb") as out:
             total = int(response.headers.get("Content-Length") or 0) or None
+            expected = (sha256 or _published_digest(response.headers) or "").lower()
+            if not expected:
+                raise ChecksumError(f"{url} publishes no sha256 and the weights table has none, so the download "
+                                    "cannot be verified; download the file yourself and pass its path")
             done = 0
             with tqdm(total=total, unit="B", unit_scale=True, desc=dest.name, leave=False) as bar:
                 while chunk := response.read(1 << 20):
                     out.write(chunk)
+                    digest.update(chunk)
                     done += len(chunk)
                     bar.update(len(chunk))
             out.flush()
             os.fsync(out.fileno())
         if total is not None and done != total:
             raise OSError(f"download of {url} was cut short: {done} of {total} bytes")
+        if digest.hexdigest() != expected:
+            raise ChecksumError(f"sha256 mismatch for {url}: got {digest.hexdigest()}, expected {expected}; "
+                                "the partial file was deleted (a corrupted transfer or a changed file on the hub)")
         shutil.move(tmp, dest)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -1,6 +1,9 @@
-"""The family registry: one literal table, complete without import side effects.
+"""The family registry: one literal table of built-in families, plus a public hook for others.
 
-A test checks that every folder under ``families/`` is in the table and every entry has a folder.
+``BUILTIN`` is complete without import side effects; a test checks that every folder under
+``families/`` is in it and every entry has a folder. Families defined outside this package (a
+plugin, a test's toy family) join through ``register_family`` and leave through
+``unregister_family``; nothing registers itself on import.
 """
 
 from __future__ import annotations
@@ -8,24 +11,45 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from .config import suggest
-from .errors import UnknownFamilyError
-from .family_spec import TASK_SUFFIXES
+from .errors import ConfigError, UnknownFamilyError
+from .families.yolo9.spec import SPEC as YOLO9
+from .family_spec import TASK_SUFFIXES, FamilySpec
 
-if TYPE_CHECKING:
-    from .model import LibreYOLO
+BUILTIN: dict[str, FamilySpec] = {spec.name: spec for spec in (YOLO9,)}
 
-
-def families() -> dict[str, type[LibreYOLO]]:
-    """Family name -> user-facing class. Imported lazily so ``registry`` stays import-cheap."""
-    from .families.yolo9.family import LibreYOLO9
-
-    return {cls.spec.name: cls for cls in (LibreYOLO9,)}
+_extra: dict[str, FamilySpec] = {}
 
 
-def get_family(name: str) -> type[LibreYOLO]:
+def families() -> dict[str, FamilySpec]:
+    """Every known family by name: the built-in table, then registered ones."""
+    return {**BUILTIN, **_extra}
+
+
+def register_family(spec: FamilySpec) -> FamilySpec:
+    """Make a family defined outside this package known to ``LibreYOLO``, the CLI and the trainer.
+
+    Raises:
+        ConfigError: the name or weight prefix is taken by another family.
+    """
+    for other in families().values():
+        if other.name == spec.name and other is not spec:
+            raise ConfigError(f"a family named {spec.name!r} is already registered; pick another name")
+        if other.weight_prefix.lower() == spec.weight_prefix.lower() and other.name != spec.name:
+            raise ConfigError(f"weight prefix {spec.weight_prefix!r} is taken by family {other.name!r}")
+    _extra[spec.name] = spec
+    return spec
+
+
+def unregister_family(name: str) -> None:
+    """Forget a registered family (built-ins cannot be removed)."""
+    if name in BUILTIN:
+        raise ConfigError(f"{name!r} is a built-in family and cannot be unregistered")
+    _extra.pop(name, None)
+
+
+def get_family(name: str) -> FamilySpec:
     table = families()
     if name not in table:
         raise UnknownFamilyError(f"unknown model family {name!r}; known: {', '.join(sorted(table))}"
@@ -35,9 +59,9 @@ def get_family(name: str) -> type[LibreYOLO]:
 
 @dataclass(frozen=True)
 class ParsedName:
-    """``LibreYOLO9t-cls.pt`` -> family class, size ``t``, task ``classify``, kind ``.pt``."""
+    """``LibreYOLO9t-cls.pt`` -> family spec, size ``t``, task ``classify``, suffix ``.pt``."""
 
-    family: type[LibreYOLO]
+    family: FamilySpec
     size: str
     task: str
     suffix: str
@@ -51,25 +75,27 @@ def parse_model_name(name: str | Path) -> ParsedName:
     """
     stem, suffix = Path(name).stem, Path(name).suffix.lower()
     table = families()
-    by_prefix = sorted(table.values(), key=lambda c: -len(c.spec.weight_prefix))
-    for cls in by_prefix:
-        prefix = cls.spec.weight_prefix
+    for spec in sorted(table.values(), key=lambda s: -len(s.weight_prefix)):
+        prefix = spec.weight_prefix
         if not stem.lower().startswith(prefix.lower()):
             continue
-        rest = stem[len(prefix):]
-        match = re.fullmatch(r"([A-Za-z0-9]+?)(-[a-z]+)?", rest)
+        match = re.fullmatch(r"([A-Za-z0-9]+?)(-[a-z]+)?", stem[len(prefix):])
         if not match:
-            break
+            continue
         size, task_suffix = match.group(1), match.group(2) or ""
-        tasks = {v: k for k, v in TASK_SUFFIXES.items()}
-        if size not in cls.spec.sizes:
-            raise UnknownFamilyError(f"{Path(name).name!r}: {cls.spec.display_name} has no size {size!r}; "
-                                     f"sizes: {', '.join(cls.spec.sizes)}" + suggest(size, cls.spec.sizes))
-        task = tasks.get(task_suffix)
-        if task is None or task not in cls.spec.tasks:
-            raise UnknownFamilyError(f"{Path(name).name!r}: {cls.spec.display_name} has no task for suffix "
-                                     f"{task_suffix!r}; tasks: {', '.join(cls.spec.tasks)}")
-        return ParsedName(cls, size, task, suffix)
-    examples = ", ".join(c.spec.weight_name(c.spec.default_size) for c in table.values())
+        if size not in spec.sizes:
+            raise UnknownFamilyError(f"{Path(name).name!r}: {spec.display_name} has no size {size!r}; "
+                                     f"sizes: {', '.join(spec.sizes)}" + suggest(size, spec.sizes))
+        task = {v: k for k, v in TASK_SUFFIXES.items()}.get(task_suffix)
+        if task is None or task not in spec.tasks:
+            raise UnknownFamilyError(f"{Path(name).name!r}: {spec.display_name} has no task for suffix "
+                                     f"{task_suffix!r}; tasks: {', '.join(spec.tasks)}")
+        return ParsedName(spec, size, task, suffix)
+    examples = ", ".join(s.weight_name(s.default_size) for s in table.values())
     raise UnknownFamilyError(f"cannot tell the model family from {Path(name).name!r}; expected a name like "
                              f"{examples} (weights) or the same with .yaml (untrained architecture)")
+
+
+def has_family_prefix(name: str) -> bool:
+    """Whether ``name`` starts like one of the known families' weight files."""
+    return any(name.lower().startswith(s.weight_prefix.lower()) for s in families().values())

@@ -2,7 +2,8 @@
 
 Names follow what Ultralytics and upstream LibreYOLO users already type (``imgsz``, ``conf``,
 ``iou``, ``max_det``...). ``load_config`` converts and validates them from keyword arguments,
-the command line and YAML alike.
+the command line and YAML alike. Checks that need the model (an image size against the family's
+stride) happen where the model is known: ``LibreYOLO.resolve_imgsz``.
 """
 
 from __future__ import annotations
@@ -12,18 +13,10 @@ from typing import Literal
 
 from .errors import ConfigError
 
-STRIDE = 32
 
-
-def check_imgsz(imgsz: int, source: str = "imgsz") -> int:
-    """Image sizes must be positive multiples of the network stride (32)."""
-    if imgsz <= 0 or imgsz % STRIDE:
-        lower = max(STRIDE, imgsz // STRIDE * STRIDE)
-        upper = max(STRIDE, (imgsz // STRIDE + 1) * STRIDE)
-        options = sorted({lower, upper})
-        raise ConfigError(f"{source}={imgsz} must be a positive multiple of {STRIDE}; use "
-                          + " or ".join(map(str, options)))
-    return imgsz
+def check_positive_imgsz(imgsz: int | None, source: str = "imgsz") -> None:
+    if imgsz is not None and imgsz <= 0:
+        raise ConfigError(f"{source}={imgsz} must be a positive image size in pixels, e.g. 640")
 
 
 @dataclass(frozen=True)
@@ -35,6 +28,7 @@ class PredictConfig:
     imgsz: int | None = None
     classes: list[int] | None = None
     max_det: int = 300
+    agnostic_nms: bool = False
     batch: int = 1
     save: bool = False
     device: str | None = None
@@ -54,5 +48,4 @@ class PredictConfig:
             raise ConfigError(f"max_det={self.max_det} must be at least 1")
         if self.batch < 1:
             raise ConfigError(f"batch={self.batch} must be at least 1")
-        if self.imgsz is not None:
-            check_imgsz(self.imgsz)
+        check_positive_imgsz(self.imgsz)

@@ -30,7 +30,8 @@ from pathlib import Path
 
 import yaml
 
-from ..errors import ConfigError
+from .coco_json import read_coco_categories
+from .errors import DataConfigError
 
 log = logging.getLogger(__name__)
 
@@ -42,14 +43,6 @@ _KEY_EXAMPLES = {"train": "train: images/train", "val": "val: images/val", "test
                  "names": "names: {0: cat, 1: dog}"}
 
 SplitValue = Path | tuple[Path, ...] | None
-
-
-class DataConfigError(ConfigError):
-    """A dataset description is wrong or incomplete: the message names the file, key and fix."""
-
-
-class EmptySplitError(DataConfigError):
-    """A split has no usable images: the message names the split and where it looked."""
 
 
 @dataclass(frozen=True)
@@ -232,7 +225,6 @@ def _parse_names(names: object, nc: object, source: str, coco_jsons: list[Path])
     a bare nc; None when there is nothing to go by."""
     count = None if nc is None else _parse_nc(nc, source)
     if names is None and coco_jsons:
-        from .coco_reader import read_coco_categories  # lazy: coco_reader imports this module
 
         names = [name for _, name in read_coco_categories(coco_jsons[0])]
     if names is None:

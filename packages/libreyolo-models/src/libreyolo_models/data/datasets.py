@@ -15,7 +15,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from .coco_reader import read_coco_split
-from .data_config import DataConfig, EmptySplitError, load_data_config
+from .data_config import DataConfig, load_data_config
+from .errors import EmptySplitError
 from .image_check import IMAGE_SUFFIXES
 from .label_cache import SplitScan
 from .split_index import SplitIndex

@@ -22,7 +22,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from . import image_check, label_check
-from .data_config import DataConfig, DataConfigError
+from .data_config import DataConfig
+from .errors import DataConfigError
 from .image_check import ImageCheck, is_image_path
 from .label_cache import SplitScan, cached_scan, fingerprint
 from .label_check import LabelCheck

@@ -13,13 +13,15 @@ MAX_BOX_PX = 7680  # class offset for batched NMS larger than any box coordinate
 
 
 def nms_per_image(predictions: Tensor, *, conf: float, iou: float, max_det: int,
-                  classes: list[int] | None = None, max_candidates: int = MAX_NMS_CANDIDATES) -> list[Tensor]:
+                  classes: list[int] | None = None, agnostic: bool = False,
+                  max_candidates: int = MAX_NMS_CANDIDATES) -> list[Tensor]:
     """Detections for each image of a batch.
 
     Args:
         predictions: ``[B, 4 + nc, A]``: xyxy boxes in input pixels, then per-class scores in [0, 1].
         conf: keep candidates whose best class score is above this.
-        iou: NMS IoU threshold; boxes of different classes never suppress each other.
+        iou: NMS IoU threshold; boxes of different classes never suppress each other, unless
+            ``agnostic``.
         max_det: detections kept per image, best first.
         classes: keep only these class ids (applied before NMS).
         max_candidates: top-scoring candidates considered per image before NMS.
@@ -39,7 +41,8 @@ def nms_per_image(predictions: Tensor, *, conf: float, iou: float, max_det: int,
         if score.numel() > max_candidates:
             top = score.topk(max_candidates).indices
             box, score, cl = box[top], score[top], cl[top]
-        kept = torchvision.ops.batched_nms(box.float(), score.float(), cl, iou)[:max_det]
+        groups = torch.zeros_like(cl) if agnostic else cl
+        kept = torchvision.ops.batched_nms(box.float(), score.float(), groups, iou)[:max_det]
         out.append(torch.cat((box[kept], score[kept, None], cl[kept, None].to(box.dtype)), 1).float())
     return out
 

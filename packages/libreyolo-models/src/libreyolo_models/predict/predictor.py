@@ -1,4 +1,5 @@
-"""The predict loop: sources -> letterbox -> network (eager or graphed) -> NMS -> ``Results``."""
+"""The predict loop: sources -> the task's preprocessing -> network (eager or graphed) -> the
+family's post-processing -> the task's ``Results``."""
 
 from __future__ import annotations
 
@@ -11,15 +12,15 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ..layers.nms import scale_to_original
+from ..errors import ConfigError
+from ..graphs import forward_for_predict
 from ..rundir import next_run_dir
-from ..settings import PredictConfig, check_imgsz
-from .letterbox import letterbox
-from .results import Boxes, Results
+from ..settings import PredictConfig
+from .results import Results
 from .sources import SourceImage, iter_sources
 
 if TYPE_CHECKING:
-    from ..model import LibreYOLO
+    from ..facade import LibreYOLO
 
 log = logging.getLogger(__name__)
 
@@ -37,15 +38,20 @@ def _sync(device: torch.device) -> None:
 
 def run_prediction(model: LibreYOLO, source: object, cfg: PredictConfig) -> list[Results]:
     """Predict every image of ``source``; batches of ``cfg.batch`` share one forward pass."""
-    from ..graphs import forward_for_predict
-
     if cfg.device is not None:
         model.to(cfg.device)
     if cfg.half:
         model.half()
     if cfg.fuse:
         model.fuse()
-    imgsz = check_imgsz(cfg.imgsz or model.imgsz)
+    imgsz = model.spec.check_imgsz(cfg.imgsz or model.imgsz)
+    task = model.task_spec
+    options = task.postprocess_options(vars(cfg))
+    if cfg.classes is not None:
+        bad = [c for c in cfg.classes if not 0 <= c < model.nc]
+        if bad:
+            raise ConfigError(f"classes={cfg.classes}: class id {bad[0]} is not one of this model's "
+                              f"{model.nc} classes (0..{model.nc - 1})")
     model.net.eval()
     forward = forward_for_predict(model, cfg.cuda_graph)
     save_dir = next_run_dir(cfg.project, cfg.name) if cfg.save else None
@@ -53,22 +59,21 @@ def run_prediction(model: LibreYOLO, source: object, cfg: PredictConfig) -> list
     results: list[Results] = []
     for chunk in _chunks(iter_sources(source), cfg.batch):
         t0 = time.perf_counter()
-        boxed = [letterbox(item.image, imgsz) for item in chunk]
-        x = torch.stack([t for t, _ in boxed]).to(device=device, dtype=dtype, non_blocking=True)
+        prepared = [task.prepare(item.image, imgsz) for item in chunk]
+        x = torch.stack([p.tensor for p in prepared]).to(device=device, dtype=dtype, non_blocking=True)
         _sync(device)
         t1 = time.perf_counter()
         with torch.inference_mode():
             out = forward(x)
         _sync(device)
         t2 = time.perf_counter()
-        dets = model.postprocess(out, conf=cfg.conf, iou=cfg.iou, max_det=cfg.max_det, classes=cfg.classes)
-        dets = [scale_to_original(d, info.ratio, info.pad, info.orig_shape).cpu() for d, (_, info) in zip(dets, boxed)]
+        predictions = model.family.postprocess(out, options)
         t3 = time.perf_counter()
         n = len(chunk)
         speed = {"preprocess": (t1 - t0) * 1e3 / n, "inference": (t2 - t1) * 1e3 / n,
                  "postprocess": (t3 - t2) * 1e3 / n}
-        for item, det in zip(chunk, dets):
-            res = Results(item.image, item.name, dict(model.names), Boxes(det, item.image.shape[:2]), dict(speed))
+        for item, prediction, prep in zip(chunk, predictions, prepared):
+            res = task.make_results(item.image, item.name, dict(model.names), prediction, prep.info, dict(speed))
             if save_dir is not None:
                 res.save(save_dir / (Path(item.name).stem + ".jpg"))
             if cfg.verbose:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -71,24 +72,29 @@ class Boxes:
 
 @dataclass
 class Results:
-    """What ``model(source)`` returns for one image."""
+    """What ``model(source)`` returns for one image. Which field is set depends on the model's
+    task: ``boxes`` (detect), ``probs`` (classify), ``masks`` (semantic); the others are None."""
 
     orig_img: np.ndarray          # RGB uint8 [H, W, 3]
     path: str
     names: dict[int, str]
-    boxes: Boxes
+    boxes: Boxes | None = None
     speed: dict[str, float] = field(default_factory=dict)  # ms per image: preprocess, inference, postprocess
+    probs: Any = None
+    masks: Any = None
 
     @property
     def orig_shape(self) -> tuple[int, int]:
         return self.orig_img.shape[0], self.orig_img.shape[1]
 
     def __len__(self) -> int:
-        return len(self.boxes)
+        return len(self.boxes) if self.boxes is not None else 0
 
     def to_list(self) -> list[dict[str, object]]:
         """One dict per detection: name, class, confidence, box (x1, y1, x2, y2 pixels)."""
-        rows = []
+        rows: list[dict[str, object]] = []
+        if self.boxes is None:
+            return rows
         for x1, y1, x2, y2, conf, cls in self.boxes.data.tolist():
             rows.append({"name": self.names.get(int(cls), str(int(cls))), "class": int(cls),
                          "confidence": conf, "box": {"x1": x1, "y1": y1, "x2": x2, "y2": y2}})
@@ -96,7 +102,7 @@ class Results:
 
     def summary(self) -> str:
         """``"2 circles, 1 square"`` style count of detections per class."""
-        if not len(self):
+        if self.boxes is None or not len(self):
             return "no detections"
         counts: dict[str, int] = {}
         for cls in self.boxes.cls.tolist():
@@ -106,6 +112,8 @@ class Results:
 
     def plot(self, *, labels: bool = True, conf: bool = True, line_width: int | None = None) -> np.ndarray:
         """A copy of the original image with boxes and labels drawn; RGB uint8 ``[H, W, 3]``."""
+        if self.boxes is None:
+            return self.orig_img.copy()
         return draw_detections(self.orig_img, self.boxes.data.cpu(), self.names, labels=labels,
                                conf=conf, line_width=line_width)
 

@@ -1,4 +1,8 @@
-"""``batch=-1``: measure how many images of this model fit in one GPU's memory for training."""
+"""``batch=-1``: the one place the training batch is fitted to GPU memory.
+
+Called by every rank before training: in one process it probes here; with a process group
+(spawned workers or torchrun) rank 0 probes and broadcasts (``libreyolo_ddp.resolve_autobatch``).
+"""
 
 from __future__ import annotations
 
@@ -8,8 +12,24 @@ import torch
 
 import libreyolo_ddp
 
+from ..errors import ConfigError
+
 if TYPE_CHECKING:
-    from ..model import LibreYOLO
+    from ..facade import LibreYOLO
+    from .plan import TrainPlan
+
+
+def resolve_batch(model: LibreYOLO, plan: TrainPlan) -> TrainPlan:
+    """``plan`` unchanged for a fixed batch, else with the global batch that fits."""
+    if plan.global_batch != -1:
+        return plan
+    if plan.devices.type != "cuda":
+        raise ConfigError("batch=-1 (fit the batch to GPU memory) needs a CUDA device; on "
+                          f"{plan.devices.type} pass a fixed batch, e.g. batch=16")
+    device = libreyolo_ddp.local_device() if libreyolo_ddp.dist_env().world_size > 1 else plan.devices.torch_device(0)
+    batch = libreyolo_ddp.resolve_autobatch(lambda: probe_training_batch(model, plan.imgsz, device, plan.cfg.amp),
+                                            world_size=plan.world_size, nbs=plan.cfg.nbs)
+    return plan.with_batch(batch)
 
 
 def probe_training_batch(model: LibreYOLO, imgsz: int, device: torch.device, amp: bool) -> int:
@@ -19,11 +39,21 @@ def probe_training_batch(model: LibreYOLO, imgsz: int, device: torch.device, amp
     def step(batch: int) -> None:
         images = torch.rand(batch, 3, imgsz, imgsz, device=device)
         with torch.autocast("cuda", dtype=torch.float16, enabled=amp):
-            outputs = model.train_forward(images)
-        sum(o.float().mean() for o in outputs).backward()
+            outputs = model.training_forward(images)
+        sum(leaf.float().mean() for leaf in _leaves(outputs)).backward()  # type: ignore[union-attr]
         net.zero_grad(set_to_none=True)
 
     try:
         return libreyolo_ddp.probe_batch_size(step, device)
     finally:
         net.zero_grad(set_to_none=True)
+
+
+def _leaves(tree: object) -> list[torch.Tensor]:
+    if isinstance(tree, torch.Tensor):
+        return [tree] if tree.is_floating_point() else []
+    if isinstance(tree, dict):
+        return [t for v in tree.values() for t in _leaves(v)]
+    if isinstance(tree, list | tuple):
+        return [t for v in tree for t in _leaves(v)]
+    return []

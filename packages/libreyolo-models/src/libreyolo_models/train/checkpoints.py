@@ -16,7 +16,7 @@ import torch
 from ..checkpoint import atomic_save, cpu_state_dict
 
 if TYPE_CHECKING:
-    from ..model import LibreYOLO
+    from ..facade import LibreYOLO
     from .ema import ModelEMA
 
 log = logging.getLogger(__name__)
@@ -42,11 +42,10 @@ def build_training_checkpoint(model: LibreYOLO, *, net: torch.nn.Module, ema: Mo
         "loss": float(loss),
         "best_fitness": best.get("fitness", 0.0),
         "best_epoch": best.get("epoch", -1),
-        "best_mAP50": best.get("map50", 0.0),
-        "best_mAP50_95": best.get("map50_95", 0.0),
+        **{f"best_{k}": v for k, v in best.get("fields", {}).items()},
         "best_metric_key": "fitness",
         "best_metric_value": best.get("fitness", 0.0),
-        "best_metric_name": "0.1*mAP50 + 0.9*mAP50-95",
+        "best_metric_name": model.task_spec.fitness_name,
         "world_size": world_size,
         "global_batch": global_batch,
         "run_dir": str(run_dir),

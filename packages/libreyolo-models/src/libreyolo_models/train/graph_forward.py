@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
 
+from ..contract import has_training_head
 from .settings import TrainConfig
 
 if TYPE_CHECKING:
-    from ..model import LibreYOLO
+    from ..facade import LibreYOLO
 
 log = logging.getLogger(__name__)
 
@@ -25,9 +26,9 @@ REPEAT_THRESHOLD = 3
 
 
 def graph_forward(model: LibreYOLO, module: nn.Module, cfg: TrainConfig, *, device: torch.device,
-                  world_size: int) -> Callable[[Tensor], list[Tensor]]:
+                  world_size: int) -> Callable[[Tensor], Any]:
     """``module`` itself (eager), or a ``GraphedTraining`` around it when capture is allowed."""
-    model._train_graphs = None
+    model.graphs.attach_training(None)
     if not cfg.cuda_graph:
         return module
     reason = None
@@ -35,8 +36,8 @@ def graph_forward(model: LibreYOLO, module: nn.Module, cfg: TrainConfig, *, devi
         reason = "multi-GPU (DDP) training runs eagerly"
     elif device.type != "cuda":
         reason = f"training runs on {device}, and CUDA graphs need a CUDA GPU"
-    elif not model.spec.train_capture_verified:
-        reason = (f"{model.spec.display_name} is not verified for training capture "
+    elif not model.spec.task(model.task).train_capture:
+        reason = (f"{model.spec.display_name} ({model.task}) is not verified for training capture "
                   "(its training row in docs/parity-matrix.md is not green)")
     if reason is not None:
         log.info("cuda_graph=True ignored: %s; training eagerly", reason)
@@ -47,7 +48,9 @@ def graph_forward(model: LibreYOLO, module: nn.Module, cfg: TrainConfig, *, devi
     from libreyolo_cudagraph import GraphedTraining
 
     graphed = GraphedTraining(module, repeat_threshold=REPEAT_THRESHOLD, name=f"{model.spec.name}-{model.size}")
-    model._train_graphs = graphed
-    log.info("cuda_graph=True: forward+backward captured once a batch shape repeats %d times; loss stays eager",
-             REPEAT_THRESHOLD)
+    model.graphs.attach_training(graphed)
+    eager = ("the family's target-dependent training head and the loss stay eager (split capture)"
+             if has_training_head(model.family) else "loss stays eager")
+    log.info("cuda_graph=True: forward+backward captured once a batch shape repeats %d times; %s",
+             REPEAT_THRESHOLD, eager)
     return graphed

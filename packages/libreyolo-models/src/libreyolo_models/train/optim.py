@@ -1,60 +1,43 @@
-"""Optimizer construction: parameter groups, so norms and biases get no weight decay."""
+"""Optimizer construction over the family's parameter groups, and layout repair on resume."""
 
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import torch
-from torch import nn
 
 from .settings import TrainConfig
 
 log = logging.getLogger(__name__)
 
-NORM_TYPES = (nn.BatchNorm2d, nn.SyncBatchNorm, nn.GroupNorm, nn.LayerNorm, nn.InstanceNorm2d)
+def build_optimizer(groups: list[dict[str, Any]], cfg: TrainConfig, *, iterations: int,
+                    cuda: bool) -> torch.optim.Optimizer:
+    """SGD or AdamW over the family's parameter groups (``Family.parameter_groups``).
 
-
-def parameter_groups(net: nn.Module) -> tuple[list[nn.Parameter], list[nn.Parameter], list[nn.Parameter]]:
-    """(decayed weights, norm weights, biases): decay only pulls conv/linear weights toward zero;
-    on norm scales and biases it only hurts."""
-    decay, norm, bias = [], [], []
-    for module in net.modules():
-        for name, param in module.named_parameters(recurse=False):
-            if not param.requires_grad:
-                continue
-            if name == "bias":
-                bias.append(param)
-            elif isinstance(module, NORM_TYPES):
-                norm.append(param)
-            else:
-                decay.append(param)
-    return decay, norm, bias
-
-
-def build_optimizer(net: nn.Module, cfg: TrainConfig, *, iterations: int, weight_decay: float) -> torch.optim.Optimizer:
-    """SGD or AdamW with three groups. ``optimizer="auto"`` picks AdamW for short runs (under ~10k
-    iterations, where SGD's warm start is too slow) and SGD otherwise; the choice is logged."""
+    ``optimizer="auto"`` picks AdamW for short runs (under ~10k iterations, where SGD's warm start
+    is too slow) and SGD otherwise; the choice is logged. A group's ``lr_scale`` multiplies the
+    base learning rate (a pretrained backbone trained slower than its head).
+    """
     name, lr, momentum = cfg.optimizer, cfg.lr0, cfg.momentum
     if name == "auto":
         name = "AdamW" if iterations <= 10_000 else "SGD"
         if name == "AdamW":
             lr, momentum = 0.002, 0.9
         log.info("optimizer=auto chose %s(lr=%g, momentum=%g) for %d iterations", name, lr, momentum, iterations)
-    decay, norm, bias = parameter_groups(net)
-    groups = [{"params": bias, "weight_decay": 0.0, "group": "bias"},
-              {"params": norm, "weight_decay": 0.0, "group": "norm"},
-              {"params": decay, "weight_decay": weight_decay, "group": "decay"}]
-    # One fused kernel per step on CUDA instead of a few per parameter tensor (~680 here).
-    fused = {"fused": True} if next(net.parameters()).is_cuda else {}
+    groups = [dict(g) for g in groups if g["params"]]
+    # One fused kernel per step on CUDA instead of a few per parameter tensor (~680 for YOLOv9).
+    fused = {"fused": True} if cuda else {}
     if name == "SGD":
         opt: torch.optim.Optimizer = torch.optim.SGD(groups, lr=lr, momentum=momentum, nesterov=True, **fused)
     else:
         cls = torch.optim.AdamW if name == "AdamW" else torch.optim.Adam
         opt = cls(groups, lr=lr, betas=(momentum, 0.999), **fused)
     for group in opt.param_groups:
-        group["initial_lr"] = lr
-    log.info("%s: %d weights (decay %g), %d norm weights, %d biases (no decay)",
-             name, len(decay), weight_decay, len(norm), len(bias))
+        group["initial_lr"] = lr * float(group.pop("lr_scale", 1.0))
+    log.info("%s: %s", name, ", ".join(f"{g.get('group', i)} {len(g['params'])} tensors (decay {g['weight_decay']:g}"
+                                       + (f", lr x{g['initial_lr'] / lr:g}" if g["initial_lr"] != lr else "") + ")"
+                                       for i, g in enumerate(opt.param_groups)))
     return opt
 
 

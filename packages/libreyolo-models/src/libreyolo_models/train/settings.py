@@ -47,9 +47,12 @@ class TrainConfig:
     hsv_s: float = _AUG.hsv_s
     hsv_v: float = _AUG.hsv_v
     fliplr: float = _AUG.fliplr
-    box: float = 7.5
-    cls: float = 0.5
-    dfl: float = 1.5
+    # Loss gains: None keeps the family's own (``TaskDecl.loss_gains``); ``gains`` sets any term by
+    # name (``gains="obj:2,l1:1"`` on the command line). A name the family lacks is an error.
+    box: float | None = None
+    cls: float | None = None
+    dfl: float | None = None
+    gains: dict[str, float] | None = None
     patience: int = 100
     seed: int = 0
     deterministic: bool = False
@@ -96,6 +99,11 @@ class TrainConfig:
 
     def as_dict(self) -> dict[str, object]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def requested_gains(self) -> dict[str, float]:
+        """The loss gains the user set, by term name (``box``/``cls``/``dfl`` and ``gains``)."""
+        named = {k: float(v) for k in ("box", "cls", "dfl") if (v := getattr(self, k)) is not None}
+        return {**named, **{str(k): float(v) for k, v in (self.gains or {}).items()}}
 
 
 # Options whose change on resume is allowed and handled (others are reported, then the saved value wins).

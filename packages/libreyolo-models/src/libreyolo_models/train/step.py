@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from dataclasses import replace
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from ..contract import Family, LossContext
 from .ema import ModelEMA
-
-if TYPE_CHECKING:
-    from ..model import LibreYOLO
 
 
 class StepTimer:
@@ -49,15 +48,20 @@ class StepTimer:
 class TrainStep:
     """Runs iterations for one model; the caller owns the schedule and the epoch loop."""
 
-    def __init__(self, model: LibreYOLO, forward: Callable[[Tensor], list[Tensor]], net: nn.Module,
+    def __init__(self, family: Family, forward: Callable[[Tensor], Any], net: nn.Module,
                  optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler, ema: ModelEMA | None, *,
-                 amp: bool, device: torch.device, world_size: int, global_batch: int,
-                 normalizer_sum: Callable[[Tensor], Tensor] | None, max_grad_norm: float, timer: StepTimer) -> None:
-        self.model, self.forward, self.net = model, forward, net
+                 amp: bool, device: torch.device, context: LossContext, max_grad_norm: float,
+                 timer: StepTimer, takes_targets: bool = False) -> None:
+        self.family, self.forward, self.net = family, forward, net
         self.optimizer, self.scaler, self.ema = optimizer, scaler, ema
         self.amp = amp and device.type == "cuda"
-        self.device, self.world_size, self.global_batch = device, world_size, global_batch
-        self.normalizer_sum, self.max_grad_norm, self.timer = normalizer_sum, max_grad_norm, timer
+        self.device, self.context = device, context
+        self.max_grad_norm, self.timer = max_grad_norm, timer
+        self.takes_targets = takes_targets  # the forward runs a family's training head (split capture)
+
+    def start_epoch(self, epoch: int) -> None:
+        """The loss context of ``epoch`` (epoch-aware terms read it)."""
+        self.context = replace(self.context, epoch=epoch)
 
     def autocast(self) -> contextlib.AbstractContextManager:
         """fp16 autocast on CUDA; the cache is off so a captured graph never holds stale casts."""
@@ -65,18 +69,16 @@ class TrainStep:
             return contextlib.nullcontext()
         return torch.autocast("cuda", dtype=torch.float16, cache_enabled=False)
 
-    def forward_backward(self, images: Tensor, targets: Tensor) -> Tensor:
+    def forward_backward(self, images: Tensor, targets: Any) -> Tensor:
         """Forward, loss and backward of one micro-batch; returns the detached loss items."""
         with self.autocast():
             with self.timer.phase("forward"):
-                raw = self.forward(images)
+                outputs = self.forward(images, targets) if self.takes_targets else self.forward(images)
             with self.timer.phase("loss"):
-                loss, items = self.model.compute_loss(
-                    [r.float() for r in raw], targets, normalizer_sum=self.normalizer_sum,
-                    world_size=self.world_size, global_batch=self.global_batch)
+                result = self.family.compute_loss(outputs, targets, self.context)
         with self.timer.phase("backward"):
-            self.scaler.scale(loss).backward()
-        return items
+            self.scaler.scale(result.total).backward()
+        return result.items
 
     def optimizer_step(self) -> None:
         """Unscale, clip, step (skipped by the scaler on inf/NaN), clear grads, update the EMA."""
@@ -88,3 +90,17 @@ class TrainStep:
             self.optimizer.zero_grad(set_to_none=True)
             if self.ema is not None:
                 self.ema.update(self.net)
+
+
+class SeamThenHead(nn.Module):
+    """``forward(images, targets)``: the captured training seam (a module or its graph), then the
+    family's eager ``training_head``, inside one module so DDP sees every parameter used."""
+
+    def __init__(self, net: nn.Module, seam: Callable[[Tensor], Any], family: Family) -> None:
+        super().__init__()
+        self.net = net
+        object.__setattr__(self, "_seam", seam)  # not a submodule: its parameters are net's
+        object.__setattr__(self, "_family", family)
+
+    def forward(self, images: Tensor, targets: Any = None) -> Any:
+        return self._family.training_head(self.net, self._seam(images), targets)

@@ -10,7 +10,7 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,11 +22,9 @@ from tqdm import tqdm
 
 import libreyolo_ddp
 
-from ..data.datasets import load_split, resolve_dataset
-from ..data.pipeline import TrainPipeline, ValPipeline
+from ..contract import LossContext, has_training_head
 from ..rundir import next_run_dir
-from ..settings import check_imgsz
-from ..val.validator import evaluate
+from ..tasks import EvalSettings
 from ..workers import default_workers
 from .adapt import adapt_to_classes
 from .callbacks import CallbackRunner, EpochEnd, TrainEnd, TrainException, TrainStart
@@ -34,20 +32,15 @@ from .checkpoints import build_training_checkpoint, write_epoch_checkpoints
 from .ema import ModelEMA
 from .graph_forward import graph_forward
 from .optim import align_state_layout, build_optimizer
+from .plan import TrainPlan
 from .results_log import ResultsLog
 from .schedule import accumulate_steps, apply_lr, warmup_iterations
-from .settings import TrainConfig
-from .step import StepTimer, TrainStep
+from .step import SeamThenHead, StepTimer, TrainStep
 
 if TYPE_CHECKING:
-    from ..model import LibreYOLO
+    from ..facade import LibreYOLO
 
 log = logging.getLogger(__name__)
-
-
-def fitness(map50: float, map50_95: float) -> float:
-    """What "best" means: mostly mAP50-95, a little mAP50 (ties broken toward easier detections)."""
-    return 0.1 * map50 + 0.9 * map50_95
 
 
 @dataclass
@@ -62,17 +55,17 @@ class TrainOutcome:
     stopped_early: bool = False
 
     def summary(self) -> str:
-        keys = ("metrics/mAP50", "metrics/mAP50-95", "metrics/precision", "metrics/recall")
-        shown = ", ".join(f"{k.split('/')[-1]}={self.metrics[k]:.4f}" for k in keys if k in self.metrics)
+        shown = ", ".join(f"{k.split('/')[-1]}={v:.4f}" for k, v in self.metrics.items() if k.startswith("metrics/"))
         return f"trained {self.epochs_run} epochs -> {self.run_dir}; best {self.best}; {shown}"
 
 
 class Trainer:
     """Trains ``model`` in this process as this rank (a single device, or one rank of DDP)."""
 
-    def __init__(self, model: LibreYOLO, cfg: TrainConfig, *, callbacks: list | None = None,
+    def __init__(self, model: LibreYOLO, plan: TrainPlan, *, callbacks: list | None = None,
                  resume: dict[str, Any] | None = None) -> None:
-        self.model, self.cfg, self.resume = model, cfg, resume
+        self.model, self.plan, self.cfg, self.resume = model, plan, plan.cfg, resume
+        self.task = model.task_spec
         self.env = libreyolo_ddp.dist_env()
         self.rank0 = self.env.rank == 0
         self.world = self.env.world_size
@@ -80,59 +73,61 @@ class Trainer:
 
     # ------------------------------------------------------------------ setup
     def _setup(self) -> None:
-        cfg, model = self.cfg, self.model
-        self.device = (libreyolo_ddp.local_device() if self.world > 1
-                       else libreyolo_ddp.parse_devices(cfg.device or "auto").torch_device(0))
+        cfg, model, task = self.cfg, self.model, self.task
+        self.device = libreyolo_ddp.local_device() if self.world > 1 else self.plan.devices.torch_device(0)
         libreyolo_ddp.seed_everything(cfg.seed)
-        cuda = self.device.type == "cuda"
-        if cfg.deterministic:
-            torch.use_deterministic_algorithms(True, warn_only=True)
-            torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
-        elif cuda and (cfg.cudnn_benchmark is True
-                       or (cfg.cudnn_benchmark == "auto" and not cfg.multi_scale)):
-            torch.backends.cudnn.benchmark = True  # fixed shapes: autotune each conv once, then reuse
-        data = libreyolo_ddp.resolve_on_rank_zero(lambda: resolve_dataset(cfg.data))
+        self._set_backend_flags()
+        data = libreyolo_ddp.resolve_on_rank_zero(lambda: task.load_data(cfg.data))
         adapt_to_classes(model, data.nc, data.names)
-        self.imgsz = check_imgsz(cfg.imgsz or model.imgsz)
-        model.imgsz = self.imgsz
-        self.global_batch = cfg.batch
-        self.batch = libreyolo_ddp.split_global_batch(cfg.batch, self.world)
-        train_index = load_split(data, "train")
-        val_index = load_split(data, "val") if data.val else None
+        self.imgsz = model.imgsz = self.plan.imgsz
+        self.global_batch = self.plan.global_batch
+        self.batch = libreyolo_ddp.split_global_batch(self.global_batch, self.world)
+        train_index = task.load_split(data, "train")
+        val_index = task.load_split(data, "val") if task.has_split(data, "val") else None
         model.net.to(self.device).float()
-        self.channels_last = cuda and cfg.channels_last in (True, "auto")
+        self.channels_last = self.device.type == "cuda" and cfg.channels_last in (True, "auto")
         if self.channels_last:  # before the EMA copy and the optimizer, so both see NHWC parameters
             model.net.to(memory_format=torch.channels_last)
-        model.task = "detect"
         workers = default_workers(cfg.workers, batch=self.batch, world_size=self.world)
-        self.train_data = TrainPipeline(train_index, imgsz=self.imgsz, batch_size=self.batch, device=self.device,
-                                        augment=cfg.augment(), workers=workers, seed=cfg.seed, gpu_augment=cfg.gpu_augment,
-                                        cache=cfg.cache)
-        self.val_data = (ValPipeline(val_index, imgsz=self.imgsz, batch_size=self.batch * 2, device=self.device,
-                                     workers=workers, cache=cfg.cache) if val_index is not None else None)
+        self.train_data = task.train_pipeline(train_index, imgsz=self.imgsz, batch_size=self.batch,
+                                              device=self.device, cfg=cfg, workers=workers)
+        self.val_data = (task.val_pipeline(val_index, imgsz=self.imgsz, batch_size=self.batch * 2, device=self.device,
+                                           workers=workers, cache=cfg.cache) if val_index is not None else None)
         self.n_batches = len(self.train_data)
         self.accumulate = max(round(cfg.nbs / self.global_batch), 1)
         weight_decay = cfg.weight_decay * self.global_batch * self.accumulate / cfg.nbs
         iterations = math.ceil(self.n_batches / self.accumulate) * cfg.epochs
-        self.optimizer = build_optimizer(model.net, cfg, iterations=iterations, weight_decay=weight_decay)
+        groups = model.family.parameter_groups(model.net, weight_decay=weight_decay)
+        self.optimizer = build_optimizer(groups, cfg, iterations=iterations, cuda=self.device.type == "cuda")
         self.scaler = torch.amp.GradScaler("cuda", enabled=cfg.amp and self.device.type == "cuda")
         self.ema = ModelEMA(model.net)
-        self.start_epoch, self.best = 0, {"fitness": -1.0, "epoch": -1}
+        self.start_epoch, self.best = 0, {"fitness": -1.0, "epoch": -1, "fields": task.empty_best()}
         self.run_dir = self._resolve_run_dir()
         self.weights_dir = self.run_dir / "weights"
         self.results = ResultsLog.read(self.run_dir / "results.csv") if self.resume else ResultsLog(
             self.run_dir / "results.csv")
         if self.resume:
             self._restore(self.resume)
-        self.forward_module = self._wrap_for_training()
         self.timer = StepTimer(cfg.profile and self.world == 1, self.device)
         if cfg.profile and self.world > 1:
             log.warning("profile=True is ignored under multi-GPU training (it synchronizes every phase)")
-        forward = graph_forward(model, self.forward_module, cfg, device=self.device, world_size=self.world)
-        self.step = TrainStep(model, forward, model.net, self.optimizer, self.scaler, self.ema, amp=cfg.amp,
-                              device=self.device, world_size=self.world, global_batch=self.batch * self.world,
-                              normalizer_sum=libreyolo_ddp.all_reduce_sum if self.world > 1 else None,
-                              max_grad_norm=cfg.max_grad_norm, timer=self.timer)
+        forward = self._training_forward()
+        context = LossContext(epoch=self.start_epoch, epochs=cfg.epochs, gains=self.plan.gains, world_size=self.world,
+                              global_batch=self.batch * self.world,
+                              normalizer_sum=libreyolo_ddp.all_reduce_sum if self.world > 1 else None)
+        self.loss_names = model.spec.task(model.task).loss_names
+        self.step = TrainStep(model.family, forward, model.net, self.optimizer, self.scaler, self.ema, amp=cfg.amp,
+                              device=self.device, context=context, max_grad_norm=cfg.max_grad_norm, timer=self.timer,
+                              takes_targets=self.takes_targets)
+
+    def _set_backend_flags(self) -> None:
+        cfg = self.cfg
+        if cfg.deterministic:
+            torch.use_deterministic_algorithms(True, warn_only=True)
+            torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
+        elif self.device.type == "cuda" and (cfg.cudnn_benchmark is True
+                                             or (cfg.cudnn_benchmark == "auto" and not cfg.multi_scale)):
+            torch.backends.cudnn.benchmark = True  # fixed shapes: autotune each conv once, then reuse
 
     def _resolve_run_dir(self) -> Path:
         if self.resume:
@@ -149,22 +144,29 @@ class Trainer:
         if ckpt.get("scaler") and self.scaler.is_enabled():
             self.scaler.load_state_dict(ckpt["scaler"])
         self.start_epoch = int(ckpt["epoch"]) + 1
+        fields = {k: float(ckpt.get(f"best_{k}", v)) for k, v in self.task.empty_best().items()}
         self.best = {"fitness": float(ckpt.get("best_fitness", -1.0)), "epoch": int(ckpt.get("best_epoch", -1)),
-                     "map50": float(ckpt.get("best_mAP50", 0.0)), "map50_95": float(ckpt.get("best_mAP50_95", 0.0))}
+                     "fields": fields}
         log.info("resuming %s from epoch %d of %d", self.run_dir, self.start_epoch + 1, self.cfg.epochs)
 
-    def _wrap_for_training(self) -> nn.Module:
-        """The DDP call site: SyncBatchNorm conversion, then the DDP wrapper (distributed only)."""
-        module = self.model.training_module()
+    def _training_forward(self) -> nn.Module | Callable[..., Any]:
+        """What the step calls: the family's training seam (graphed or eager), then its eager
+        head if it has one. The DDP call site (SyncBatchNorm conversion, the DDP wrapper) and the
+        CUDA-graph call site (``graph_forward``) are both here."""
+        model, family = self.model, self.model.family
+        self.forward_module = seam = model.training_module()
+        self.takes_targets = has_training_head(family)
+        prefix = graph_forward(model, seam, self.cfg, device=self.device, world_size=self.world)
         if self.world == 1:
-            return module
-        sync_bn = self.model.spec.sync_bn_default if self.cfg.sync_bn is None else self.cfg.sync_bn
-        module = libreyolo_ddp.convert_sync_batchnorm(module, enabled=sync_bn, world_size=self.world,
+            return SeamThenHead(model.net, prefix, family) if self.takes_targets else prefix
+        module: nn.Module = SeamThenHead(model.net, seam, family) if self.takes_targets else seam
+        module = libreyolo_ddp.convert_sync_batchnorm(module, enabled=self.plan.sync_bn, world_size=self.world,
                                                       per_rank_batch=self.batch)
         # Conversion swaps BatchNorm children in place, so model.net and the EMA (a plain-BN copy
         # with the same state-dict keys) stay valid.
         ids = [self.device.index] if self.device.type == "cuda" else None
-        return nn.parallel.DistributedDataParallel(module, device_ids=ids)
+        self.forward_module = nn.parallel.DistributedDataParallel(module, device_ids=ids)
+        return self.forward_module
 
     # ------------------------------------------------------------------ run
     def run(self) -> TrainOutcome:
@@ -213,24 +215,27 @@ class Trainer:
         if epoch == cfg.epochs - cfg.close_mosaic and cfg.close_mosaic > 0:
             log.info("closing mosaic for the last %d epochs", cfg.close_mosaic)
         self.train_data.set_epoch(epoch, mosaic=mosaic)
+        reason = self.model.family.epoch_start(epoch, cfg.epochs)
+        if reason:
+            self.model.invalidate_cuda_graph(reason)
+        self.step.start_epoch(epoch)
         train_stats = self._train_epoch(epoch)
         row: dict[str, float] = {"epoch": epoch + 1, **train_stats}
         final = epoch == cfg.epochs - 1
         is_best = False
         if self.val_data is not None and (cfg.val or final):
             ema_net = self.ema.ema
-            result = evaluate(self.model, lambda x: self.model.forward_tensors(x, net=ema_net), self.val_data,
-                              conf=cfg.val_conf, iou=cfg.val_iou, max_det=cfg.max_det,
-                              progress=self.rank0 and cfg.verbose)
+            settings = EvalSettings(conf=cfg.val_conf, iou=cfg.val_iou, max_det=cfg.max_det)
+            result = self.task.evaluate(self.model, lambda x: self.model.inference_forward(x, net=ema_net),
+                                        self.val_data, settings=settings, progress=self.rank0 and cfg.verbose)
             row.update(result.as_dict())
-            fit = fitness(result.map50, result.map50_95)
+            fit = result.fitness
             row["fitness"] = fit
             if fit > self.best["fitness"]:
                 is_best = True
-                self.best = {"fitness": fit, "epoch": epoch, "map50": result.map50, "map50_95": result.map50_95}
+                self.best = {"fitness": fit, "epoch": epoch, "fields": result.best_fields()}
             if self.rank0:
-                log.info("epoch %d/%d: mAP50 %.4f  mAP50-95 %.4f  P %.4f  R %.4f%s", epoch + 1, cfg.epochs,
-                         result.map50, result.map50_95, result.precision, result.recall, "  (best)" if is_best else "")
+                log.info("epoch %d/%d: %s%s", epoch + 1, cfg.epochs, result.summary(), "  (best)" if is_best else "")
         elif self.best["epoch"] < 0 or not cfg.val:
             is_best = True
             self.best.update(epoch=epoch)
@@ -251,7 +256,7 @@ class Trainer:
         self.forward_module.train()
         self.timer.reset()
         warmup = warmup_iterations(cfg.warmup_epochs, nb)
-        sums = torch.zeros(3, device=self.device)
+        sums = torch.zeros(len(self.loss_names), device=self.device)
         last_opt = (epoch * nb) - 1
         wait_s, started = 0.0, time.perf_counter()
         bar = tqdm(total=nb, desc=f"epoch {epoch + 1}/{cfg.epochs}", disable=not (self.rank0 and cfg.verbose),
@@ -278,23 +283,26 @@ class Trainer:
             if self.rank0 and cfg.verbose and (i % 10 == 0 or i == nb - 1):
                 mean = (sums / (i + 1)).tolist()
                 elapsed = time.perf_counter() - started
-                bar.set_postfix_str(f"box {mean[0]:.3f} cls {mean[1]:.3f} dfl {mean[2]:.3f} | "
-                                    f"{(i + 1) * self.global_batch / elapsed:.0f} img/s, data {wait_s / elapsed:.0%}")
+                losses = " ".join(f"{n} {v:.3f}" for n, v in zip(self.loss_names, mean))
+                bar.set_postfix_str(f"{losses} | {(i + 1) * self.global_batch / elapsed:.0f} img/s, "
+                                    f"data {wait_s / elapsed:.0%}")
             bar.update(1)
         bar.close()
         elapsed = time.perf_counter() - started
-        mean = (sums / nb).tolist()
-        stats = {"train/box_loss": mean[0], "train/cls_loss": mean[1], "train/dfl_loss": mean[2],
-                 "train/loss": sum(mean), "train/images_per_s": nb * self.global_batch / elapsed,
-                 "train/data_wait_share": wait_s / elapsed, "train/epoch_s": elapsed}
+        # The mean over ranks: every rank's own items estimate the global loss, their mean is it.
+        mean = libreyolo_ddp.all_reduce_mean(sums / nb).tolist()
+        stats = {f"train/{name}_loss": value for name, value in zip(self.loss_names, mean)}
+        stats.update({"train/loss": sum(mean), "train/images_per_s": nb * self.global_batch / elapsed,
+                      "train/data_wait_share": wait_s / elapsed, "train/epoch_s": elapsed})
         if self.timer.enabled:
             stats.update({f"profile/{k}_s": v for k, v in self.timer.totals.items()})
         return stats
 
     def _multi_scale(self, images: torch.Tensor) -> torch.Tensor:
-        """A random size in [0.5, 1.5] x imgsz (multiple of 32) per batch; graphs never capture these."""
-        lo, hi = max(32, int(self.imgsz * 0.5) // 32 * 32), int(self.imgsz * 1.5) // 32 * 32
-        size = int(torch.randint(lo // 32, hi // 32 + 1, ()).item()) * 32
+        """A random size in [0.5, 1.5] x imgsz (multiple of the stride) per batch; graphs never capture these."""
+        s = self.model.spec.stride
+        lo, hi = max(s, int(self.imgsz * 0.5) // s * s), int(self.imgsz * 1.5) // s * s
+        size = int(torch.randint(lo // s, hi // s + 1, ()).item()) * s
         if size == images.shape[-1]:
             return images
         return F.interpolate(images, size=(size, size), mode="bilinear", align_corners=False)

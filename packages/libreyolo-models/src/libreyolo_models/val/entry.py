@@ -1,4 +1,4 @@
-"""``model.val(...)``: validate a model's current weights on a dataset split."""
+"""``model.val(...)``: validate a model's current weights on a dataset split, with its task's metrics."""
 
 from __future__ import annotations
 
@@ -7,41 +7,41 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..config import load_config
-from ..data.datasets import load_split, resolve_dataset
-from ..data.pipeline import ValPipeline
 from ..errors import ConfigError
-from ..settings import check_imgsz
+from ..tasks import EvalSettings, TaskMetrics
 from ..workers import default_workers
-from .metrics import MetricsResult
 from .settings import ValConfig
-from .validator import evaluate
 
 if TYPE_CHECKING:
-    from ..model import LibreYOLO
+    from ..facade import LibreYOLO
 
 log = logging.getLogger(__name__)
 
 
-def validate_model(model: LibreYOLO, options: Mapping[str, Any]) -> MetricsResult:
-    cfg = load_config(ValConfig, options, f"{type(model).__name__}.val()")
+def validate_model(model: LibreYOLO, options: Mapping[str, Any]) -> TaskMetrics:
+    cfg = load_config(ValConfig, options, "val()")
     if cfg.device is not None:
         model.to(cfg.device)
-    data = resolve_dataset(cfg.data)
+    if cfg.half and model.device.type != "cuda":
+        raise ConfigError(f"val(half=True) runs fp16 weights, which needs a CUDA GPU; the model is on {model.device}. "
+                          "Pass device=0 (or move the model with model.to(0)), or leave half=False on the CPU")
+    imgsz = model.spec.check_imgsz(cfg.imgsz or model.imgsz)
+    task = model.task_spec
+    data = task.load_data(cfg.data)
     if data.nc != model.nc:
         raise ConfigError(f"data={cfg.data!r} has {data.nc} classes but the model predicts {model.nc}; "
                           "validate on the dataset the model was trained for")
-    index = load_split(data, cfg.split)
-    imgsz = check_imgsz(cfg.imgsz or model.imgsz)
+    index = task.load_split(data, cfg.split)
     workers = default_workers(cfg.workers, batch=cfg.batch)
-    pipeline = ValPipeline(index, imgsz=imgsz, batch_size=cfg.batch, device=model.device, workers=workers,
-                           cache=cfg.cache)
+    pipeline = task.val_pipeline(index, imgsz=imgsz, batch_size=cfg.batch, device=model.device, workers=workers,
+                                 cache=cfg.cache)
     if cfg.half:
         model.half()
     if cfg.fuse:
         model.fuse()
     model.net.eval()
-    result = evaluate(model, model.forward_tensors, pipeline, conf=cfg.conf, iou=cfg.iou, max_det=cfg.max_det,
-                      progress=cfg.verbose)
+    settings = EvalSettings(conf=cfg.conf, iou=cfg.iou, max_det=cfg.max_det, half=cfg.half)
+    result = task.evaluate(model, model.inference_forward, pipeline, settings=settings, progress=cfg.verbose)
     model.metrics = result
     if cfg.verbose:
         log.info("%s", result.table())

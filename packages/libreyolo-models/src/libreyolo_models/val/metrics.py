@@ -92,6 +92,11 @@ class MetricsResult:
     conf_threshold: float = 0.0
     names: dict[int, str] = field(default_factory=dict)
 
+    @property
+    def fitness(self) -> float:
+        """What "best" means: mostly mAP50-95, a little mAP50 (ties broken toward easier detections)."""
+        return 0.1 * self.map50 + 0.9 * self.map50_95
+
     def as_dict(self) -> dict[str, float]:
         """The headline numbers under the keys trainers log and ``results.csv`` columns use."""
         return {
@@ -100,6 +105,14 @@ class MetricsResult:
             "metrics/mAP50": self.map50,
             "metrics/mAP50-95": self.map50_95,
         }
+
+    def best_fields(self) -> dict[str, float]:
+        """The checkpoint's ``best_*`` values (upstream's schema names)."""
+        return {"mAP50": self.map50, "mAP50_95": self.map50_95}
+
+    def summary(self) -> str:
+        return (f"mAP50 {self.map50:.4f}  mAP50-95 {self.map50_95:.4f}  P {self.precision:.4f}  "
+                f"R {self.recall:.4f}")
 
     def table(self) -> str:
         """A readable table: an ``all`` row, then one row per class with ground truth."""

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
@@ -24,17 +24,18 @@ from .matching import match_image
 from .metrics import DetectionMetrics, MetricsResult
 
 if TYPE_CHECKING:
-    from ..data.pipeline import ValPipeline
-    from ..model import LibreYOLO
+    from ..facade import LibreYOLO
+    from ..tasks.detect import DetectOptions
 
 log = logging.getLogger(__name__)
 
 
 @torch.no_grad()
-def evaluate(model: LibreYOLO, forward: Callable[[Tensor], Tensor], pipeline: ValPipeline, *, conf: float,
-             iou: float, max_det: int, half: bool = False, progress: bool = True) -> MetricsResult:
-    """mAP of ``forward`` (images -> the family's predictions tensor) over ``pipeline``'s split.
+def evaluate_detections(model: LibreYOLO, forward: Callable[[Tensor], Any], pipeline: Iterable[Any], *,
+                        options: DetectOptions, half: bool = False, progress: bool = True) -> MetricsResult:
+    """mAP of ``forward`` (images -> the family's inference outputs) over ``pipeline``'s split.
 
+    ``half``: the network holds fp16 weights, so images are cast to fp16 on the way in.
     Returns the same ``MetricsResult`` on every rank.
     """
     env = libreyolo_ddp.dist_env()
@@ -43,8 +44,7 @@ def evaluate(model: LibreYOLO, forward: Callable[[Tensor], Tensor], pipeline: Va
     bar = tqdm(pipeline, desc="val", leave=False, disable=not progress or env.rank != 0, file=None)
     for batch in bar:
         images = batch.images.half() if half else batch.images
-        predictions = forward(images)
-        detections = model.postprocess(predictions.float(), conf=conf, iou=iou, max_det=max_det, classes=None)
+        detections = model.family.postprocess(forward(images), options)
         size = torch.tensor([images.shape[3], images.shape[2]] * 2, device=batch.targets.device)
         for i, det in enumerate(detections):
             rows = batch.targets[batch.targets[:, 0] == i]

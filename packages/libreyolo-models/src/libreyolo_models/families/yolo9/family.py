@@ -1,79 +1,88 @@
-"""YOLOv9's declaration (data) and its user-facing class with the graph-seam methods."""
+"""YOLOv9's implementation of the family contract: network, graph seams, loss, post-processing."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
+from typing import Any
 
+import torch
 from torch import Tensor, nn
 
+from ...contract import Family, LossContext, LossResult
 from ...errors import CheckpointError
 from ...family_spec import FamilySpec
-from ...model import LibreYOLO
+from ...layers.targets import random_box_targets
 from .loss import Yolo9Loss
 from .nn import Yolo9Net
 from .postprocess import postprocess
 
-SPEC = FamilySpec(
-    name="yolo9",
-    display_name="YOLOv9",
-    weight_prefix="LibreYOLO9",
-    sizes=("t", "s", "m", "c"),
-    default_size="t",
-    tasks=("detect",),
-    default_imgsz=640,
-    # Both True because every size is green in docs/parity-matrix.md (H200, torch 2.11, 2026-11-30).
-    inference_capture_verified=True,
-    train_capture_verified=True,
-    ddp_autospawn=True,
-    sync_bn_default=True,
-)
+# Keys older upstream writers used; mapped on load so their files still load unchanged.
+_LEGACY_PREFIXES = {"detect.": "head."}
+_LEGACY_DROPPED = {"head.dfl.conv.weight"}
 
 
-class LibreYOLO9(LibreYOLO):
-    """YOLOv9 detector: ``LibreYOLO9(size="t", nc=3)`` (untrained) or ``LibreYOLO9("best.pt")``."""
+class Yolo9Family(Family):
+    """YOLOv9 detect, sizes t/s/m/c."""
 
-    spec = SPEC
-    net: Yolo9Net
-
-    def build_net(self, size: str, nc: int) -> nn.Module:
+    def __init__(self, spec: FamilySpec, size: str, task: str, nc: int) -> None:
+        super().__init__(spec, size, task, nc)
         self._loss: Yolo9Loss | None = None
-        return Yolo9Net(size, nc)
 
-    def infer_nc(self, state: Mapping[str, Tensor]) -> int:
+    def build_network(self) -> nn.Module:
+        return Yolo9Net(self.size, self.nc)
+
+    @classmethod
+    def infer_nc(cls, state: Mapping[str, Tensor], task: str) -> int:
         key = "head.cv3.0.2.weight"
         if key not in state:
             raise CheckpointError(f"not a YOLOv9 detection state dict: {key!r} is missing")
         return int(state[key].shape[0])
 
-    def infer_size(self, state: Mapping[str, Tensor], source: str) -> str:
+    @classmethod
+    def infer_size(cls, state: Mapping[str, Tensor], task: str) -> str | None:
         """Bare state dicts carry no metadata; the stem width and block types tell the size."""
-        stem = int(state["backbone.conv0.conv.weight"].shape[0])
+        key = "backbone.conv0.conv.weight"
+        if key not in state:
+            return None
+        stem = int(state[key].shape[0])
         if stem == 16:
             return "t"
         if stem == 64:
             return "c"
         return "m" if "backbone.elan1.cv2.0.cv1.conv.weight" in state else "s"
 
+    @classmethod
+    def remap_state(cls, state: Mapping[str, Tensor]) -> dict[str, Tensor]:
+        fixed: dict[str, Tensor] = {}
+        for key, value in state.items():
+            for old, new in _LEGACY_PREFIXES.items():
+                if key.startswith(old):
+                    key = new + key[len(old):]
+            if key not in _LEGACY_DROPPED:
+                fixed[key] = value
+        return fixed
+
     # Graph seams -------------------------------------------------------------------------
-    def forward_tensors(self, images: Tensor, net: nn.Module | None = None) -> Tensor:
-        """Inference seam: ``[B, 3, H, W]`` -> ``predictions [B, 4 + nc, A]`` (all NMS needs)."""
-        return (net or self.net)(images)["predictions"]
+    def inference_forward(self, net: nn.Module, images: Tensor) -> Tensor:
+        """``[B, 3, H, W]`` -> ``predictions [B, 4 + nc, A]`` (all NMS needs)."""
+        return net(images)["predictions"]
 
-    def train_forward(self, images: Tensor) -> list[Tensor]:
-        """Training seam: the network half (the three raw head maps), nothing data-dependent."""
-        return self.net.raw_outputs(images)
+    def training_forward(self, net: nn.Module, images: Tensor) -> list[Tensor]:
+        """The network half: the three raw head maps, nothing data-dependent."""
+        return net.raw_outputs(images)  # type: ignore[operator, no-any-return]
 
-    def compute_loss(self, raw_outputs: list[Tensor], targets: Tensor, *,
-                     normalizer_sum: Callable[[Tensor], Tensor] | None = None, world_size: int = 1,
-                     global_batch: int | None = None) -> tuple[Tensor, Tensor]:
-        """The eager remainder both training paths call: loss and detached [box, cls, dfl] items."""
-        if self._loss is None or self._loss.nc != self.nc:
-            self._loss = Yolo9Loss(self.nc)
-        return self._loss(raw_outputs, targets, normalizer_sum=normalizer_sum, world_size=world_size,
-                          global_batch=global_batch)
+    def compute_loss(self, outputs: list[Tensor], targets: Tensor, ctx: LossContext) -> LossResult:
+        gains = {**self.spec.task(self.task).loss_gains, **ctx.gains}
+        if self._loss is None or (self._loss.box, self._loss.cls, self._loss.dfl) != (
+                gains["box"], gains["cls"], gains["dfl"]):
+            self._loss = Yolo9Loss(self.nc, box=gains["box"], cls=gains["cls"], dfl=gains["dfl"])
+        total, items = self._loss([r.float() for r in outputs], targets, normalizer_sum=ctx.normalizer_sum,
+                                  world_size=ctx.world_size, global_batch=ctx.global_batch)
+        return LossResult(total, items)
 
-    loss_names = ("box", "cls", "dfl")
+    def postprocess(self, outputs: Tensor, options: Any) -> list[Tensor]:
+        return postprocess(outputs.float(), conf=options.conf, iou=options.iou, max_det=options.max_det,
+                           classes=options.classes, agnostic=options.agnostic)
 
-    def postprocess(self, outputs: Tensor, *, conf: float, iou: float, max_det: int,
-                    classes: list[int] | None) -> list[Tensor]:
-        return postprocess(outputs, conf=conf, iou=iou, max_det=max_det, classes=classes)
+    def sample_targets(self, batch: int, imgsz: int, generator: torch.Generator) -> Tensor:
+        return random_box_targets(batch, self.nc, generator)

@@ -1,0 +1,301 @@
+"""``LibreYOLO``: the one class users touch. It holds a family (composition, not inheritance),
+the family's network, and the model's identity (size, task, classes, image size).
+
+    model = LibreYOLO("LibreYOLO9t.pt")                 # weights by name, path, or checkpoint
+    model = LibreYOLO("LibreYOLO9s.yaml")               # untrained architecture
+    model = LibreYOLO(family="yolo9", size="m", nc=3)   # the same, from arguments
+    results = model("image.jpg")
+    model.train(data="shapes", epochs=10)
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from .building import ModelSource, resolve_source
+from .checkpoint import atomic_save, checkpoint_metadata, cpu_state_dict
+from .coco_names import default_names
+from .config import load_config
+from .contract import Family, TensorTree
+from .devices import resolve_device
+from .errors import ConfigError
+from .family_spec import FamilySpec
+from .graphs import ModelGraphs, capture_ahead
+from .settings import PredictConfig
+from .tasks import Task, get_task
+from .version import __version__
+
+log = logging.getLogger(__name__)
+
+
+class LibreYOLO:
+    """A model of the zoo: predict, train, validate, save, export and graph-capture.
+
+    Args:
+        model: a checkpoint path, a weights name (``"LibreYOLO9t.pt"``: local, then the weights
+            folder, then the hub), an architecture spec (``"LibreYOLO9t.yaml"``: a file with
+            ``family``/``size``/``task``/``nc``/``names``/``imgsz`` keys, or just that name), or
+            None with ``family=`` for an untrained model.
+        family: family name (``"yolo9"``) for an untrained model, or to say which family a
+            checkpoint without metadata belongs to.
+        size: size of an untrained model (default: the family's).
+        task: task of an untrained model (default: the family's first).
+        nc: number of classes of an untrained model (default 80, or ``len(names)``).
+        names: class names of an untrained model (default COCO for 80 classes).
+        imgsz: default image size (family default when omitted).
+        device: where to put the network (default: CPU).
+    """
+
+    def __init__(self, model: str | Path | None = None, *, family: str | FamilySpec | None = None,
+                 size: str | None = None, task: str | None = None, nc: int | None = None,
+                 names: Mapping[int, str] | list[str] | None = None, imgsz: int | None = None,
+                 device: str | int | torch.device | None = None) -> None:
+        source = resolve_source(model, family=family, size=size, task=task, nc=nc, names=names, imgsz=imgsz)
+        self.metrics: Any = None
+        self._assemble(source)
+        if device is not None:
+            self.to(device)
+
+    def _assemble(self, source: ModelSource) -> None:
+        """Build family and network from ``source`` and load its weights, if any."""
+        spec = source.spec
+        if not isinstance(source.nc, int) or isinstance(source.nc, bool) or source.nc < 1:
+            raise ConfigError(f"nc={source.nc!r} must be a positive number of classes")
+        self.spec: FamilySpec = spec
+        self.size, self.task, self.nc = source.size, source.task, source.nc
+        self.names = _normalize_names(source.names, source.nc)
+        self.imgsz = spec.check_imgsz(int(source.imgsz or spec.default_imgsz(self.size, self.task)))
+        self.family: Family = spec.implementation()(spec, self.size, self.task, self.nc)
+        self.net: nn.Module = self.family.build_network()
+        self.fused = False
+        self.graphs = ModelGraphs(self)
+        self.checkpoint: dict[str, Any] = source.checkpoint
+        self.ckpt_path: Path | None = source.path
+        if source.state is not None:
+            self.family.check_state(self.net, source.state, str(source.path))
+            self.net.load_state_dict(source.state)
+
+    @property
+    def task_spec(self) -> Task:
+        """The task's declarations and verbs (data, metrics, results)."""
+        return get_task(self.task)
+
+    def rebuild(self, *, nc: int | None = None, keep_weights: bool = True) -> None:
+        """A new network (and family) for ``nc`` classes on the same device. With ``keep_weights``
+        every weight whose shape still fits is carried over (all but the class outputs)."""
+        device, old_state = self.device, self.net.state_dict()
+        self.graphs.invalidate("network rebuilt")
+        self.graphs.release()
+        self.nc = nc or self.nc
+        self.family = self.spec.implementation()(self.spec, self.size, self.task, self.nc)
+        self.net = self.family.build_network().to(device)
+        if keep_weights:
+            new_state = self.net.state_dict()
+            kept = {k: v for k, v in old_state.items() if k in new_state and new_state[k].shape == v.shape}
+            self.net.load_state_dict(kept, strict=False)
+
+    def load(self, weights: str | Path) -> LibreYOLO:
+        """Load weights into this model (same family; size, task and nc come from the checkpoint).
+
+        Captured graphs are dropped first: graphs bake in parameter addresses.
+        """
+        source = resolve_source(weights, family=self.spec)
+        device = self.device
+        self.graphs.invalidate(f"new weights loaded from {source.path}")
+        self.graphs.release()
+        self._assemble(source)
+        self.net.to(device)
+        return self
+
+    # ----------------------------------------------------------------- graph seams
+    def inference_forward(self, images: Tensor, net: nn.Module | None = None) -> TensorTree:
+        """The inference seam (what inference capture records); ``net`` defaults to ``self.net``
+        (validation passes the EMA copy)."""
+        return self.family.inference_forward(net if net is not None else self.net, images)
+
+    def training_forward(self, images: Tensor) -> TensorTree:
+        """The training seam (the network half that training capture records)."""
+        return self.family.training_forward(self.net, images)
+
+    def training_module(self) -> nn.Module:
+        """``training_forward`` as a module over ``self.net``: what training capture wraps."""
+        return _SeamModule(self.net, self.training_forward)
+
+    def inference_module(self) -> nn.Module:
+        """``inference_forward`` as a module over ``self.net`` (benchmarks compare eager, graphs
+        and torch.compile on modules)."""
+        return _SeamModule(self.net, self.inference_forward)
+
+    # ----------------------------------------------------------------- state
+    @property
+    def device(self) -> torch.device:
+        return next(self.net.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.net.parameters()).dtype
+
+    def to(self, device: str | int | torch.device) -> LibreYOLO:
+        """Move the network; captured graphs are dropped when the device changes."""
+        target = resolve_device(device)
+        if target != self.device:
+            self.graphs.invalidate(f"device change {self.device} -> {target}")
+            self.net.to(target)
+        return self
+
+    def half(self) -> LibreYOLO:
+        """fp16 weights (GPU inference); captured graphs are dropped."""
+        if self.dtype != torch.float16:
+            self.graphs.invalidate("weights cast to float16")
+            self.net.half()
+        return self
+
+    def float(self) -> LibreYOLO:
+        """fp32 weights; captured graphs are dropped."""
+        if self.dtype != torch.float32:
+            self.graphs.invalidate("weights cast to float32")
+            self.net.float()
+        return self
+
+    def eval(self) -> LibreYOLO:
+        self.net.eval()
+        return self
+
+    def fuse(self) -> LibreYOLO:
+        """Fold BatchNorm into the convolutions and merge re-parameterizable branches, in place.
+
+        Fewer, larger kernels: faster inference, eager or graphed, at the same results up to
+        rounding (not bit for bit; see ``layers.fuse``). One-way: a fused model predicts and
+        validates but cannot train or be saved; ``load()`` brings back the unfused network.
+        """
+        if not self.fused:
+            from .layers.fuse import fuse_network
+
+            self.graphs.invalidate("network fused for inference")
+            fuse_network(self.net)
+            self.fused = True
+        return self
+
+    def require_unfused(self, action: str) -> None:
+        """Refuse ``action`` (training, saving) on a fused network, naming the way back."""
+        if self.fused:
+            source = f"LibreYOLO({str(self.ckpt_path)!r})" if self.ckpt_path else "a fresh model"
+            raise ConfigError(f"cannot {action}: this model was fused for inference (model.fuse() or fuse=True), "
+                              f"which folds its BatchNorm layers away; use {source} or model.load(weights) "
+                              "for an unfused copy")
+
+    def n_parameters(self) -> int:
+        return sum(p.numel() for p in self.net.parameters())
+
+    def info(self) -> dict[str, Any]:
+        """Family, size, task, classes, image size, parameter count, device, source checkpoint."""
+        decl = self.spec.task(self.task)
+        return {"family": self.spec.name, "model": self.spec.weight_name(self.size, self.task, ""),
+                "size": self.size, "task": self.task, "nc": self.nc, "imgsz": self.imgsz,
+                "parameters": self.n_parameters(), "device": str(self.device), "dtype": str(self.dtype),
+                "fused": self.fused, "checkpoint": str(self.ckpt_path) if self.ckpt_path else None,
+                "loss_names": list(decl.loss_names),
+                "inference_capture_verified": decl.inference_capture, "train_capture_verified": decl.train_capture}
+
+    def state_for_checkpoint(self, weights: dict[str, Tensor] | None = None) -> dict[str, Any]:
+        """The schema's metadata plus the network weights (CPU tensors): ``weights`` when the
+        caller already copied them (the trainer saves the EMA's), else this network's."""
+        self.require_unfused("save a checkpoint")
+        meta = checkpoint_metadata(family=self.spec.name, size=self.size, task=self.task, nc=self.nc,
+                                   names=self.names, imgsz=self.imgsz, version=__version__)
+        meta["model"] = cpu_state_dict(self.net) if weights is None else weights
+        return meta
+
+    def save(self, path: str | Path) -> Path:
+        """Write an upstream-compatible checkpoint atomically."""
+        return atomic_save(self.state_for_checkpoint(), path)
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        """Pickles as its checkpoint (CPU tensors): how multi-GPU workers receive the model."""
+        return (_unpickle, (self.state_for_checkpoint(), str(self.ckpt_path) if self.ckpt_path else None))
+
+    # ----------------------------------------------------------------- user verbs
+    def predict(self, source: object, **options: Any) -> list[Any]:
+        """Predict on ``source`` (see ``predict.sources`` for what it may be).
+
+        Options (``PredictConfig``): conf, iou, imgsz, classes, max_det, batch, save, device,
+        half, fuse (see ``fuse()``), cuda_graph (False | True | "auto"), project, name, verbose.
+        Returns one ``Results`` per image.
+        """
+        from .predict.predictor import run_prediction
+
+        cfg = load_config(PredictConfig, options, "predict()")
+        return run_prediction(self, source, cfg)
+
+    __call__ = predict
+
+    def train(self, **options: Any) -> Any:
+        """Train on ``data`` (see ``train.settings.TrainConfig``); the instance ends with the best weights."""
+        from .train.entry import train_model
+
+        return train_model(self, options)
+
+    def val(self, **options: Any) -> Any:
+        """Validate on ``data``'s ``split`` (see ``val.settings.ValConfig``); returns the metrics."""
+        from .val.entry import validate_model
+
+        return validate_model(self, options)
+
+    # ----------------------------------------------------------------- CUDA graphs
+    def capture_graph(self, imgsz: int | None = None, batch: int = 1, dtype: torch.dtype | None = None) -> dict:
+        """Capture the inference graph for ``batch x 3 x imgsz x imgsz`` ahead of the first request."""
+        return capture_ahead(self, imgsz=imgsz or self.imgsz, batch=batch, dtype=dtype)
+
+    def graph_info(self) -> dict[str, Any]:
+        """Whether capture is supported here, the captured graphs, replay counts, and the mode."""
+        return self.graphs.describe()
+
+    def release_graphs(self) -> None:
+        """Free every captured graph and its memory."""
+        self.graphs.release()
+
+    def invalidate_cuda_graph(self, reason: str) -> None:
+        """Drop captured graphs because what they captured changed (weights, device, dtype, a
+        head branch switched on); the next call recaptures per the mode."""
+        self.graphs.invalidate(reason)
+
+    def __repr__(self) -> str:
+        return (f"LibreYOLO({self.spec.name}-{self.size} {self.task}, nc={self.nc}, imgsz={self.imgsz}, "
+                f"device={self.device}, params={self.n_parameters():,})")
+
+
+class _SeamModule(nn.Module):
+    """Holds the network as a submodule (so DDP, graph capture and compile see its parameters)
+    and runs one of the graph seams."""
+
+    def __init__(self, net: nn.Module, seam: Any) -> None:
+        super().__init__()
+        self.net = net
+        self._seam = seam  # a bound method of a non-module: not registered as a submodule
+
+    def forward(self, images: Tensor) -> Any:
+        return self._seam(images)
+
+
+def _normalize_names(names: Mapping[int, str] | list[str] | tuple[str, ...] | None, nc: int) -> dict[int, str]:
+    if names is None:
+        return default_names(nc)
+    table = dict(enumerate(names)) if isinstance(names, list | tuple) else {int(k): str(v) for k, v in names.items()}
+    if sorted(table) != list(range(nc)):
+        raise ConfigError(f"names must cover class ids 0..{nc - 1} exactly; got ids {sorted(table)[:10]}")
+    return table
+
+
+def _unpickle(ckpt: dict[str, Any], path: str | None) -> LibreYOLO:
+    from .building import rebuild_source
+
+    model = LibreYOLO.__new__(LibreYOLO)
+    model.metrics = None
+    model._assemble(rebuild_source(ckpt, path))
+    return model

@@ -1,0 +1,20 @@
+"""Tasks as declarations: one literal table, complete without import side effects."""
+
+from __future__ import annotations
+
+from ..config import suggest
+from ..errors import ConfigError
+from .base import EvalSettings, Prepared, Task, TaskMetrics
+from .detect import DetectOptions, DetectTask
+
+TASKS: dict[str, Task] = {task.name: task for task in (DetectTask(),)}
+
+
+def get_task(name: str) -> Task:
+    """The task called ``name``; a ConfigError listing the known tasks otherwise."""
+    if name not in TASKS:
+        raise ConfigError(f"unknown task {name!r}; tasks: {', '.join(sorted(TASKS))}" + suggest(name, TASKS))
+    return TASKS[name]
+
+
+__all__ = ["TASKS", "DetectOptions", "DetectTask", "EvalSettings", "Prepared", "Task", "TaskMetrics", "get_task"]

@@ -1,0 +1,138 @@
+"""The task contract: what a task declares and the few verbs trainer, validator and predictor call.
+
+A task (detect, classify, semantic, ...) owns everything shaped by its kind of target: the
+dataset format and readers, the batches (targets schema, collate, augmentation), the metrics
+and what "best" means, how an input image becomes the network's tensor, and what ``Results``
+holds. Families say which tasks they implement; the trainer, validator, predictor and CLI ask
+the model's task and never name one.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+import numpy as np
+import torch
+from torch import Tensor
+
+if TYPE_CHECKING:
+    from ..facade import LibreYOLO
+    from ..predict.results import Results
+    from ..train.settings import TrainConfig
+
+
+class TaskMetrics(Protocol):
+    """What a task's validation returns."""
+
+    @property
+    def fitness(self) -> float:
+        """The single number "best" maximises."""
+
+    @property
+    def n_images(self) -> int: ...
+
+    def as_dict(self) -> dict[str, float]:
+        """Headline numbers under their ``results.csv`` keys (``metrics/...``)."""
+
+    def summary(self) -> str:
+        """One log line."""
+
+    def table(self) -> str:
+        """A readable per-class table."""
+
+    def best_fields(self) -> dict[str, float]:
+        """The checkpoint's ``best_<name>`` values (upstream's schema names, e.g. ``mAP50_95``)."""
+
+
+class Batch(Protocol):
+    """A training or validation batch on its device: what every task's pipeline yields."""
+
+    images: Tensor
+    targets: Any
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    """Validation settings; a task uses those that mean something for it (conf/iou: detect)."""
+
+    conf: float = 0.001
+    iou: float = 0.7
+    max_det: int = 300
+    half: bool = False
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """One input image as the network sees it, plus what maps predictions back to it."""
+
+    tensor: Tensor          # float [3, S, S] in [0, 1]
+    info: Any               # task-specific (detect: a LetterboxInfo)
+
+
+class Task(abc.ABC):
+    """One task's declarations (class attributes) and verbs."""
+
+    name: ClassVar[str]
+    fitness_name: ClassVar[str]          # how fitness is computed, for messages and checkpoints
+    results_field: ClassVar[str]         # what Results carries: "boxes", "probs" or "masks"
+    supports_multi_scale: ClassVar[bool] = False
+    augmentations: ClassVar[frozenset[str]] = frozenset()  # TrainConfig augmentation fields honoured
+
+    # ------------------------------------------------------------------ data
+    @abc.abstractmethod
+    def load_data(self, data: Any) -> Any:
+        """The dataset description (a path, a dict, a bundled name) -> its parsed config (has ``nc``, ``names``)."""
+
+    @abc.abstractmethod
+    def load_split(self, data: Any, split: str) -> Any:
+        """One checked split of a parsed config: every item in it is usable; problems are logged."""
+
+    def has_split(self, data: Any, split: str) -> bool:
+        return bool(getattr(data, split, None))
+
+    @abc.abstractmethod
+    def train_pipeline(self, index: Any, *, imgsz: int, batch_size: int, device: torch.device,
+                       cfg: TrainConfig, workers: int) -> TrainLoader:
+        """Augmented training batches for this rank."""
+
+    @abc.abstractmethod
+    def val_pipeline(self, index: Any, *, imgsz: int, batch_size: int, device: torch.device, workers: int,
+                     cache: str) -> Iterable[Batch]:
+        """Deterministic validation batches (sharded over ranks when distributed)."""
+
+    # ------------------------------------------------------------------ validation
+    @abc.abstractmethod
+    def evaluate(self, model: LibreYOLO, forward: Callable[[Tensor], Any], pipeline: Iterable[Batch], *,
+                 settings: EvalSettings, progress: bool) -> TaskMetrics:
+        """Metrics of ``forward`` over ``pipeline`` (the same result on every rank)."""
+
+    @abc.abstractmethod
+    def empty_best(self) -> dict[str, float]:
+        """The checkpoint's ``best_*`` fields before any validation (``best_fields``'s keys, at 0)."""
+
+    # ------------------------------------------------------------------ prediction
+    @abc.abstractmethod
+    def postprocess_options(self, options: Mapping[str, Any]) -> Any:
+        """The family ``postprocess`` options from predict settings (conf, iou, classes...)."""
+
+    @abc.abstractmethod
+    def prepare(self, image: np.ndarray, imgsz: int) -> Prepared:
+        """RGB uint8 ``[H, W, 3]`` -> the network input and the mapping back (CPU reference path)."""
+
+    @abc.abstractmethod
+    def make_results(self, image: np.ndarray, name: str, names: dict[int, str], prediction: Any, info: Any,
+                     speed: dict[str, float]) -> Results:
+        """One image's ``Results`` from the family's post-processed prediction."""
+
+
+class TrainLoader(Protocol):
+    """What ``Task.train_pipeline`` returns: batches per epoch, reseeded per epoch."""
+
+    def __len__(self) -> int: ...
+
+    def __iter__(self) -> Any: ...
+
+    def set_epoch(self, epoch: int, *, mosaic: bool) -> None: ...

@@ -1,0 +1,83 @@
+"""Training options resolved once into a plan that is passed down; nothing below re-parses them.
+
+The merge order: the family's recipe for its task, then the user's options (or, on resume, the
+run's saved options), checked by ``TrainConfig``; then the device plan, the image size against
+the family's stride, the global batch against the world size, the loss gains against the
+family's loss terms, and the SyncBatchNorm choice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+import libreyolo_ddp
+
+from ..config import load_config
+from ..errors import ConfigError
+from .settings import TrainConfig
+
+if TYPE_CHECKING:
+    from ..facade import LibreYOLO
+
+
+@dataclass(frozen=True)
+class TrainPlan:
+    """What every rank trains with.
+
+    Attributes:
+        cfg: the merged, checked options (what ``args.yaml`` records).
+        devices: the parsed ``device=`` (under torchrun, only its type matters).
+        imgsz: the training image size, a multiple of the family's stride.
+        gains: every loss term's weight (family defaults overridden by the user's).
+        sync_bn: convert BatchNorm to SyncBatchNorm when distributed.
+        world_size: ranks that will train (the spawn plan's, or torchrun's).
+    """
+
+    cfg: TrainConfig
+    devices: libreyolo_ddp.DevicePlan
+    imgsz: int
+    gains: dict[str, float]
+    sync_bn: bool
+    world_size: int
+
+    @property
+    def global_batch(self) -> int:
+        return self.cfg.batch
+
+    def with_batch(self, batch: int) -> TrainPlan:
+        """The plan after autobatch chose the global batch."""
+        return replace(self, cfg=replace(self.cfg, batch=batch))
+
+
+def resolve_plan(model: LibreYOLO, options: Mapping[str, Any], source: str, *, resumed: bool = False) -> TrainPlan:
+    """Merge and check everything once (see the module docstring). ``resumed``: the options are
+    a run's saved ones, recipe included, so the recipe is not applied again."""
+    decl = model.spec.task(model.task)
+    merged = dict(options) if resumed else {**decl.recipe, **options}
+    cfg = load_config(TrainConfig, merged, source)
+    devices = libreyolo_ddp.parse_devices(cfg.device or "auto")
+    world = libreyolo_ddp.dist_env().world_size if libreyolo_ddp.is_torchrun() else devices.world_size
+    if cfg.batch != -1:
+        libreyolo_ddp.split_global_batch(cfg.batch, world)  # fail before any expensive work
+    imgsz = model.spec.check_imgsz(cfg.imgsz or model.imgsz, f"{source}: imgsz")
+    if cfg.multi_scale and not model.task_spec.supports_multi_scale:
+        raise ConfigError(f"{source}: multi_scale=True is not supported for task {model.task!r}")
+    sync_bn = model.spec.sync_bn_default if cfg.sync_bn is None else cfg.sync_bn
+    return TrainPlan(cfg, devices, imgsz, resolve_gains(model, cfg, source), sync_bn, world)
+
+
+def resolve_gains(model: LibreYOLO, cfg: TrainConfig, source: str) -> dict[str, float]:
+    """The family's gains with the user's overrides; a term the family lacks is an error."""
+    decl = model.spec.task(model.task)
+    gains = dict(decl.loss_gains)
+    for name, value in cfg.requested_gains().items():
+        if name not in decl.loss_gains:
+            own = ", ".join(f"{k}={v:g}" for k, v in decl.loss_gains.items()) or "none"
+            raise ConfigError(f"{source}: {model.spec.display_name} ({model.task}) has no loss term {name!r}; "
+                              f"its gains are {own} (set them as keyword options or gains=name:value)")
+        if value < 0:
+            raise ConfigError(f"{source}: loss gain {name}={value:g} must be 0 or more")
+        gains[name] = value
+    return gains
