@@ -5,8 +5,12 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from .arguments import ParsedArgs, UsageError
+
+if TYPE_CHECKING:
+    from libreyolo_models import LibreYOLO
 
 
 def _suggest(word: str, known: list[str]) -> str:
@@ -16,7 +20,7 @@ def _suggest(word: str, known: list[str]) -> str:
     return f" (did you mean {hint[0]!r}?)" if hint else ""
 
 
-def _take_model(options: dict[str, object], command: str, default: str | None = None) -> object:
+def _take_model(options: dict[str, object], command: str, default: str | None = None) -> LibreYOLO:
     from libreyolo_models import LibreYOLO
 
     name = options.pop("model", default)
@@ -74,7 +78,7 @@ def _list_families(as_json: bool) -> int:
     """``libreyolo info`` without a model: every family, its sizes, tasks and what it supports."""
     from libreyolo_models import families
 
-    rows = []
+    rows: list[dict[str, Any]] = []
     for spec in families().values():
         for task, decl in spec.tasks.items():
             rows.append({"family": spec.name, "name": spec.display_name, "task": task, "sizes": list(spec.sizes),

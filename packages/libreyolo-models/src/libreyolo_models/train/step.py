@@ -4,7 +4,7 @@ the optimizer step with gradient accumulation, AMP scaling, clipping and the EMA
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -30,7 +30,7 @@ class StepTimer:
         self.totals = dict.fromkeys(self.PHASES, 0.0)
 
     @contextlib.contextmanager
-    def phase(self, name: str):  # noqa: ANN201 - context manager
+    def phase(self, name: str) -> Iterator[None]:
         if not self.enabled:
             yield
             return
@@ -48,7 +48,7 @@ class StepTimer:
 class TrainStep:
     """Runs iterations for one model; the caller owns the schedule and the epoch loop."""
 
-    def __init__(self, family: Family, forward: Callable[[Tensor], Any], net: nn.Module,
+    def __init__(self, family: Family, forward: Callable[..., Any], net: nn.Module,
                  optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler, ema: ModelEMA | None, *,
                  amp: bool, device: torch.device, context: LossContext, max_grad_norm: float,
                  timer: StepTimer, takes_targets: bool = False) -> None:
@@ -95,6 +95,9 @@ class TrainStep:
 class SeamThenHead(nn.Module):
     """``forward(images, targets)``: the captured training seam (a module or its graph), then the
     family's eager ``training_head``, inside one module so DDP sees every parameter used."""
+
+    _seam: Callable[[Tensor], Any]
+    _family: Family
 
     def __init__(self, net: nn.Module, seam: Callable[[Tensor], Any], family: Family) -> None:
         super().__init__()

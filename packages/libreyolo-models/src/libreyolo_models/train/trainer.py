@@ -101,7 +101,8 @@ class Trainer:
         self.optimizer = build_optimizer(groups, cfg, iterations=iterations, cuda=self.device.type == "cuda")
         self.scaler = torch.amp.GradScaler("cuda", enabled=cfg.amp and self.device.type == "cuda")
         self.ema = ModelEMA(model.net)
-        self.start_epoch, self.best = 0, {"fitness": -1.0, "epoch": -1, "fields": task.empty_best()}
+        self.start_epoch = 0
+        self.best: dict[str, Any] = {"fitness": -1.0, "epoch": -1, "fields": task.empty_best()}
         self.run_dir = self._resolve_run_dir()
         self.weights_dir = self.run_dir / "weights"
         self.results = ResultsLog.read(self.run_dir / "results.csv") if self.resume else ResultsLog(
