@@ -18,13 +18,22 @@ from libreyolo_models import (
     Boxes,
     CheckpointError,
     ConfigError,
+    Family,
+    FamilySpec,
     LibreYOLO,
     LibreYOLO9,
     LibreYOLOError,
+    LossContext,
+    LossResult,
     Results,
     SourceError,
+    TaskDecl,
     UnknownFamilyError,
+    WeightsEntry,
     WeightsNotFoundError,
+    families,
+    register_family,
+    unregister_family,
 )
 
 try:
@@ -33,6 +42,7 @@ except PackageNotFoundError:  # run from a source checkout (PYTHONPATH), not ins
     __version__ = "0+source"
 
 __all__ = [
-    "SAMPLE_IMAGE", "Boxes", "CheckpointError", "ConfigError", "LibreYOLO", "LibreYOLO9", "LibreYOLOError",
-    "Results", "SourceError", "UnknownFamilyError", "WeightsNotFoundError", "__version__",
+    "SAMPLE_IMAGE", "Boxes", "CheckpointError", "ConfigError", "Family", "FamilySpec", "LibreYOLO", "LibreYOLO9",
+    "LibreYOLOError", "LossContext", "LossResult", "Results", "SourceError", "TaskDecl", "UnknownFamilyError",
+    "WeightsEntry", "WeightsNotFoundError", "__version__", "families", "register_family", "unregister_family",
 ]
