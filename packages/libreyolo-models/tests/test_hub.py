@@ -85,6 +85,16 @@ class _Hub(http.server.BaseHTTPRequestHandler):
         pass
 
 
+@pytest.fixture(autouse=True)
+def _online(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Online unless a test says otherwise, even where the shell sets HF_HUB_OFFLINE (the client
+    reads it once, at import): these tests only reach their own loopback servers."""
+    from huggingface_hub import constants
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+
+
 class _QuietServer(http.server.ThreadingHTTPServer):
     def handle_error(self, request: object, client_address: object) -> None:
         pass  # a client that gives up mid-transfer resets the connection: expected here
