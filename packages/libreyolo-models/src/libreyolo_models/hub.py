@@ -239,6 +239,8 @@ def _fetch_file(source: HubFile, metadata: HfFileMetadata, staging: Path) -> Pat
     limit = (metadata.size * MAX_RECEIVED_PER_FILE_BYTE + (1 << 20) if metadata.size
              else UNSIZED_DOWNLOAD_LIMIT_BYTES)
     log.info("downloading %s (commit %s) into %s", source.url, metadata.commit_hash, staging.parent)
+    # The client makes its own HEAD first; it falls back to its back-off retries (bounded: five, at
+    # most 8 s apart) only if the hub stopped answering since ours, a moment ago.
     try:
         return Path(hf_hub_download(
             source.repo_id, source.filename, revision=metadata.commit_hash, endpoint=source.endpoint,
