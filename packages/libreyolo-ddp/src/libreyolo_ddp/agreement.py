@@ -16,10 +16,10 @@ import torch.distributed as dist
 from libreyolo_ddp.collectives import is_dist_initialized
 
 _lock = threading.Lock()
-_groups: dict[int, object] = {}  # id(default group) -> its Gloo companion
+_groups: dict[int, dist.ProcessGroup] = {}  # id(default group) -> its Gloo companion
 
 
-def _cpu_group() -> object | None:
+def _cpu_group() -> dist.ProcessGroup | None:
     """The Gloo group beside the default one (the default group itself when it is Gloo)."""
     if str(dist.get_backend()) == "gloo":
         return None  # None means the default group in torch.distributed calls
@@ -27,7 +27,10 @@ def _cpu_group() -> object | None:
     with _lock:
         key = id(default)
         if key not in _groups:
-            _groups[key] = dist.new_group(backend="gloo")  # every rank creates it in the same order
+            group = dist.new_group(backend="gloo")  # every rank creates it in the same order
+            if not isinstance(group, dist.ProcessGroup):  # this rank is outside it: cannot happen for WORLD
+                raise RuntimeError("could not create the Gloo agreement group beside the default group")
+            _groups[key] = group
         return _groups[key]
 
 
@@ -39,7 +42,7 @@ def agree_min(value: int) -> int:
     if not is_dist_initialized() or dist.get_world_size() == 1:
         return int(value)
     vote = torch.tensor([int(value)], dtype=torch.int64)
-    dist.all_reduce(vote, op=dist.ReduceOp.MIN, group=_cpu_group())  # type: ignore[arg-type]
+    dist.all_reduce(vote, op=dist.ReduceOp.MIN, group=_cpu_group())
     return int(vote.item())
 
 
