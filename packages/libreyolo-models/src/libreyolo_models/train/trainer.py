@@ -30,7 +30,7 @@ from .adapt import adapt_to_classes
 from .callbacks import CallbackRunner, EpochEnd, TrainEnd, TrainException, TrainStart
 from .checkpoints import build_training_checkpoint, write_epoch_checkpoints
 from .ema import ModelEMA
-from .graph_forward import graph_forward
+from .graph_forward import graph_forward, wants_graphs
 from .optim import align_state_layout, build_optimizer
 from .plan import TrainPlan
 from .results_log import ResultsLog
@@ -119,7 +119,7 @@ class Trainer:
         self.loss_names = model.spec.task(model.task).loss_names
         self.step = TrainStep(model.family, forward, model.net, self.optimizer, self.scaler, self.ema, amp=cfg.amp,
                               device=self.device, context=context, max_grad_norm=cfg.max_grad_norm, timer=self.timer,
-                              takes_targets=self.takes_targets)
+                              takes_targets=self.takes_targets, sync_gradients=self.sync_gradients)
 
     def _set_backend_flags(self) -> None:
         cfg = self.cfg
@@ -157,14 +157,23 @@ class Trainer:
         model, family = self.model, self.model.family
         self.forward_module = seam = model.training_module()
         self.takes_targets = has_training_head(family)
-        prefix = graph_forward(model, seam, self.cfg, device=self.device, world_size=self.world)
-        if self.world == 1:
+        self.sync_gradients = False
+        model.graphs.attach_training(None)
+        if self.world > 1:
+            # Conversion swaps BatchNorm children in place, so model.net and the EMA (a plain-BN
+            # copy with the same state-dict keys) stay valid.
+            libreyolo_ddp.convert_sync_batchnorm(seam, enabled=self.plan.sync_bn, world_size=self.world,
+                                                 per_rank_batch=self.batch)
+        graphed = wants_graphs(model, self.cfg, device=self.device)
+        if graphed or self.world == 1:
+            # Graphed steps hand gradients back outside autograd's hooks, so under several ranks
+            # they are averaged explicitly (one flat all-reduce per optimizer step), not by DDP.
+            prefix = graph_forward(model, seam, self.cfg, world_size=self.world) if graphed else seam
+            if self.world > 1:
+                libreyolo_ddp.broadcast_parameters(model.net)
+                self.sync_gradients = True
             return SeamThenHead(model.net, prefix, family) if self.takes_targets else prefix
         module: nn.Module = SeamThenHead(model.net, seam, family) if self.takes_targets else seam
-        module = libreyolo_ddp.convert_sync_batchnorm(module, enabled=self.plan.sync_bn, world_size=self.world,
-                                                      per_rank_batch=self.batch)
-        # Conversion swaps BatchNorm children in place, so model.net and the EMA (a plain-BN copy
-        # with the same state-dict keys) stay valid.
         ids = [self.device.index] if self.device.type == "cuda" else None
         self.forward_module = nn.parallel.DistributedDataParallel(module, device_ids=ids)
         return self.forward_module
@@ -172,7 +181,10 @@ class Trainer:
     # ------------------------------------------------------------------ run
     def run(self) -> TrainOutcome:
         with _restored_backend_flags():  # deterministic / cudnn settings are the run's, not the process's
-            return self._run()
+            try:
+                return self._run()
+            finally:
+                self.model.graphs.release_training()
 
     def _run(self) -> TrainOutcome:
         epoch, stopped_early, last, metrics = 0, False, None, {}
