@@ -162,7 +162,8 @@ class MixVisionTransformer(nn.Module):
 
     def __init__(self, arch: SegFormerArch) -> None:
         super().__init__()
-        rates = torch.linspace(0, arch.drop_path_rate, sum(arch.depths)).tolist()
+        blocks = sum(arch.depths)
+        rates = [arch.drop_path_rate * i / max(blocks - 1, 1) for i in range(blocks)]  # linear from 0
         c_in, first = 3, 0
         for i in range(4):
             width = arch.widths[i]
