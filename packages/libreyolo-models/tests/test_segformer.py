@@ -181,3 +181,19 @@ def test_declarations() -> None:
     assert spec.ddp_autospawn and not spec.sync_bn_default and spec.mean == MEAN and spec.std == STD
     assert not decl.inference_capture and not decl.train_capture  # set by the lead from the GPU parity rows
     assert decl.recipe["optimizer"] == "AdamW" and decl.recipe["lr0"] == 6e-5 and decl.recipe["lrf"] == 0.0
+
+
+def test_fuse_folds_the_decoder_batchnorm_and_keeps_the_class_maps() -> None:
+    model = LibreYOLO("LibreSegFormerb0.yaml", nc=3)
+    bn = model.net.decode_head.linear_fuse.bn
+    with torch.no_grad():
+        bn.running_mean.uniform_(-0.5, 0.5)
+        bn.running_var.uniform_(0.5, 2.0)
+    model.eval()
+    x = torch.rand(1, 3, 64, 64)
+    with torch.no_grad():
+        logits = model.net(x)
+        model.fuse()
+        fused = model.net(x)
+    assert isinstance(model.net.decode_head.linear_fuse.bn, torch.nn.Identity)
+    assert torch.allclose(fused, logits, atol=1e-4)

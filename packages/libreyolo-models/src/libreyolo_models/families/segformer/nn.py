@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ...layers.drop_path import DropPath
+from ...layers.fuse import fold_batchnorm
 from ...layers.normalize import InputNormalize
 
 BLOCK_NORM_EPS = 1e-6  # the published blocks' and stages' LayerNorm; patch embeddings and sr use torch's 1e-5
@@ -209,6 +210,14 @@ class ConvBNReLU(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return F.relu(self.bn(self.conv(x)))
+
+    def fuse_for_inference(self) -> bool:
+        """Fold ``bn`` into ``conv`` (``model.fuse()``; see ``layers.fuse``); True when something changed."""
+        if not isinstance(self.bn, nn.BatchNorm2d):
+            return False
+        self.conv = fold_batchnorm(self.conv, self.bn)
+        self.bn = nn.Identity()
+        return True
 
 
 class AllMLPDecoder(nn.Module):
