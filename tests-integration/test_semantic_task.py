@@ -12,7 +12,7 @@ import torch
 import yaml
 from PIL import Image
 
-from libreyolo_models import LibreYOLO
+from libreyolo_models import ConfigError, LibreYOLO
 from libreyolo_models.val.semantic_metrics import SemanticMetrics
 
 FAST = {"epochs": 2, "imgsz": 64, "batch": 4, "workers": 0, "device": "cpu", "verbose": False, "plots": False,
@@ -79,6 +79,8 @@ def test_predict_plot_save_and_load_give_the_same_masks(trained, mini_seg: Path,
                                                                               model.names)
     (same,) = again(image, imgsz=64)
     assert torch.equal(same.masks.data, res.masks.data)
+    with pytest.raises(ConfigError, match=r"classes=\[1\] filters detections; a semantic model labels every pixel"):
+        model(image, imgsz=64, classes=[1])
     saved = res.save(tmp_path / "overlay.jpg")
     assert Image.open(saved).size == (res.orig_shape[1], res.orig_shape[0])
 

@@ -238,3 +238,14 @@ def test_validation_sees_predicts_pixels_and_the_original_masks(mini_seg: Path) 
         image = read_image(path)
         assert torch.equal(batch.images[i], letterbox(image, 64)[0])
         assert batch.targets[i].shape == image.shape[:2] and batch.infos[i].orig_shape == image.shape[:2]
+
+
+def test_detection_only_augmentations_are_named_as_having_no_effect(mini_seg: Path, tmp_path: Path,
+                                                                    caplog: pytest.LogCaptureFixture) -> None:
+    from libreyolo_models.train.settings import TrainConfig
+
+    split = TASK.load_split(str(mini_seg), "train")
+    cfg = TrainConfig(data="shapes-seg", mosaic=1.0, degrees=5.0, translate=0.0, cache="disk")
+    with caplog.at_level(logging.WARNING):
+        TASK.train_pipeline(split, imgsz=64, batch_size=2, device=torch.device("cpu"), cfg=cfg, workers=0)
+    assert "degrees=5, mosaic=1: no effect on semantic training" in caplog.text

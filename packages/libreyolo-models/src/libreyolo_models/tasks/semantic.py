@@ -10,6 +10,7 @@ carried back to its original image. Fitness is mIoU.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -19,6 +20,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..data.augment_draws import AugmentConfig
 from ..data.data_config import DataConfig, load_data_config
 from ..data.errors import DataConfigError
 from ..data.mask_augment import SEMANTIC_AUGMENTATIONS
@@ -26,6 +28,7 @@ from ..data.mask_pipeline import MaskTrainPipeline, MaskValPipeline
 from ..data.mask_reader import MaskSplit, read_mask_split
 from ..data.masks import IGNORE_INDEX
 from ..data.shapes_seg import BUNDLED_NAMES, ensure_shapes_seg
+from ..errors import ConfigError
 from ..predict.letterbox import letterbox
 from ..predict.masks import SemanticMask, map_to_original
 from ..predict.results import Results
@@ -35,6 +38,8 @@ from .base import Batch, EvalSettings, Prepared, Task, TaskMetrics
 if TYPE_CHECKING:
     from ..facade import LibreYOLO
     from ..train.settings import TrainConfig
+
+log = logging.getLogger(__name__)
 
 _DETECTION_BUNDLED = ("shapes", "shapes.yaml")
 
@@ -65,7 +70,13 @@ class SemanticTask(Task):
 
     def train_pipeline(self, index: Any, *, imgsz: int, batch_size: int, device: torch.device,
                        cfg: TrainConfig, workers: int) -> MaskTrainPipeline:
-        return MaskTrainPipeline(index, imgsz=imgsz, batch_size=batch_size, device=device, augment=cfg.augment(),
+        augment = cfg.augment()
+        unused = [f"{name}={getattr(augment, name):g}" for name in sorted(AugmentConfig.__dataclass_fields__)
+                  if name not in self.augmentations and getattr(augment, name) != 0]
+        if unused:
+            log.warning("%s: no effect on semantic training, which augments with scale, fliplr and hsv_h/s/v only",
+                        ", ".join(unused))
+        return MaskTrainPipeline(index, imgsz=imgsz, batch_size=batch_size, device=device, augment=augment,
                                  workers=workers, seed=cfg.seed, gpu_augment=cfg.gpu_augment, cache=cfg.cache)
 
     def val_pipeline(self, index: Any, *, imgsz: int, batch_size: int, device: torch.device, workers: int,
@@ -80,7 +91,11 @@ class SemanticTask(Task):
         return {"mIoU": 0.0, "pixel_accuracy": 0.0}
 
     def postprocess_options(self, options: Mapping[str, Any]) -> None:
-        """Class maps need no thresholds: conf, iou and max_det do not apply."""
+        """Class maps need no thresholds: conf, iou and max_det do not apply. ``classes`` would
+        silently do nothing (every pixel gets a class), so it is refused."""
+        if options.get("classes") is not None:
+            raise ConfigError(f"classes={options['classes']} filters detections; a semantic model labels every "
+                              "pixel, so there is nothing to filter. Select classes from Results.masks.data instead")
         return None
 
     def prepare(self, image: np.ndarray, imgsz: int) -> Prepared:
