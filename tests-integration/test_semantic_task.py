@@ -98,7 +98,10 @@ def test_segformer_through_the_cli(mini_seg: Path, tmp_path: Path, capsys: pytes
     image = next((mini_seg.parent / "images" / "val").glob("*.jpg"))
     assert main(["predict", f"model={best}", f"source={image}", "imgsz=64"]) == 0
     assert main(["info", f"model={best}"]) == 0
+    assert main(["info"]) == 0  # the family listing
     out = capsys.readouterr().out
+    assert any(line.split()[:2] == ["segformer", "semantic"] and "LibreSegFormerb0.pt" in line
+               for line in out.splitlines())
     assert "mIoU=" in out and "pixel_accuracy=" in out and "task: semantic" in out and "family: segformer" in out
     assert f"{image}: " in out and "%" in out
 
