@@ -197,3 +197,11 @@ def test_fuse_folds_the_decoder_batchnorm_and_keeps_the_class_maps() -> None:
         fused = model.net(x)
     assert isinstance(model.net.decode_head.linear_fuse.bn, torch.nn.Identity)
     assert torch.allclose(fused, logits, atol=1e-4)
+
+
+def test_a_fresh_network_starts_near_uniform_class_scores() -> None:
+    net = _tiny_b0(nc=6).eval()
+    with torch.no_grad():
+        logits = net(torch.rand(2, 3, 64, 64))
+    loss = F.cross_entropy(logits, torch.randint(0, 6, (2, 16, 16)))
+    assert float(logits.abs().max()) < 1.0 and abs(float(loss) - torch.log(torch.tensor(6.0)).item()) < 0.3

@@ -256,6 +256,9 @@ class SegFormerNet(nn.Module):
         self.backbone = MixVisionTransformer(arch)
         self.decode_head = AllMLPDecoder(arch.widths, arch.decoder_width, nc, arch.decoder_dropout)
         self.apply(_init_weights)
+        # The classifier starts near zero (std 0.01, as MMSegmentation's decode heads do): the first
+        # losses are then about log(nc), not the tens a He-initialised 1x1 conv over 256+ channels gives.
+        nn.init.normal_(self.decode_head.linear_pred.weight, std=0.01)
 
     def forward(self, images: Tensor) -> Tensor:
         return self.decode_head(self.backbone(self.normalize(images)))
