@@ -24,7 +24,7 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 # warmup, batch 16. Poly with power 1 is exactly this trainer's linear schedule with lrf=0; it
 # steps per epoch here rather than per iteration. Augmentation: random scale 0.5-1.5 around the
 # letterbox size, random crop, horizontal flip, mild colour jitter. The lr suits fine-tuning an
-# ImageNet-pretrained encoder; from scratch, pass a larger lr0 (the learning test uses 2e-3).
+# ImageNet-pretrained encoder; from scratch, pass a larger lr0 (about 1e-3, as the learning test does).
 RECIPE: dict[str, object] = {
     "optimizer": "AdamW", "lr0": 6e-5, "lrf": 0.0, "cos_lr": False, "momentum": 0.9, "weight_decay": 0.01,
     "warmup_epochs": 1.0, "warmup_momentum": 0.9, "warmup_bias_lr": 0.0, "nbs": 16, "close_mosaic": 0,
