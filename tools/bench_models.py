@@ -3,6 +3,8 @@
     python tools/bench_infer_graphs.py --extra bench_models:yolo9t_infer
     python tools/bench_infer_graphs.py --extra bench_models:yolo9t_infer_fused
     python tools/bench_train_graphs.py --extra bench_models:yolo9t_train
+    python tools/bench_infer_graphs.py --extra bench_models:segformer_b0_infer
+    python tools/bench_train_graphs.py --extra bench_models:segformer_b0_train
 """
 
 from __future__ import annotations
@@ -53,3 +55,30 @@ def _yolo9_train(size: str, device: torch.device, batch: int = 8, imgsz: int = 6
 
 def yolo9t_train(device: torch.device):  # noqa: ANN201
     return _yolo9_train("t", device)
+
+
+def segformer_b0_infer() -> tuple[str, nn.Module, int]:
+    """SegFormer-b0's inference seam (logits, bilinear upsampling and arg-max) at 512 px, ADE20K's
+    150 classes."""
+    from libreyolo_models import LibreSegFormer
+
+    torch.manual_seed(0)
+    return "segformer-b0", LibreSegFormer(size="b0", nc=150).inference_module(), 512
+
+
+def segformer_b0_train(device: torch.device, batch: int = 8, imgsz: int = 512):  # noqa: ANN201
+    """SegFormer-b0's training seam at batch 8, 512 px, with its eager pixel cross-entropy (drop path
+    and dropout active: their draws come from the graph's own RNG stream when captured)."""
+    from libreyolo_models import LibreSegFormer, LossContext
+
+    torch.manual_seed(0)
+    model = LibreSegFormer(size="b0", nc=150)
+    g = torch.Generator().manual_seed(0)
+    images = torch.rand(batch, 3, imgsz, imgsz, generator=g).to(device)
+    masks = model.family.sample_targets(batch, imgsz, g).to(device)
+    context = LossContext(gains=model.spec.task(model.task).loss_gains, global_batch=batch)
+
+    def loss_fn(outputs, inputs):  # noqa: ANN001, ANN202, ARG001
+        return model.family.compute_loss(outputs, masks, context).total
+
+    return f"segformer-b0 (b{batch}, {imgsz}px)", model.training_module(), (images,), loss_fn

@@ -14,3 +14,8 @@ from .facade import LibreYOLO
 def LibreYOLO9(model: str | Path | None = None, **kwargs: Any) -> LibreYOLO:  # noqa: N802 - upstream's name
     """YOLOv9: ``LibreYOLO9(size="t", nc=3)`` (untrained) or ``LibreYOLO9("best.pt")``."""
     return LibreYOLO(model, family="yolo9", **kwargs)
+
+
+def LibreSegFormer(model: str | Path | None = None, **kwargs: Any) -> LibreYOLO:  # noqa: N802 - a class-like name
+    """SegFormer: ``LibreSegFormer(size="b0", nc=19)`` (untrained) or ``LibreSegFormer("best.pt")``."""
+    return LibreYOLO(model, family="segformer", **kwargs)
