@@ -126,7 +126,8 @@ def read_mask_split(config: DataConfig, split: str) -> MaskSplit:
         kept_images.append(image)
         kept_masks.append(mask)
         sizes.append(check.size)
-        pixels += check.pixels
+        if check.pixels is not None:
+            pixels += check.pixels
     found = MaskSplit(split, kept_images, kept_masks, sizes, dict(config.names), pixels, problems,  # type: ignore[arg-type]
                       config.source, masks_dir)
     _report(found)
@@ -145,6 +146,8 @@ def check_pair(image: Path, mask: Path, nc: int, source: str) -> _PairCheck:
     if verdict.error is not None:
         return _PairCheck(None, error=verdict.error)
     size = verdict.size
+    if size is None:  # check_image gives a size whenever it gives no error
+        return _PairCheck(None, error=f"image {image} has no readable size")
     notes = [verdict.note] if verdict.note else []
     mode, raw_size = _image_mode(image)
     if mode in _GRAY:
@@ -221,7 +224,7 @@ def _report(split: MaskSplit) -> None:
                     problem.reason)
     skipped = sum(p.skipped for p in split.problems)
     labelled = split.pixels[:-1]
-    absent = [split.names[i] for i in np.flatnonzero(labelled == 0)]
+    absent = [split.names[int(i)] for i in np.flatnonzero(labelled == 0)]
     total = max(int(split.pixels.sum()), 1)
     summary = (f"{split.name}: {len(split)} images with masks, {skipped} skipped" + (" (see above)" if skipped else "")
                + f", {split.nc} classes, {100 * int(split.pixels[-1]) / total:.1f}% pixels ignored")
