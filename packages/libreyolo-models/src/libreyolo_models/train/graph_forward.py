@@ -49,8 +49,10 @@ def graph_forward(model: LibreYOLO, module: nn.Module, cfg: TrainConfig, *, devi
 
     graphed = GraphedTraining(module, repeat_threshold=REPEAT_THRESHOLD, name=f"{model.spec.name}-{model.size}")
     model.graphs.attach_training(graphed)
-    eager = ("the family's target-dependent training head and the loss stay eager (split capture)"
-             if has_training_head(model.family) else "loss stays eager")
+    eager = "loss stays eager"
+    if has_training_head(model.family):
+        eager = (model.family.training_head_note
+                 or "the family's target-dependent training head and the loss stay eager (split capture)")
     log.info("cuda_graph=True: forward+backward captured once a batch shape repeats %d times; %s",
              REPEAT_THRESHOLD, eager)
     return graphed
