@@ -38,7 +38,6 @@ class RTDETRFamily(Family):
     def __init__(self, spec: FamilySpec, size: str, task: str, nc: int) -> None:
         super().__init__(spec, size, task, nc)
         self._loss: tuple[tuple[float, ...], RTDETRLoss] | None = None
-        self._noise: torch.Generator | None = None
 
     def build_network(self) -> nn.Module:
         return RTDETRNet(self.size, self.nc)
@@ -82,11 +81,11 @@ class RTDETRFamily(Family):
     def training_head(self, net: nn.Module, outputs: list[Tensor], targets: Tensor) -> dict[str, Any]:
         """The eager remainder's network part: the decoder with this batch's denoising queries."""
         grouped = group_targets(targets, int(outputs[0].shape[0]), self.nc)
-        if self._noise is None:  # its own stream: other random draws (augmentation, graph warmup) cannot shift it
-            self._noise = torch.Generator().manual_seed(torch.initial_seed())
+        # The noise comes from torch's global CPU generator: seeded per rank by the trainer, and
+        # restored by graph capture around its warmup, so eager and graphed runs draw the same.
         denoising = build_denoising(grouped, self.nc, NUM_QUERIES, num_denoising=NUM_DENOISING,
-                                    label_noise_ratio=LABEL_NOISE_RATIO, box_noise_scale=BOX_NOISE_SCALE,
-                                    generator=self._noise).to(outputs[0].device)
+                                    label_noise_ratio=LABEL_NOISE_RATIO,
+                                    box_noise_scale=BOX_NOISE_SCALE).to(outputs[0].device)
         head = net.forward_train(outputs, denoising)  # type: ignore[operator]
         return {**head, "targets": grouped, "denoising": denoising}
 
