@@ -145,3 +145,42 @@ def test_cuda_graph_training_logs_that_the_decoder_stays_eager_and_why(caplog: p
     assert len(lines) == 1 and type(graphed).__name__ == "GraphedTraining"
     assert "the decoder and the loss stay eager" in lines[0] and "denoising queries" in lines[0]
     assert "backbone + encoder are captured" in lines[0]
+
+
+def _randomize_norm_statistics(net: torch.nn.Module) -> None:
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for m in net.modules():
+            if hasattr(m, "running_var") and m.running_var is not None:
+                m.running_mean.copy_(torch.randn(m.running_mean.shape, generator=g) * 0.1)
+                m.running_var.copy_(torch.rand(m.running_var.shape, generator=g) + 0.5)
+
+
+def test_fuse_folds_norms_and_merges_repvgg_branches_with_the_same_features() -> None:
+    model = LibreRTDETR(size="r18", nc=3)
+    _randomize_norm_statistics(model.net)
+    x = torch.rand(1, 3, 128, 128)
+    model.net.eval()
+    with torch.no_grad():
+        before = model.net.features(x)
+    model.fuse()
+    with torch.no_grad():
+        after = model.net.features(x)
+    assert not any(isinstance(m, torch.nn.BatchNorm2d) for m in model.net.backbone.modules())
+    assert all(block.conv2 is None for block in model.net.encoder.fpn_blocks[0].bottlenecks)
+    for a, b in zip(before, after):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-4)
+
+
+def test_hgnet_units_fold_their_frozen_norms_including_after_a_pad() -> None:
+    from libreyolo_models.families.rtdetr.hgnet import StemBlock
+
+    stem = StemBlock(3, 32, 48, frozen=True)
+    _randomize_norm_statistics(stem)
+    x = torch.rand(1, 3, 64, 64)
+    with torch.no_grad():
+        before = stem(x)
+        from libreyolo_models.layers.fuse import fuse_network
+
+        assert fuse_network(stem) == 5
+        torch.testing.assert_close(stem(x), before, rtol=1e-4, atol=1e-4)

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ...layers.fuse import merge_parallel_convs
 from .norms import NORM_EPS, ConvNorm
 
 AIFI_LEVEL = 2          # the encoder attends within the stride-32 level only
@@ -72,15 +73,24 @@ class TransformerEncoder(nn.Module):
 
 
 class RepVggBlock(nn.Module):
-    """``act(bn(3x3(x)) + bn(1x1(x)))``: two branches in training (mergeable into one 3x3)."""
+    """``act(bn(3x3(x)) + bn(1x1(x)))``: two branches in training, one 3x3 after ``fuse()``."""
 
     def __init__(self, channels: int) -> None:
         super().__init__()
         self.conv1 = ConvNorm(channels, channels, 3, 1, padding=1)
-        self.conv2 = ConvNorm(channels, channels, 1, 1, padding=0)
+        self.conv2: ConvNorm | None = ConvNorm(channels, channels, 1, 1, padding=0)
 
     def forward(self, x: Tensor) -> Tensor:
-        return F.silu(self.conv1(x) + self.conv2(x))
+        y = self.conv1(x) if self.conv2 is None else self.conv1(x) + self.conv2(x)
+        return F.silu(y)
+
+    def fuse_for_inference(self) -> bool:
+        """Merge the (already folded) 1x1 branch into the 3x3 one."""
+        if self.conv2 is None or not isinstance(self.conv2.norm, nn.Identity):
+            return False
+        merge_parallel_convs(self.conv1.conv, self.conv2.conv)
+        self.conv2 = None
+        return True
 
 
 class CSPRepLayer(nn.Module):

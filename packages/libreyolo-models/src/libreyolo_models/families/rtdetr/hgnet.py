@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from ...layers.fuse import fold_batchnorm
 from .norms import batch_norm
 
 
@@ -56,6 +57,17 @@ class ConvBNAct(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return self.act(self.bn(self.conv(x)))
+
+    def fuse_for_inference(self) -> bool:
+        """Fold ``bn`` into the convolution (after the pad, where there is one)."""
+        if isinstance(self.bn, nn.Identity):
+            return False
+        if isinstance(self.conv, nn.Sequential):
+            self.conv[1] = fold_batchnorm(self.conv[1], self.bn)  # type: ignore[arg-type]
+        else:
+            self.conv = fold_batchnorm(self.conv, self.bn)  # type: ignore[arg-type]
+        self.bn = nn.Identity()
+        return True
 
 
 class LightConvBNAct(nn.Module):

@@ -10,6 +10,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from ...layers.fuse import fold_batchnorm
+
 NORM_EPS = 1e-5  # RT-DETR's BatchNorm and FrozenBatchNorm epsilon (not stored in checkpoints)
 
 
@@ -58,3 +60,11 @@ class ConvNorm(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return self.act(self.norm(self.conv(x)))
+
+    def fuse_for_inference(self) -> bool:
+        """Fold ``norm`` into ``conv`` (see ``layers.fuse``; frozen norms fold alike)."""
+        if isinstance(self.norm, nn.Identity):
+            return False
+        self.conv = fold_batchnorm(self.conv, self.norm)  # type: ignore[arg-type]
+        self.norm = nn.Identity()
+        return True
