@@ -20,6 +20,7 @@ from torch import Tensor, nn
 
 from ...errors import ConfigError
 from .deformable import MSDeformableAttention
+from .determinism import needs_deterministic_backward
 from .norms import NORM_EPS
 
 if TYPE_CHECKING:
@@ -87,7 +88,8 @@ class DecoderLayer(nn.Module):
     def forward(self, tgt: Tensor, reference: Tensor, memory: Tensor, shapes: list[tuple[int, int]],
                 attn_mask: Tensor | None, query_pos: Tensor) -> Tensor:
         q = k = tgt + query_pos
-        tgt = self.norm1(tgt + self.self_attn(q, k, tgt, attn_mask=attn_mask)[0])
+        exact = needs_deterministic_backward(tgt)  # plain matmul + softmax; else fused SDPA
+        tgt = self.norm1(tgt + self.self_attn(q, k, tgt, attn_mask=attn_mask, need_weights=exact)[0])
         tgt = self.norm2(tgt + self.cross_attn(tgt + query_pos, reference, memory, shapes))
         tgt = tgt + self.linear2(F.relu(self.linear1(tgt)))
         return self.norm3(tgt.clamp(min=-FP16_MAX, max=FP16_MAX))

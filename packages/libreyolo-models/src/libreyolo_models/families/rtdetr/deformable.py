@@ -14,6 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .determinism import needs_deterministic_backward
+
 
 def sample_levels(value: Tensor, shapes: list[tuple[int, int]], locations: Tensor, weights: Tensor) -> Tensor:
     """The deformable attention core: bilinear samples of every level, weighted and summed.
@@ -34,7 +36,7 @@ def sample_levels(value: Tensor, shapes: list[tuple[int, int]], locations: Tenso
     grids = 2 * locations - 1  # grid_sample's [-1, 1] coordinates (align_corners=False)
     # grid_sample's CUDA backward accumulates with atomics (run-to-run noise); deterministic mode
     # gets the same bilinear sampling from gathers, whose backward torch makes deterministic.
-    sample = _gather_bilinear if deterministic_backward(value) else _grid_sample
+    sample = _gather_bilinear if needs_deterministic_backward(value) else _grid_sample
     sampled = []
     for level, (h, w) in enumerate(shapes):
         # [B, h*w, heads, d] -> [B*heads, d, h, w]; [B, Q, heads, points, 2] -> [B*heads, Q, points, 2]
@@ -45,11 +47,6 @@ def sample_levels(value: Tensor, shapes: list[tuple[int, int]], locations: Tenso
     stacked = torch.stack(sampled, dim=-2).flatten(-2)
     mix = weights.permute(0, 2, 1, 3, 4).reshape(b * heads, 1, q, levels * points)
     return (stacked * mix).sum(-1).reshape(b, heads * head_dim, q).permute(0, 2, 1)
-
-
-def deterministic_backward(value: Tensor) -> bool:
-    """Whether sampling must avoid ``grid_sample``: a CUDA backward under deterministic mode."""
-    return value.is_cuda and value.requires_grad and torch.are_deterministic_algorithms_enabled()
 
 
 def _grid_sample(v: Tensor, grid: Tensor) -> Tensor:

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ...layers.fuse import merge_parallel_convs
+from .determinism import needs_deterministic_backward
 from .norms import NORM_EPS, ConvNorm
 
 AIFI_LEVEL = 2          # the encoder attends within the stride-32 level only
@@ -53,9 +54,8 @@ class EncoderLayer(nn.Module):
 
     def forward(self, src: Tensor, pos: Tensor) -> Tensor:
         q = k = src + pos
-        # need_weights left at its default: that path is plain matmul + softmax, deterministic in
-        # both directions (the fused attention kernels' backward is not, on CUDA).
-        src = self.norm1(src + self.self_attn(q, k, src)[0])
+        # need_weights=True takes plain matmul + softmax (deterministic backward); else fused SDPA.
+        src = self.norm1(src + self.self_attn(q, k, src, need_weights=needs_deterministic_backward(src))[0])
         return self.norm2(src + self.linear2(F.gelu(self.linear1(src))))
 
 
