@@ -62,17 +62,20 @@ def batch_loss(images: list[int], boxes: dict[int, list[tuple]], *, normalizer_s
     return total.detach(), items, grads
 
 
-def rank_loss(halves: list[list[int]], background: bool) -> list[dict] | None:
-    """One rank of the two-rank test: its half of the batch, normalised by the all-reduced count."""
+def rank_loss(halves: list[list[int]]) -> list[dict] | None:
+    """One rank of the two-rank test: its half of the batch, normalised by the all-reduced count,
+    for both box sets (boxes on both ranks; rank 1 all background). One spawn serves both."""
     import libreyolo_ddp
 
     env = libreyolo_ddp.dist_env()
-    boxes = BACKGROUND_HALF if background else BOXES
-    calls: list[float] = []
+    found = {}
+    for background, boxes in ((False, BOXES), (True, BACKGROUND_HALF)):
+        calls: list[float] = []
 
-    def reduce(local: Tensor) -> Tensor:
-        calls.append(float(local))
-        return libreyolo_ddp.all_reduce_sum(local)
+        def reduce(local: Tensor, calls: list[float] = calls) -> Tensor:
+            calls.append(float(local))
+            return libreyolo_ddp.all_reduce_sum(local)
 
-    total, items, grads = batch_loss(halves[env.rank], boxes, normalizer_sum=reduce, world_size=env.world_size)
-    return libreyolo_ddp.gather_to_rank_zero({"total": total, "items": items, "grads": grads, "calls": calls})
+        total, items, grads = batch_loss(halves[env.rank], boxes, normalizer_sum=reduce, world_size=env.world_size)
+        found[background] = {"total": total, "items": items, "grads": grads, "calls": calls}
+    return libreyolo_ddp.gather_to_rank_zero(found)

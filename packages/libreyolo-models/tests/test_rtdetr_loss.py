@@ -110,15 +110,21 @@ def test_denoising_terms_are_normalised_by_the_number_of_groups() -> None:
     torch.testing.assert_close(with_dn[1:], without[1:] * torch.tensor([(2 * L + 1) / (L + 1)] * 2))
 
 
+@pytest.fixture(scope="module")
+def two_ranks() -> list[dict]:
+    """Both box sets on two Gloo ranks (one spawn: starting processes is the slow part)."""
+    from libreyolo_ddp import DevicePlan, spawn
+
+    return spawn(rank_loss, ([[0, 1], [2, 3]],), devices=DevicePlan.cpu_workers(2), timeout_s=240)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("background", [False, True], ids=["boxes_on_both_ranks", "all_background_rank"])
-def test_two_ranks_at_half_batch_equal_one_process_at_full_batch(background: bool) -> None:
-    from libreyolo_ddp import DevicePlan, spawn
-
+def test_two_ranks_at_half_batch_equal_one_process_at_full_batch(two_ranks: list[dict], background: bool) -> None:
     boxes = BACKGROUND_HALF if background else BOXES
     total, items, grads = batch_loss([0, 1, 2, 3], boxes)
-    ranks = spawn(rank_loss, ([[0, 1], [2, 3]], background), devices=DevicePlan.cpu_workers(2), timeout_s=240)
+    ranks = [rank[background] for rank in two_ranks]
     assert [r["calls"] for r in ranks] == ([[5.0], [0.0]] if background else [[5.0], [3.0]])
     mean_items = (ranks[0]["items"] + ranks[1]["items"]) / 2
     if background:
