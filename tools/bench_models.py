@@ -5,6 +5,8 @@
     python tools/bench_train_graphs.py --extra bench_models:yolo9t_train
     python tools/bench_infer_graphs.py --extra bench_models:segformer_b0_infer
     python tools/bench_train_graphs.py --extra bench_models:segformer_b0_train
+    python tools/bench_infer_graphs.py --batches 1,2,8 --extra bench_models:rtdetr_r18_infer
+    python tools/bench_train_graphs.py --extra bench_models:rtdetr_r18_train
 """
 
 from __future__ import annotations
@@ -82,3 +84,30 @@ def segformer_b0_train(device: torch.device, batch: int = 8, imgsz: int = 512): 
         return model.family.compute_loss(outputs, masks, context).total
 
     return f"segformer-b0 (b{batch}, {imgsz}px)", model.training_module(), (images,), loss_fn
+def rtdetr_r18_infer() -> tuple[str, nn.Module, int]:
+    """RT-DETR r18's whole inference network (no denoising at inference: it captures whole)."""
+    from libreyolo_models import LibreRTDETR
+
+    torch.manual_seed(0)
+    return "rt-detr-r18", LibreRTDETR(size="r18").inference_module(), 640
+
+
+def rtdetr_r18_train(device: torch.device, batch: int = 8, imgsz: int = 640):  # noqa: ANN201
+    """Split capture: the module is the prefix (backbone + encoder) the graph holds; the loss runs
+    the decoder with this batch's denoising queries on the same network, eagerly, then matching
+    and the terms. Seeded, so each arm's call builds the same model with its own closure."""
+    from libreyolo_models import LibreRTDETR, LossContext
+    from libreyolo_models.layers.targets import random_box_targets
+
+    torch.manual_seed(0)
+    model = LibreRTDETR(size="r18")
+    g = torch.Generator().manual_seed(0)
+    images = torch.rand(batch, 3, imgsz, imgsz, generator=g).to(device)
+    targets = random_box_targets(batch, model.nc, g, per_image=6)
+    context = LossContext(gains=model.spec.task(model.task).loss_gains, global_batch=batch)
+
+    def loss_fn(outputs, inputs):  # noqa: ANN001, ANN202, ARG001
+        head = model.family.training_head(model.net, outputs, targets)
+        return model.family.compute_loss(head, targets, context).total
+
+    return f"rt-detr-r18 split (b{batch}, {imgsz}px)", model.training_module(), (images,), loss_fn

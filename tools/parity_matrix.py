@@ -62,6 +62,7 @@ def certify_one(family: str, size: str, task: str, imgsz: int | None, train_batc
 
     from libreyolo_cudagraph import compare_train_step, contrasting_probes, verify_parity
     from libreyolo_models import LibreYOLO, LossContext
+    from libreyolo_models.contract import has_training_head
 
     device = torch.device("cuda")
     torch.backends.cudnn.benchmark = False
@@ -86,7 +87,13 @@ def certify_one(family: str, size: str, task: str, imgsz: int | None, train_batc
     del model
     torch.cuda.empty_cache()
 
-    loss_owner = build()  # compute_loss is the family's eager remainder; it reads no weights
+    # compute_loss is the family's eager remainder; it reads no weights. A split-capture family's
+    # training_head (network work after the captured seam) runs on this copy's network, the same
+    # in every arm, so the arms compare the captured prefix (its gradients) and the loss.
+    loss_owner = build()
+    split = has_training_head(loss_owner.family)
+    if split:
+        loss_owner.net.to(device).train()
     targets = _to_device(loss_owner.family.sample_targets(train_batch, imgsz, torch.Generator().manual_seed(7)),
                          device)
     context = LossContext(gains=loss_owner.spec.task(task).loss_gains, global_batch=train_batch)
@@ -98,6 +105,8 @@ def certify_one(family: str, size: str, task: str, imgsz: int | None, train_batc
         return (torch.rand(train_batch, 3, imgsz, imgsz),)
 
     def loss_fn(outputs, inputs):  # noqa: ANN001, ANN202, ARG001
+        if split:
+            outputs = loss_owner.family.training_head(loss_owner.net, outputs, targets)
         return loss_owner.family.compute_loss(outputs, targets, context).total
 
     report = compare_train_step(make_model, make_inputs, loss_fn, device=device, autocast_dtype=torch.float16)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias
 
 import torch
 from torch import Tensor, nn
@@ -78,6 +78,10 @@ class Family(abc.ABC):
     the EMA copy through the same seam. The declaration (``spec``) is handed in rather than
     imported, so a family's ``spec.py`` can name its implementation without an import cycle.
     """
+
+    training_head_note: ClassVar[str] = ""
+    """With ``training_head``: what stays eager under ``train(cuda_graph=True)`` and why, for the
+    one line the trainer logs (a generic line when empty)."""
 
     def __init__(self, spec: FamilySpec, size: str, task: str, nc: int) -> None:
         self.spec, self.size, self.task, self.nc = spec, size, task, nc

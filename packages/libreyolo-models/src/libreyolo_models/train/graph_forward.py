@@ -57,8 +57,10 @@ def graph_forward(model: LibreYOLO, module: nn.Module, cfg: TrainConfig, *, worl
     graphed = GraphedTraining(module, repeat_threshold=REPEAT_THRESHOLD, name=f"{model.spec.name}-{model.size}",
                               agree=agree)
     model.graphs.attach_training(graphed)
-    eager = ("the family's target-dependent training head and the loss stay eager (split capture)"
-             if has_training_head(model.family) else "loss stays eager")
+    eager = "loss stays eager"
+    if has_training_head(model.family):
+        eager = (model.family.training_head_note
+                 or "the family's target-dependent training head and the loss stay eager (split capture)")
     ranks = f"; {world_size} ranks decide together, gradients averaged in one all-reduce" if world_size > 1 else ""
     log.info("cuda_graph=True: forward+backward captured once a batch shape repeats %d times; %s%s",
              REPEAT_THRESHOLD, eager, ranks)
