@@ -1,4 +1,5 @@
-"""Per-family shortcuts users of upstream LibreYOLO know: ``LibreYOLO9(size="s", nc=3)``.
+"""Per-family shortcuts users of upstream LibreYOLO know: ``LibreYOLO9(size="s", nc=3)``,
+``LibreYOLOX(size="n")``.
 
 Each is ``LibreYOLO(..., family=<name>)``; the object returned is a plain ``LibreYOLO``.
 """
@@ -14,3 +15,8 @@ from .facade import LibreYOLO
 def LibreYOLO9(model: str | Path | None = None, **kwargs: Any) -> LibreYOLO:  # noqa: N802 - upstream's name
     """YOLOv9: ``LibreYOLO9(size="t", nc=3)`` (untrained) or ``LibreYOLO9("best.pt")``."""
     return LibreYOLO(model, family="yolo9", **kwargs)
+
+
+def LibreYOLOX(model: str | Path | None = None, **kwargs: Any) -> LibreYOLO:  # noqa: N802 - upstream's name
+    """YOLOX: ``LibreYOLOX(size="s", nc=3)`` (untrained) or ``LibreYOLOX("LibreYOLOXs.pt")``."""
+    return LibreYOLO(model, family="yolox", **kwargs)

@@ -15,9 +15,10 @@ from pathlib import Path
 from .config import suggest
 from .errors import ConfigError, UnknownFamilyError
 from .families.yolo9.spec import SPEC as YOLO9
+from .families.yolox.spec import SPEC as YOLOX
 from .family_spec import TASK_SUFFIXES, FamilySpec
 
-BUILTIN: dict[str, FamilySpec] = {spec.name: spec for spec in (YOLO9,)}
+BUILTIN: dict[str, FamilySpec] = {spec.name: spec for spec in (YOLO9, YOLOX)}
 
 _extra: dict[str, FamilySpec] = {}
 

@@ -21,6 +21,7 @@ from libreyolo_models import (
     LibreYOLO,
     LibreYOLO9,
     LibreYOLOError,
+    LibreYOLOX,
     Results,
     SourceError,
     UnknownFamilyError,
@@ -34,5 +35,5 @@ except PackageNotFoundError:  # run from a source checkout (PYTHONPATH), not ins
 
 __all__ = [
     "SAMPLE_IMAGE", "Boxes", "CheckpointError", "ConfigError", "LibreYOLO", "LibreYOLO9", "LibreYOLOError",
-    "Results", "SourceError", "UnknownFamilyError", "WeightsNotFoundError", "__version__",
+    "LibreYOLOX", "Results", "SourceError", "UnknownFamilyError", "WeightsNotFoundError", "__version__",
 ]
