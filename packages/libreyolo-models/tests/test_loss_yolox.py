@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from rank_split import assert_two_ranks_average_to_one_process, leaves
 
 from libreyolo_models import LibreYOLOX, LossContext
 from libreyolo_models.errors import ConfigError
@@ -50,10 +51,6 @@ def _random_outputs(batch: int, hw=(64, 64), seed: int = 0) -> list[torch.Tensor
     return [torch.randn(batch, 5 + NC, hw[0] // s, hw[1] // s, generator=gen) for s in STRIDES]
 
 
-def _leaves(outputs: list[torch.Tensor]) -> list[torch.Tensor]:
-    return [o.detach().clone().requires_grad_() for o in outputs]
-
-
 def _near_perfect(targets: torch.Tensor, batch: int, seed: int) -> list[torch.Tensor]:
     gen = torch.Generator().manual_seed(seed)
     return [p + 0.3 * torch.randn(p.shape, generator=gen) for p in _perfect_outputs(targets, batch)]
@@ -85,7 +82,7 @@ def test_loss_decreases_when_predictions_move_toward_the_targets():
 
 
 def test_gradient_steps_on_the_outputs_reduce_every_term():
-    outputs = _leaves(_near_perfect(TARGETS, 4, seed=3))
+    outputs = leaves(_near_perfect(TARGETS, 4, seed=3))
     loss_fn = YoloxLoss(NC)
     before = loss_fn(outputs, TARGETS, use_l1=True)[1]
     optimizer = torch.optim.SGD(outputs, lr=0.5)
@@ -157,7 +154,7 @@ def test_images_with_0_1_and_30_boxes_sum_to_their_losses_alone():
     xy, wh = torch.rand(30, 2, generator=gen) * 0.8 + 0.1, torch.rand(30, 2, generator=gen) * 0.3 + 0.05
     rows.append(torch.cat((torch.full((30, 1), 2.0), torch.randint(0, NC, (30, 1), generator=gen).float(), xy, wh), 1))
     targets = torch.cat(rows)
-    outputs = _leaves(_random_outputs(3, seed=8))
+    outputs = leaves(_random_outputs(3, seed=8))
     loss_fn = YoloxLoss(NC)
     total, items = loss_fn(outputs, targets, use_l1=True, **PLAIN_SUMS)
     total.backward()
@@ -171,42 +168,12 @@ def test_images_with_0_1_and_30_boxes_sum_to_their_losses_alone():
     torch.testing.assert_close(items, sum(per_image))
 
 
-def _rank_normalizers(loss_fn, halves, targets_by_rank):  # noqa: ANN001, ANN202
-    seen = []
-    for outputs, targets in zip(halves, targets_by_rank):
-        loss_fn(outputs, targets, use_l1=True, normalizer_sum=lambda n: seen.append(n.clone()) or n)
-    return seen
-
-
 @pytest.mark.parametrize("case", ["boxes_on_both_ranks", "all_background_rank"])
 def test_two_ranks_at_half_batch_average_to_the_one_process_gradient(case):
     targets = TARGETS if case == "boxes_on_both_ranks" else TARGETS[TARGETS[:, 0] < 2]
-    full = _leaves(_near_perfect(targets, 4, seed=11))
-    loss_fn = YoloxLoss(NC)
-    full_loss, full_items = loss_fn(full, targets, use_l1=True)
-    full_loss.backward()
-
-    halves = [_leaves([o[2 * r:2 * r + 2] for o in full]) for r in range(2)]
-    rank_targets = []
-    for r in range(2):
-        mine = targets[(targets[:, 0] >= 2 * r) & (targets[:, 0] < 2 * r + 2)].clone()
-        mine[:, 0] -= 2 * r
-        rank_targets.append(mine)
-    local = _rank_normalizers(loss_fn, halves, rank_targets)
-    assert local[0] > 1 and (local[1] == 0) == (case == "all_background_rank")
-
-    losses, items = [], []
-    for r in range(2):
-        loss, its = loss_fn(halves[r], rank_targets[r], use_l1=True, world_size=2,
-                            normalizer_sum=lambda n, r=r: n + local[1 - r])  # the all-reduce-sum
-        loss.backward()
-        losses.append(loss.detach())
-        items.append(its)
-    for level, out in enumerate(full):
-        averaged = torch.cat([halves[r][level].grad for r in range(2)]) / 2  # what DDP's mean does
-        torch.testing.assert_close(averaged, out.grad, rtol=1e-5, atol=1e-5 * out.grad.abs().max().item())
-    torch.testing.assert_close(sum(losses) / 2, full_loss.detach())
-    torch.testing.assert_close(sum(items) / 2, full_items)
+    full = leaves(_near_perfect(targets, 4, seed=11))
+    assert_two_ranks_average_to_one_process(YoloxLoss(NC), full, targets, background_rank=case == "all_background_rank",
+                                            use_l1=True)
 
 
 def test_loss_scales_with_global_batch_and_items_with_world_size():
@@ -260,7 +227,7 @@ SMALL_BOXES = torch.tensor([[0, 1, 0.30, 0.30, 0.20, 0.20],
 @pytest.mark.cuda
 @pytest.mark.parametrize("targets_on", ["cpu", "cuda"])
 def test_cuda_loss_and_gradients_match_the_cpu_ones(targets_on):
-    cpu_outputs = _leaves(_near_perfect(SMALL_BOXES, 2, seed=21))
+    cpu_outputs = leaves(_near_perfect(SMALL_BOXES, 2, seed=21))
     gpu_outputs = [o.detach().cuda().requires_grad_() for o in cpu_outputs]
     loss_fn = YoloxLoss(NC)
     cpu_loss, cpu_items = loss_fn(cpu_outputs, SMALL_BOXES, use_l1=True)

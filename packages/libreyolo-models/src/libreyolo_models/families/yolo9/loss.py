@@ -37,6 +37,7 @@ from ...layers.anchors import boxes_to_distances, dfl_expectation, distances_to_
 from ...layers.assign import Assignment, TaskAlignedAssigner
 from ...layers.boxes import aligned_ciou, xywh_to_xyxy
 from ...layers.ground_truth import padded_ground_truths
+from ...layers.head_maps import flatten_levels
 from ...layers.loss_scale import check_scaling, global_normalizer
 
 
@@ -122,19 +123,9 @@ class Yolo9Loss:
 
     def _flatten(self, raw_outputs: Sequence[Tensor]) -> tuple[Tensor, Tensor, Tensor, Tensor, tuple[int, int]]:
         """Concatenate levels: box logits ``[B, 4R, A]``, class logits ``[B, A, nc]``, anchors, strides."""
-        if len(raw_outputs) != len(self.strides):
-            raise ValueError(f"got {len(raw_outputs)} head outputs for strides {self.strides}; pass one "
-                             "output per level, or build the loss with strides= matching the head")
-        batch = raw_outputs[0].shape[0]
-        for level, out in enumerate(raw_outputs):
-            if out.dim() != 4 or out.shape[0] != batch or out.shape[1] != self.channels:
-                raise ValueError(
-                    f"head output {level} has shape {tuple(out.shape)}; expected [{batch}, {self.channels}, H, W] "
-                    f"(4 * reg_max={self.reg_max} + nc={self.nc}); check that nc matches the model's head")
-        flat = torch.cat([out.float().flatten(2) for out in raw_outputs], 2)  # [B, no, A]
-        shapes = [(out.shape[2], out.shape[3]) for out in raw_outputs]
+        flat, shapes, image_hw = flatten_levels(raw_outputs, self.strides, self.channels,
+                                                f"4 * reg_max={self.reg_max} + nc={self.nc}")  # [B, no, A]
         anchors, anchor_strides = make_anchors(shapes, self.strides, device=flat.device, dtype=flat.dtype)
-        image_hw = (shapes[0][0] * self.strides[0], shapes[0][1] * self.strides[0])
         split = 4 * self.reg_max
         return flat[:, :split], flat[:, split:].transpose(1, 2), anchors, anchor_strides, image_hw
 

@@ -31,6 +31,7 @@ from ...errors import ConfigError
 from ...layers.anchors import make_anchors
 from ...layers.boxes import aligned_iou, xywh_to_xyxy
 from ...layers.ground_truth import padded_ground_truths
+from ...layers.head_maps import flatten_levels
 from ...layers.loss_scale import check_scaling, global_normalizer
 from ...layers.simota import SimOTAAssigner, SimOTAAssignment
 
@@ -116,20 +117,10 @@ class YoloxLoss:
 
     def _flatten(self, raw_outputs: Sequence[Tensor]) -> tuple[Tensor, Tensor, Tensor, tuple[int, int]]:
         """Levels concatenated ``[B, A, 5 + nc]`` (float32), cell corners ``[A, 2]`` and strides ``[A, 1]``."""
-        if len(raw_outputs) != len(self.strides):
-            raise ValueError(f"got {len(raw_outputs)} head outputs for strides {self.strides}; pass one "
-                             "output per level, or build the loss with strides= matching the head")
-        batch = raw_outputs[0].shape[0]
-        for level, out in enumerate(raw_outputs):
-            if out.dim() != 4 or out.shape[0] != batch or out.shape[1] != self.channels:
-                raise ValueError(f"head output {level} has shape {tuple(out.shape)}; expected "
-                                 f"[{batch}, {self.channels}, H, W] (4 box + 1 objectness + nc={self.nc}); "
-                                 "check that nc matches the model's head")
-        flat = torch.cat([out.float().flatten(2) for out in raw_outputs], 2).transpose(1, 2)
-        shapes = [(out.shape[2], out.shape[3]) for out in raw_outputs]
+        flat, shapes, image_hw = flatten_levels(raw_outputs, self.strides, self.channels,
+                                                f"4 box + 1 objectness + nc={self.nc}")
         grid, strides = make_anchors(shapes, self.strides, device=flat.device, dtype=flat.dtype, offset=0.0)
-        image_hw = (shapes[0][0] * self.strides[0], shapes[0][1] * self.strides[0])
-        return flat, grid, strides, image_hw
+        return flat.transpose(1, 2), grid, strides, image_hw
 
     @staticmethod
     def _iou_sum(pred_boxes: Tensor, assigned: SimOTAAssignment, fg: Tensor) -> Tensor:
