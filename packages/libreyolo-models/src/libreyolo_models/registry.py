@@ -14,10 +14,11 @@ from pathlib import Path
 
 from .config import suggest
 from .errors import ConfigError, UnknownFamilyError
+from .families.rtmdet.spec import SPEC as RTMDET
 from .families.yolo9.spec import SPEC as YOLO9
 from .family_spec import TASK_SUFFIXES, FamilySpec
 
-BUILTIN: dict[str, FamilySpec] = {spec.name: spec for spec in (YOLO9,)}
+BUILTIN: dict[str, FamilySpec] = {spec.name: spec for spec in (YOLO9, RTMDET)}
 
 _extra: dict[str, FamilySpec] = {}
 

@@ -18,6 +18,7 @@ from libreyolo_models import (
     Boxes,
     CheckpointError,
     ConfigError,
+    LibreRTMDet,
     LibreYOLO,
     LibreYOLO9,
     LibreYOLOError,
@@ -33,6 +34,6 @@ except PackageNotFoundError:  # run from a source checkout (PYTHONPATH), not ins
     __version__ = "0+source"
 
 __all__ = [
-    "SAMPLE_IMAGE", "Boxes", "CheckpointError", "ConfigError", "LibreYOLO", "LibreYOLO9", "LibreYOLOError",
-    "Results", "SourceError", "UnknownFamilyError", "WeightsNotFoundError", "__version__",
+    "SAMPLE_IMAGE", "Boxes", "CheckpointError", "ConfigError", "LibreRTMDet", "LibreYOLO", "LibreYOLO9",
+    "LibreYOLOError", "Results", "SourceError", "UnknownFamilyError", "WeightsNotFoundError", "__version__",
 ]

@@ -20,13 +20,9 @@ from torch import Tensor, nn
 
 from ...layers.normalize import InputNormalize
 from .blocks import ConvModule, CSPLayer, SPPBottleneck
+from .input_stats import MEAN_RGB, STD_RGB
 
 STRIDES = (8, 16, 32)
-# ImageNet statistics in RGB order on [0, 1] (upstream's 0-255 BGR mean/std, reordered and
-# scaled). The network's first conv reads BGR channels, the order upstream's weights were
-# trained on; ``InputBGR`` normalises in RGB, then flips.
-MEAN_RGB = (123.675 / 255, 116.28 / 255, 103.53 / 255)
-STD_RGB = (58.395 / 255, 57.12 / 255, 57.375 / 255)
 
 
 @dataclass(frozen=True)
@@ -159,7 +155,12 @@ class SepBNHead(nn.Module):
 
 
 class InputBGR(nn.Module):
-    """RGB in [0, 1] -> the mean/std-normalised BGR the network was trained on (no state-dict entries)."""
+    """RGB in [0, 1] -> the mean/std-normalised BGR the network was trained on (no state-dict entries).
+
+    Upstream's weights read BGR channels, normalised with mean (103.53, 116.28, 123.675) and std
+    (57.375, 57.12, 58.395) on 0-255 values: the same as ImageNet statistics applied in RGB on
+    [0, 1] followed by a channel flip, which is what this does.
+    """
 
     def __init__(self) -> None:
         super().__init__()
@@ -215,19 +216,18 @@ def grid_corners(shapes: list[tuple[int, int]], strides: tuple[int, ...], *, dev
     return torch.cat(points), torch.cat(stride_col)
 
 
-def flatten_levels(cls_scores: list[Tensor], distances: list[Tensor]) -> tuple[Tensor, Tensor, Tensor]:
-    """Per-level maps -> class logits ``[B, A, nc]``, xyxy boxes ``[B, A, 4]`` in pixels, priors ``[A, 2]``."""
-    b = cls_scores[0].shape[0]
+def flatten_levels(cls_scores: list[Tensor], distances: list[Tensor]) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Per-level maps -> class logits ``[B, A, nc]``, xyxy boxes ``[B, A, 4]`` in pixels, and the
+    priors ``[A, 2]`` and their strides ``[A]`` (levels concatenated in stride order)."""
     logits = torch.cat([c.flatten(2) for c in cls_scores], 2).transpose(1, 2)
     dist = torch.cat([d.flatten(2) for d in distances], 2).transpose(1, 2)
-    points, _ = grid_corners([tuple(c.shape[2:]) for c in cls_scores], STRIDES, device=dist.device,
-                             dtype=dist.dtype)
+    points, strides = grid_corners([tuple(c.shape[2:]) for c in cls_scores], STRIDES, device=dist.device,
+                                   dtype=dist.dtype)
     lt, rb = dist.split(2, -1)
-    boxes = torch.cat((points - lt, points + rb), -1)
-    return logits.reshape(b, -1, logits.shape[-1]), boxes, points
+    return logits, torch.cat((points - lt, points + rb), -1), points, strides[:, 0]
 
 
 def decode(cls_scores: list[Tensor], distances: list[Tensor]) -> Tensor:
     """Raw outputs -> ``[B, 4 + nc, A]``: xyxy boxes in input pixels, then sigmoid class scores."""
-    logits, boxes, _ = flatten_levels(cls_scores, distances)
+    logits, boxes, _, _ = flatten_levels(cls_scores, distances)
     return torch.cat((boxes, logits.sigmoid()), -1).transpose(1, 2)
