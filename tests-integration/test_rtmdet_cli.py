@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 
+@pytest.mark.slow  # ~20 s on a loaded 2-core machine
 def test_rtmdet_trains_validates_and_predicts_through_the_cli(mini_shapes: Path, tmp_path: Path,
                                                               capsys: pytest.CaptureFixture) -> None:
     from libreyolo_cli.main import main

@@ -3,6 +3,8 @@
     python tools/bench_infer_graphs.py --extra bench_models:yolo9t_infer
     python tools/bench_infer_graphs.py --extra bench_models:yolo9t_infer_fused
     python tools/bench_train_graphs.py --extra bench_models:yolo9t_train
+    python tools/bench_infer_graphs.py --extra bench_models:rtmdett_infer --extra bench_models:rtmdets_infer
+    python tools/bench_train_graphs.py --extra bench_models:rtmdett_train --extra bench_models:rtmdets_train
 """
 
 from __future__ import annotations
@@ -34,12 +36,13 @@ def yolo9t_infer_fused() -> tuple[str, nn.Module, int]:
     return "yolov9-t fused", model.fuse().inference_module(), 640
 
 
-def _yolo9_train(size: str, device: torch.device, batch: int = 8, imgsz: int = 640):  # noqa: ANN202
-    from libreyolo_models import LibreYOLO9, LossContext
+def _zoo_train(family: str, label: str, size: str, device: torch.device, batch: int = 8, imgsz: int = 640):  # noqa: ANN202
+    """A zoo model's training seam, a fixed batch with six boxes per image, and its family's loss."""
+    from libreyolo_models import LibreYOLO, LossContext
     from libreyolo_models.layers.targets import random_box_targets
 
     torch.manual_seed(0)
-    model = LibreYOLO9(size=size)
+    model = LibreYOLO(family=family, size=size)
     g = torch.Generator().manual_seed(0)
     images = torch.rand(batch, 3, imgsz, imgsz, generator=g).to(device)
     targets = random_box_targets(batch, model.nc, g, per_image=6)
@@ -48,8 +51,30 @@ def _yolo9_train(size: str, device: torch.device, batch: int = 8, imgsz: int = 6
     def loss_fn(outputs, inputs):  # noqa: ANN001, ANN202, ARG001
         return model.family.compute_loss(outputs, targets, context).total
 
-    return f"yolov9-{size} (b{batch}, {imgsz}px)", model.training_module(), (images,), loss_fn
+    return f"{label}-{size} (b{batch}, {imgsz}px)", model.training_module(), (images,), loss_fn
 
 
 def yolo9t_train(device: torch.device):  # noqa: ANN201
-    return _yolo9_train("t", device)
+    return _zoo_train("yolo9", "yolov9", "t", device)
+
+
+def rtmdett_infer() -> tuple[str, nn.Module, int]:
+    from libreyolo_models import LibreRTMDet
+
+    torch.manual_seed(0)
+    return "rtmdet-t", LibreRTMDet(size="t").inference_module(), 640
+
+
+def rtmdets_infer() -> tuple[str, nn.Module, int]:
+    from libreyolo_models import LibreRTMDet
+
+    torch.manual_seed(0)
+    return "rtmdet-s", LibreRTMDet(size="s").inference_module(), 640
+
+
+def rtmdett_train(device: torch.device):  # noqa: ANN201
+    return _zoo_train("rtmdet", "rtmdet", "t", device)
+
+
+def rtmdets_train(device: torch.device):  # noqa: ANN201
+    return _zoo_train("rtmdet", "rtmdet", "s", device)
