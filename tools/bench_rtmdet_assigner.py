@@ -78,18 +78,17 @@ def main() -> None:
 
     from libreyolo_models.families.rtmdet.assign import DynamicSoftLabelAssigner
     from libreyolo_models.families.rtmdet.loss import RTMDetLoss
-    from libreyolo_models.layers.ground_truth import GroundTruthPacker
 
     device = torch.device(args.device)
     (counts, a, targets, cls_scores, distances, logits, boxes, priors, strides, gt_labels, gt_boxes,
      cpu_logits, cpu_boxes, cpu_priors, cpu_strides) = _inputs(args.batch, args.imgsz, args.nc, args.max_boxes, device)
     print(f"device {device}, torch {torch.__version__}, threads {torch.get_num_threads()}; batch {args.batch}, "
           f"{args.imgsz} px ({a} priors), nc {args.nc}, boxes per image {counts}")
-    labels_p, boxes_p, mask_p = GroundTruthPacker(args.nc)(targets, args.batch, (args.imgsz, args.imgsz), device)
     assigner = DynamicSoftLabelAssigner()
+    loss = RTMDetLoss(args.nc)
+    labels_p, boxes_p, mask_p = loss.ground_truths(targets, args.batch, (args.imgsz, args.imgsz), device)
     batched = _time_ms(lambda: assigner(logits, boxes, priors, strides[:, 0], labels_p, boxes_p, mask_p),
                        args.reps, device)
-    loss = RTMDetLoss(args.nc)
     params = [t.requires_grad_() for t in (*cls_scores, *distances)]
 
     def loss_step() -> None:

@@ -37,8 +37,8 @@ def read_image(path: str | Path) -> np.ndarray:
         raise SourceError(f"image {str(path)!r} does not exist")
     try:
         with Image.open(path) as im:
-            im = ImageOps.exif_transpose(im)
-            return np.array(im.convert("RGB"))
+            upright = ImageOps.exif_transpose(im)
+            return np.array(upright.convert("RGB"))
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as err:
         raise SourceError(f"cannot read image {str(path)!r}: {err}. Is it a complete image file "
                           f"({', '.join(sorted(IMAGE_SUFFIXES))})?") from None

@@ -29,9 +29,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ...errors import ConfigError
-from ...layers.boxes import box_area
-from ...layers.ground_truth import GroundTruthPacker
-from ...layers.normalizer import global_normalizer
+from ...layers.boxes import box_area, xywh_to_xyxy
+from ...layers.ground_truth import padded_ground_truths
+from ...layers.loss_scale import check_world_size, global_normalizer
 from .assign import DynamicSoftLabelAssigner
 from .nn import STRIDES, flatten_levels
 
@@ -65,7 +65,6 @@ class RTMDetLoss:
         self.nc, self.cls, self.box, self.beta = nc, cls, box, beta
         self.assigner = DynamicSoftLabelAssigner(topk=topk, soft_center_radius=soft_center_radius,
                                                  iou_weight=iou_weight)
-        self.ground_truths = GroundTruthPacker(nc)
 
     def __call__(self, outputs: tuple[Sequence[Tensor], Sequence[Tensor]], targets: Tensor, *,
                  normalizer_sum: Callable[[Tensor], Tensor] | None = None,
@@ -92,8 +91,7 @@ class RTMDetLoss:
             ValueError: outputs or targets do not match the head layout (the message says which).
             ConfigError: ``world_size`` is below 1.
         """
-        if world_size < 1:
-            raise ConfigError(f"world_size={world_size} must be >= 1 (the number of DDP ranks)")
+        check_world_size(world_size)
         logits, boxes, priors, strides = self._flatten(outputs)
         batch, device = logits.shape[0], logits.device
         image_hw = (outputs[0][0].shape[2] * STRIDES[0], outputs[0][0].shape[3] * STRIDES[0])
@@ -110,6 +108,13 @@ class RTMDetLoss:
         normalizer = global_normalizer(assigned.quality.sum(), normalizer_sum)
         items = torch.stack((cls_sum * self.cls, box_sum * self.box)) * (world_size / normalizer)
         return items.sum(), items.detach()
+
+    def ground_truths(self, targets: Tensor, batch: int, image_hw: tuple[int, int],
+                      device: torch.device) -> tuple[Tensor, Tensor, Tensor]:
+        """Padded ground truths on ``device`` (see ``layers.ground_truth``): labels ``[B, G]``, xyxy
+        pixel boxes ``[B, G, 4]`` (the assigner's layout), mask ``[B, G]``."""
+        gt = padded_ground_truths(targets, batch, image_hw, device, nc=self.nc)
+        return gt.labels, xywh_to_xyxy(gt.boxes), gt.mask
 
     def _flatten(self, outputs: tuple[Sequence[Tensor], Sequence[Tensor]]) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """Levels concatenated: logits ``[B, A, nc]``, xyxy boxes ``[B, A, 4]``, priors ``[A, 2]``, strides ``[A]``."""

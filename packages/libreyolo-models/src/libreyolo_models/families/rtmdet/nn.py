@@ -13,7 +13,9 @@ remapping; ``tests/test_rtmdet_upstream_compat.py`` pins them for every size.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 from torch import Tensor, nn
@@ -61,15 +63,16 @@ class CSPNeXt(nn.Module):
         super().__init__()
         half, full = arch.stem
         self.stem = nn.Sequential(ConvModule(3, half, 3, 2), ConvModule(half, half, 3), ConvModule(half, full, 3))
-        c_in = full
+        c_in, stages = full, []
         for i, (c_out, n) in enumerate(zip(arch.stages, arch.blocks)):
             last = i == len(arch.stages) - 1
             layers: list[nn.Module] = [ConvModule(c_in, c_out, 3, 2)]
             if last:
                 layers.append(SPPBottleneck(c_out, c_out))
             layers.append(CSPLayer(c_out, c_out, n, add_identity=not last, attention=True))
-            self.add_module(f"stage{i + 1}", nn.Sequential(*layers))
+            stages.append(nn.Sequential(*layers))
             c_in = c_out
+        self.stage1, self.stage2, self.stage3, self.stage4 = stages  # registered in this order (checkpoint keys)
 
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         x = self.stage1(self.stem(x))
@@ -101,7 +104,7 @@ class CSPNeXtPAFPN(nn.Module):
         n3 = self.top_down_blocks[1](torch.cat((self.upsample(r4), c3), 1))
         n4 = self.bottom_up_blocks[0](torch.cat((self.downsamples[0](n3), r4), 1))
         n5 = self.bottom_up_blocks[1](torch.cat((self.downsamples[1](n4), r5), 1))
-        return tuple(conv(f) for conv, f in zip(self.out_convs, (n3, n4, n5)))  # type: ignore[return-value]
+        return tuple(conv(f) for conv, f in zip(self.out_convs, (n3, n4, n5)))
 
 
 class SepBNHead(nn.Module):
@@ -116,16 +119,16 @@ class SepBNHead(nn.Module):
         super().__init__()
         self.nc, self.exp_on_reg = nc, exp_on_reg
         levels = len(STRIDES)
-        self.cls_convs = nn.ModuleList(
-            nn.ModuleList(ConvModule(channels, channels, 3) for _ in range(stacked)) for _ in range(levels))
-        self.reg_convs = nn.ModuleList(
-            nn.ModuleList(ConvModule(channels, channels, 3) for _ in range(stacked)) for _ in range(levels))
-        self.rtm_cls = nn.ModuleList(nn.Conv2d(channels, nc, 1) for _ in range(levels))
-        self.rtm_reg = nn.ModuleList(nn.Conv2d(channels, 4, 1) for _ in range(levels))
+        cls_convs = [[ConvModule(channels, channels, 3) for _ in range(stacked)] for _ in range(levels)]
+        reg_convs = [[ConvModule(channels, channels, 3) for _ in range(stacked)] for _ in range(levels)]
         for level in range(1, levels):
             for i in range(stacked):
-                self.cls_convs[level][i].conv = self.cls_convs[0][i].conv
-                self.reg_convs[level][i].conv = self.reg_convs[0][i].conv
+                cls_convs[level][i].conv = cls_convs[0][i].conv
+                reg_convs[level][i].conv = reg_convs[0][i].conv
+        self.cls_convs = nn.ModuleList(nn.ModuleList(convs) for convs in cls_convs)
+        self.reg_convs = nn.ModuleList(nn.ModuleList(convs) for convs in reg_convs)
+        self.rtm_cls = nn.ModuleList(nn.Conv2d(channels, nc, 1) for _ in range(levels))
+        self.rtm_reg = nn.ModuleList(nn.Conv2d(channels, 4, 1) for _ in range(levels))
         self.initialize()
 
     def initialize(self, prior: float = 0.01) -> None:
@@ -136,17 +139,18 @@ class SepBNHead(nn.Module):
                 nn.init.normal_(module.weight, std=0.01)
                 if module.bias is not None:
                     nn.init.zeros_(module.bias)
-        for conv in self.rtm_cls:
-            nn.init.constant_(conv.bias, -math.log((1 - prior) / prior))
+        for conv in cast(Iterable[nn.Conv2d], self.rtm_cls):
+            if conv.bias is not None:  # built with a bias
+                nn.init.constant_(conv.bias, -math.log((1 - prior) / prior))
 
     def forward(self, feats: tuple[Tensor, ...]) -> tuple[list[Tensor], list[Tensor]]:
         """Per level: class logits ``[B, nc, H, W]`` and l, t, r, b distances ``[B, 4, H, W]`` in pixels."""
         cls_scores, distances = [], []
         for level, (f, stride) in enumerate(zip(feats, STRIDES)):
             cls_feat, reg_feat = f, f
-            for layer in self.cls_convs[level]:
+            for layer in cast(nn.ModuleList, self.cls_convs[level]):
                 cls_feat = layer(cls_feat)
-            for layer in self.reg_convs[level]:
+            for layer in cast(nn.ModuleList, self.reg_convs[level]):
                 reg_feat = layer(reg_feat)
             reg = self.rtm_reg[level](reg_feat)
             cls_scores.append(self.rtm_cls[level](cls_feat))
@@ -186,7 +190,7 @@ class RTMDetNet(nn.Module):
         arch = ARCHS[size]
         self.size, self.nc = size, nc
         self.backbone = CSPNeXt(arch)
-        self.neck = CSPNeXtPAFPN(arch.stages[1:], arch.neck_out, arch.neck_blocks)  # type: ignore[arg-type]
+        self.neck = CSPNeXtPAFPN(arch.stages[1:], arch.neck_out, arch.neck_blocks)
         self.head = SepBNHead(nc, arch.neck_out, exp_on_reg=arch.exp_on_reg)
         self.input_bgr = InputBGR()
 
@@ -221,7 +225,7 @@ def flatten_levels(cls_scores: list[Tensor], distances: list[Tensor]) -> tuple[T
     priors ``[A, 2]`` and their strides ``[A]`` (levels concatenated in stride order)."""
     logits = torch.cat([c.flatten(2) for c in cls_scores], 2).transpose(1, 2)
     dist = torch.cat([d.flatten(2) for d in distances], 2).transpose(1, 2)
-    points, strides = grid_corners([tuple(c.shape[2:]) for c in cls_scores], STRIDES, device=dist.device,
+    points, strides = grid_corners([(c.shape[2], c.shape[3]) for c in cls_scores], STRIDES, device=dist.device,
                                    dtype=dist.dtype)
     lt, rb = dist.split(2, -1)
     return logits, torch.cat((points - lt, points + rb), -1), points, strides[:, 0]

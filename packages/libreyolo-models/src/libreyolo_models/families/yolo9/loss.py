@@ -35,9 +35,10 @@ from torch import Tensor
 from ...errors import ConfigError
 from ...layers.anchors import boxes_to_distances, dfl_expectation, distances_to_boxes, make_anchors
 from ...layers.assign import Assignment, TaskAlignedAssigner
-from ...layers.boxes import aligned_ciou
-from ...layers.ground_truth import GroundTruthPacker
-from ...layers.normalizer import global_normalizer
+from ...layers.boxes import aligned_ciou, xywh_to_xyxy
+from ...layers.ground_truth import padded_ground_truths
+from ...layers.head_maps import flatten_levels
+from ...layers.loss_scale import check_scaling, global_normalizer
 
 
 class Yolo9Loss:
@@ -64,7 +65,6 @@ class Yolo9Loss:
         self.nc, self.reg_max, self.strides = nc, reg_max, tuple(int(s) for s in strides)
         self.box, self.cls, self.dfl = box, cls, dfl
         self.assigner = TaskAlignedAssigner(topk=topk, alpha=alpha, beta=beta)
-        self.ground_truths = GroundTruthPacker(nc)
 
     @property
     def channels(self) -> int:
@@ -104,8 +104,8 @@ class Yolo9Loss:
         """
         box_logits, cls_logits, anchors, anchor_strides, image_hw = self._flatten(raw_outputs)
         batch = cls_logits.shape[0]
-        global_batch = self._check_scaling(batch, world_size, global_batch)
-        gt_labels, gt_boxes, gt_mask = self.ground_truths(targets, batch, image_hw, cls_logits.device)
+        global_batch = check_scaling(batch, world_size, global_batch)
+        gt_labels, gt_boxes, gt_mask = self._ground_truths(targets, batch, image_hw, cls_logits.device)
 
         pred_dist = dfl_expectation(box_logits, self.reg_max).transpose(1, 2)  # [B, A, 4] grid units
         pred_boxes = distances_to_boxes(pred_dist, anchors) * anchor_strides  # xyxy pixels
@@ -123,30 +123,17 @@ class Yolo9Loss:
 
     def _flatten(self, raw_outputs: Sequence[Tensor]) -> tuple[Tensor, Tensor, Tensor, Tensor, tuple[int, int]]:
         """Concatenate levels: box logits ``[B, 4R, A]``, class logits ``[B, A, nc]``, anchors, strides."""
-        if len(raw_outputs) != len(self.strides):
-            raise ValueError(f"got {len(raw_outputs)} head outputs for strides {self.strides}; pass one "
-                             "output per level, or build the loss with strides= matching the head")
-        batch = raw_outputs[0].shape[0]
-        for level, out in enumerate(raw_outputs):
-            if out.dim() != 4 or out.shape[0] != batch or out.shape[1] != self.channels:
-                raise ValueError(
-                    f"head output {level} has shape {tuple(out.shape)}; expected [{batch}, {self.channels}, H, W] "
-                    f"(4 * reg_max={self.reg_max} + nc={self.nc}); check that nc matches the model's head")
-        flat = torch.cat([out.float().flatten(2) for out in raw_outputs], 2)  # [B, no, A]
-        shapes = [(out.shape[2], out.shape[3]) for out in raw_outputs]
+        flat, shapes, image_hw = flatten_levels(raw_outputs, self.strides, self.channels,
+                                                f"4 * reg_max={self.reg_max} + nc={self.nc}")  # [B, no, A]
         anchors, anchor_strides = make_anchors(shapes, self.strides, device=flat.device, dtype=flat.dtype)
-        image_hw = (shapes[0][0] * self.strides[0], shapes[0][1] * self.strides[0])
         split = 4 * self.reg_max
         return flat[:, :split], flat[:, split:].transpose(1, 2), anchors, anchor_strides, image_hw
 
-    @staticmethod
-    def _check_scaling(batch: int, world_size: int, global_batch: int | None) -> int:
-        if world_size < 1:
-            raise ConfigError(f"world_size={world_size} must be >= 1 (the number of DDP ranks)")
-        global_batch = batch * world_size if global_batch is None else global_batch
-        if global_batch < 1:
-            raise ConfigError(f"global_batch={global_batch} must be >= 1 (images per optimizer step, all ranks)")
-        return global_batch
+    def _ground_truths(self, targets: Tensor, batch: int, image_hw: tuple[int, int],
+                       device: torch.device) -> tuple[Tensor, Tensor, Tensor]:
+        """Padded ground truths on ``device``: labels ``[B, G]``, xyxy pixel boxes ``[B, G, 4]``, mask."""
+        gt = padded_ground_truths(targets, batch, image_hw, device, nc=self.nc)
+        return gt.labels, xywh_to_xyxy(gt.boxes), gt.mask
 
     @staticmethod
     def _box_sum(pred_boxes: Tensor, assigned: Assignment, weight: Tensor) -> Tensor:
