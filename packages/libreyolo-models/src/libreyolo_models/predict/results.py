@@ -11,7 +11,8 @@ import torch
 from torch import Tensor
 
 from ..layers.boxes import xyxy_to_xywh
-from .plotting import draw_detections
+from .plotting import draw_detections, draw_top_classes
+from .probs import Probs
 
 
 class Boxes:
@@ -80,7 +81,7 @@ class Results:
     names: dict[int, str]
     boxes: Boxes | None = None
     speed: dict[str, float] = field(default_factory=dict)  # ms per image: preprocess, inference, postprocess
-    probs: Any = None
+    probs: Probs | None = None    # classify: class probabilities (``probs.top1``, ``probs.top5``...)
     masks: Any = None
 
     @property
@@ -91,8 +92,12 @@ class Results:
         return len(self.boxes) if self.boxes is not None else 0
 
     def to_list(self) -> list[dict[str, object]]:
-        """One dict per detection: name, class, confidence, box (x1, y1, x2, y2 pixels)."""
+        """One dict per detection: name, class, confidence, box (x1, y1, x2, y2 pixels); for a
+        classification, one per top-5 class: name, class, confidence."""
         rows: list[dict[str, object]] = []
+        if self.probs is not None:
+            return [{"name": self.probs.name(c), "class": c, "confidence": float(self.probs.data[c])}
+                    for c in self.probs.top5]
         if self.boxes is None:
             return rows
         for x1, y1, x2, y2, conf, cls in self.boxes.data.tolist():
@@ -101,7 +106,10 @@ class Results:
         return rows
 
     def summary(self) -> str:
-        """``"2 circles, 1 square"`` style count of detections per class."""
+        """``"2 circles, 1 square"`` style count of detections per class; for a classification, the
+        top-5 classes with their probabilities."""
+        if self.probs is not None:
+            return self.probs.summary()
         if self.boxes is None or not len(self):
             return "no detections"
         counts: dict[str, int] = {}
@@ -111,7 +119,11 @@ class Results:
         return ", ".join(f"{n} {name}" for name, n in counts.items())
 
     def plot(self, *, labels: bool = True, conf: bool = True, line_width: int | None = None) -> np.ndarray:
-        """A copy of the original image with boxes and labels drawn; RGB uint8 ``[H, W, 3]``."""
+        """A copy of the original image with boxes and labels drawn (a classification: its top-5
+        classes and probabilities, written top-left); RGB uint8 ``[H, W, 3]``."""
+        if self.probs is not None:
+            lines = [f"{self.probs.name(c)} {float(self.probs.data[c]):.2f}" for c in self.probs.top5]
+            return draw_top_classes(self.orig_img, lines if conf else [line.rsplit(" ", 1)[0] for line in lines])
         if self.boxes is None:
             return self.orig_img.copy()
         return draw_detections(self.orig_img, self.boxes.data.cpu(), self.names, labels=labels,

@@ -5,9 +5,10 @@ from __future__ import annotations
 from ..config import suggest
 from ..errors import ConfigError
 from .base import EvalSettings, Prepared, Task, TaskMetrics
+from .classify import ClassifyOptions, ClassifyTask
 from .detect import DetectOptions, DetectTask
 
-TASKS: dict[str, Task] = {task.name: task for task in (DetectTask(),)}
+TASKS: dict[str, Task] = {task.name: task for task in (DetectTask(), ClassifyTask())}
 
 
 def get_task(name: str) -> Task:
@@ -17,4 +18,4 @@ def get_task(name: str) -> Task:
     return TASKS[name]
 
 
-__all__ = ["TASKS", "DetectOptions", "DetectTask", "EvalSettings", "Prepared", "Task", "TaskMetrics", "get_task"]
+__all__ = ["TASKS", "ClassifyOptions", "ClassifyTask", "DetectOptions", "DetectTask", "EvalSettings", "Prepared", "Task", "TaskMetrics", "get_task"]
