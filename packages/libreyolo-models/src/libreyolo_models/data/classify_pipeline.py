@@ -104,7 +104,7 @@ class _TrainCrops(Dataset):
         # through shared memory.
         slots = batch_tensor((len(draws), side, side, 3), torch.uint8, shared=False if self.render else None)
         for row, d in enumerate(draws):
-            self.cache.read_into(d.index, slots[row].numpy())
+            _read_with_edge(self.cache, d.index, slots[row].numpy())
         labels = torch.from_numpy(self.labels[[d.index for d in draws]])
         paths = [self.paths[d.index] for d in draws]
         tensors = _draw_tensors(draws)
@@ -114,6 +114,18 @@ class _TrainCrops(Dataset):
         images = batch_tensor(pixels.shape, torch.uint8)
         images.copy_(pixels.round_())
         return _Crops(images, labels, paths)
+
+
+def _read_with_edge(cache: ImageCache, index: int, out: np.ndarray) -> None:
+    """Image ``index`` into its slot plus a copy of its last column and row beyond them: the crop's
+    bilinear samples reach half a pixel past the image edge, which must read the edge, not
+    whatever the (uninitialised) rest of the slot holds."""
+    cache.read_into(index, out)
+    h, w = (int(v) for v in cache.hw[index])
+    if w < out.shape[1]:
+        out[:h, w] = out[:h, w - 1]
+    if h < out.shape[0]:
+        out[h, :w + 1] = out[h - 1, :w + 1]
 
 
 class _TrainSlots(_TrainCrops):
