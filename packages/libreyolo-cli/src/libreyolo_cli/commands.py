@@ -86,11 +86,11 @@ def _list_families(as_json: bool) -> int:
     if as_json:
         print(json.dumps(rows, indent=2))
         return 0
-    header = f"{'family':<10}{'task':<10}{'sizes':<22}{'example':<22}{'imgsz':>6}  graphs(predict/train)  spawn"
+    header = f"{'family':<16}{'task':<10}{'sizes':<22}{'example':<28}{'imgsz':>6}  graphs(predict/train)  spawn"
     print(header)
     for r in rows:
         graphs = f"{'yes' if r['cuda_graph_predict'] else 'no'}/{'yes' if r['cuda_graph_train'] else 'no'}"
-        print(f"{r['family']:<10}{r['task']:<10}{','.join(r['sizes']):<22}{r['weights']:<22}{r['imgsz']:>6}  "
+        print(f"{r['family']:<16}{r['task']:<10}{','.join(r['sizes']):<22}{r['weights']:<28}{r['imgsz']:>6}  "
               f"{graphs:<21}  {'yes' if r['multi_gpu_spawn'] else 'torchrun'}")
     print("\nlibreyolo info model=<weights or .yaml> describes one model.")
     return 0
