@@ -171,7 +171,7 @@ class ClassifyTrainPipeline:
         dataset = kind(self.cache, split, augment, imgsz=imgsz, seed=seed, rank=env.rank, state=self._state)
         self._shuffle = torch.Generator()
         self._shuffle.manual_seed(_shuffle_seed(seed, env.rank, 0))
-        self._mix_rng = np.random.default_rng()
+        self._mix_rng = _mix_rng(seed, env.rank, 0)
         distributed = libreyolo_ddp.is_dist_initialized() and env.world_size > 1
         self._loader = libreyolo_ddp.build_dataloader(
             dataset, batch_size=batch_size, shuffle=True, workers=workers, seed=seed,
@@ -192,7 +192,7 @@ class ClassifyTrainPipeline:
             raise ConfigError(f"epoch={epoch} must be >= 0")
         self._state.fill_(epoch)
         self._shuffle.manual_seed(_shuffle_seed(self._seed, self._rank, epoch))
-        self._mix_rng = np.random.default_rng(np.random.SeedSequence([self._seed, self._rank, epoch, 1 << 30]))
+        self._mix_rng = _mix_rng(self._seed, self._rank, epoch)
         libreyolo_ddp.set_loader_epoch(self._loader, epoch)
 
     def __len__(self) -> int:
@@ -216,6 +216,11 @@ class ClassifyTrainPipeline:
             if self.label_smoothing:
                 targets = targets * (1.0 - self.label_smoothing) + self.label_smoothing / self.nc
         return ClassifyBatch(images, targets, crops.paths)
+
+
+def _mix_rng(seed: int, rank: int, epoch: int) -> np.random.Generator:
+    """Mixup/CutMix draws of one epoch on one rank, batch after batch (apart from the samples' streams)."""
+    return np.random.default_rng(np.random.SeedSequence([seed, rank, epoch, 1 << 30]))
 
 
 def eval_decode(path: Path, imgsz: int) -> tuple[np.ndarray, tuple[int, int]]:

@@ -110,14 +110,14 @@ def load_class_split(data: FolderData | str | Path, split: str) -> ClassSplit:
 
 def _stray_entries(folder: Path, data: FolderData) -> list[DataProblem]:
     """Folders that are no class, and images directly in the split folder: never used."""
-    known = set(data.names.values())
+    known = list(data.names.values())
     problems = []
     for entry in sorted(folder.iterdir()):
         if entry.name.startswith("."):
             continue
         if entry.is_dir() and entry.name not in known:
             problems.append(DataProblem(entry, f"folder {entry.name!r} is not a class of {data.source} "
-                                               f"({', '.join(list(known)[:5])}...); its images are not used: add "
+                                               f"({', '.join(known[:5])}{', ...' if len(known) > 5 else ''}); its images are not used: add "
                                                "it to names, or move its images into a class folder"))
         elif entry.is_file() and is_image_path(entry):
             problems.append(DataProblem(entry, "image outside every class folder, so its class is unknown; "
