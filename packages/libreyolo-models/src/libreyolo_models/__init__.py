@@ -24,11 +24,12 @@ from .errors import (  # noqa: E402
 from .facade import LibreYOLO  # noqa: E402
 from .family_spec import FamilySpec, TaskDecl, WeightsEntry  # noqa: E402
 from .named import LibreYOLO9  # noqa: E402
+from .predict.probs import Probs  # noqa: E402
 from .predict.results import Boxes, Results  # noqa: E402
 from .registry import families, register_family, unregister_family  # noqa: E402
 
 __all__ = [
     "SAMPLE_IMAGE", "Boxes", "CheckpointError", "ConfigError", "Family", "FamilySpec", "LibreYOLO", "LibreYOLO9",
-    "LibreYOLOError", "LossContext", "LossResult", "Results", "SourceError", "TaskDecl", "UnknownFamilyError",
+    "LibreYOLOError", "LossContext", "LossResult", "Probs", "Results", "SourceError", "TaskDecl", "UnknownFamilyError",
     "WeightsEntry", "WeightsNotFoundError", "__version__", "families", "register_family", "unregister_family",
 ]

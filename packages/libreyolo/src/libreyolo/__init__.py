@@ -21,6 +21,7 @@ from libreyolo_models import (
     LibreYOLO,
     LibreYOLO9,
     LibreYOLOError,
+    Probs,
     Results,
     SourceError,
     UnknownFamilyError,
@@ -33,6 +34,6 @@ except PackageNotFoundError:  # run from a source checkout (PYTHONPATH), not ins
     __version__ = "0+source"
 
 __all__ = [
-    "SAMPLE_IMAGE", "Boxes", "CheckpointError", "ConfigError", "LibreYOLO", "LibreYOLO9", "LibreYOLOError",
+    "SAMPLE_IMAGE", "Boxes", "CheckpointError", "ConfigError", "LibreYOLO", "LibreYOLO9", "LibreYOLOError", "Probs",
     "Results", "SourceError", "UnknownFamilyError", "WeightsNotFoundError", "__version__",
 ]
