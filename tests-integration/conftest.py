@@ -19,9 +19,9 @@ def mini_shapes(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def mini_shapes_cls(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Crops of the first 8 + 4 ``shapes`` images (about 28 + 14 images): the data.yaml path."""
+    """Crops of the first 16 + 8 ``shapes`` images (about 28 + 14 crops): the data.yaml path."""
     from libreyolo_models.data.shapes_cls import generate_shapes_cls
 
     root = tmp_path_factory.mktemp("mini-shapes-cls")
-    generate_shapes_cls(root, split_sizes={"train": 8, "val": 4})
+    generate_shapes_cls(root, split_sizes={"train": 16, "val": 8})
     return root / "data.yaml"

@@ -33,7 +33,7 @@ def test_resnet18_trains_validates_predicts_and_round_trips(mini_shapes_cls: Pat
     assert best["task"] == "classify" and best["best_metric_name"] == "top1 accuracy" and "best_top1" in best
 
     metrics = model.val(data=str(mini_shapes_cls), imgsz=32, workers=0, verbose=False)
-    assert metrics.n_images == int(metrics.confusion.sum()) > 10 and 0.0 <= metrics.top1 <= metrics.top5 <= 1.0
+    assert metrics.n_images == int(metrics.confusion.sum()) > 5 and 0.0 <= metrics.top1 <= metrics.top5 <= 1.0
     assert metrics.top1 == pytest.approx(outcome.metrics["metrics/accuracy_top1"])  # the caller holds the best
 
     crop = next((mini_shapes_cls.parent / "val" / "star").glob("*.jpg"))
