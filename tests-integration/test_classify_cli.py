@@ -25,4 +25,6 @@ def test_train_val_predict_info_for_a_classifier(mini_shapes_cls: Path, tmp_path
     out = capsys.readouterr().out
     assert "accuracy_top1=" in out and "task: classify" in out and "family: efficientnetv2" in out
     assert "circle" in out.split("accuracy_top1=")[1]  # predict printed each crop's top classes
-    assert "efficientnetv2  classify  b0,b1,b2,b3" in out  # the family listing
+    rows = [line.split() for line in out.splitlines() if line.startswith(("efficientnetv2 ", "resnet "))]
+    listing = {row[0]: row[1:3] for row in rows}  # the family listing: name, task, sizes
+    assert listing == {"efficientnetv2": ["classify", "b0,b1,b2,b3"], "resnet": ["classify", "18,34,50,101"]}

@@ -144,8 +144,8 @@ class FamilySpec:
         return int(decl.imgsz_by_size.get(size, decl.default_imgsz))
 
     def weight_name(self, size: str, task: str | None = None, suffix: str = ".pt") -> str:
-        """``<prefix><size>[-<task>]<suffix>``; the family's default task has no task suffix
-        (``LibreYOLO9t.pt`` detects, ``LibreResNet50.pt`` classifies)."""
+        """``<prefix><size>[-<task suffix>]<suffix>``; the default task has no task suffix
+        (``LibreYOLO9t.pt`` detects, ``LibreSegFormerb0.pt`` segments, ``LibreResNet50.pt`` classifies)."""
         task = task or self.default_task
         return f"{self.weight_prefix}{size}{'' if task == self.default_task else TASK_SUFFIXES[task]}{suffix}"
 

@@ -18,10 +18,14 @@ from .families.convnext.spec import SPEC as CONVNEXT
 from .families.efficientnetv2.spec import SPEC as EFFICIENTNETV2
 from .families.mobilenetv4.spec import SPEC as MOBILENETV4
 from .families.resnet.spec import SPEC as RESNET
+from .families.rtdetr.spec import SPEC as RTDETR
+from .families.segformer.spec import SPEC as SEGFORMER
 from .families.yolo9.spec import SPEC as YOLO9
+from .families.yolox.spec import SPEC as YOLOX
 from .family_spec import TASK_SUFFIXES, FamilySpec
 
-BUILTIN: dict[str, FamilySpec] = {spec.name: spec for spec in (YOLO9, RESNET, EFFICIENTNETV2, CONVNEXT, MOBILENETV4)}
+BUILTIN: dict[str, FamilySpec] = {spec.name: spec for spec in (YOLO9, YOLOX, RTDETR, SEGFORMER, RESNET, EFFICIENTNETV2,
+                                                                CONVNEXT, MOBILENETV4)}
 
 _extra: dict[str, FamilySpec] = {}
 
@@ -63,7 +67,8 @@ def get_family(name: str) -> FamilySpec:
 
 @dataclass(frozen=True)
 class ParsedName:
-    """``LibreYOLO9t-cls.pt`` -> family spec, size ``t``, task ``classify``, suffix ``.pt``."""
+    """``LibreYOLO9t-cls.pt`` -> family spec, size ``t``, task ``classify``, suffix ``.pt``; a name
+    without a task suffix (``LibreSegFormerb0.pt``) means the family's default task."""
 
     family: FamilySpec
     size: str
@@ -90,7 +95,8 @@ def parse_model_name(name: str | Path) -> ParsedName:
         if size not in spec.sizes:
             raise UnknownFamilyError(f"{Path(name).name!r}: {spec.display_name} has no size {size!r}; "
                                      f"sizes: {', '.join(spec.sizes)}" + suggest(size, spec.sizes))
-        # No suffix: the family's default task (detect for YOLO, classify for classifiers).
+        # No suffix names the family's default task (detect for YOLO, semantic for SegFormer,
+        # classify for the classifiers).
         task = spec.default_task if not task_suffix else {v: k for k, v in TASK_SUFFIXES.items()}.get(task_suffix)
         if task is None or task not in spec.tasks:
             raise UnknownFamilyError(f"{Path(name).name!r}: {spec.display_name} has no task for suffix "

@@ -65,7 +65,7 @@ class ClassifyAugment:
             low, high, meaning = _RANGES[f.name]
             if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
                 raise ConfigError(f"augmentation option {f.name}={value!r} must be a number ({meaning})")
-            if not low <= value <= high:
+            if not low <= float(value) <= high:
                 raise ConfigError(f"augmentation option {f.name}={value} is outside [{low}, {high}] ({meaning}); "
                                   "use a value in that range")
 
@@ -107,12 +107,13 @@ def draw_crop(augment: ClassifyAugment, *, index: int, hw: tuple[int, int], seed
     box = _crop_box(rng, hw, augment.crop_min_area)
     flip = bool(rng.random() < augment.fliplr)
     u = rng.uniform(-1.0, 1.0, 4)
-    jitter = (1 + augment.hsv_v * u[0], 1 + augment.hsv_v * u[1], 1 + augment.hsv_s * u[2], augment.hsv_h * u[3])
+    jitter = (float(1 + augment.hsv_v * u[0]), float(1 + augment.hsv_v * u[1]), float(1 + augment.hsv_s * u[2]),
+              float(augment.hsv_h * u[3]))
     ops = rng.integers(0, len(RANDAUGMENT_OPS), RANDAUGMENT_N_OPS)
     signs = np.where(rng.random(RANDAUGMENT_N_OPS) < 0.5, -1.0, 1.0)
     if augment.randaugment == 0:
         ops = np.zeros_like(ops)
-    return CropDraws(index, box, flip, tuple(float(v) for v in jitter), tuple(int(v) for v in ops),
+    return CropDraws(index, box, flip, jitter, tuple(int(v) for v in ops),
                      tuple(float(v) for v in signs))
 
 

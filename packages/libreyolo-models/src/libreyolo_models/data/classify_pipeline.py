@@ -200,7 +200,7 @@ class ClassifyTrainPipeline:
 
     def __iter__(self) -> Iterator[ClassifyBatch]:
         if self.gpu_augment and self.device.type == "cuda":
-            return _one_ahead_on_side_stream(self._loader, self._finish, self.device)  # type: ignore[arg-type]
+            return _one_ahead_on_side_stream(self._loader, self._finish, self.device)  # type: ignore[arg-type,return-value]
         return map(self._finish, self._loader)
 
     def _finish(self, crops: _Crops) -> ClassifyBatch:

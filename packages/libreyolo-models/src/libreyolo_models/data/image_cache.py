@@ -198,7 +198,8 @@ def cache_file_name(paths: Sequence[Path], imgsz: int, decoder: str = "") -> str
 def _open_or_build(paths: Sequence[Path], imgsz: int, name: str, mode: CacheMode,
                    cache_dir: Path | None, threads: int | None, decode: Decoder) -> ImageCache:
     ram, disk = _ram_dir(), _disk_dir(cache_dir)
-    lookup = {"ram": [ram, disk], "disk": [disk], "auto": [ram, disk]}[mode]
+    choices: dict[str, list[Path | None]] = {"ram": [ram, disk], "disk": [disk], "auto": [ram, disk]}
+    lookup = choices[mode]
     for directory in lookup:
         if directory is not None and (found := _try_open(directory / name)) is not None:
             log.info("image cache: reusing %s", found.path)
@@ -280,10 +281,10 @@ def _choose_dir(mode: CacheMode, nbytes: int, ram: Path | None, disk: Path) -> P
 def _file_lock(lock_path: Path, target: Path) -> Iterator[None]:
     """Hold an exclusive lock on ``lock_path``: one builder per file, across processes."""
     try:
-        import fcntl
+        import fcntl as locking
     except ImportError:  # no flock (Windows): an exclusive-create lock file instead
-        fcntl = None
-    if fcntl is None:
+        locking = None  # type: ignore[assignment]
+    if locking is None:
         while True:
             try:
                 fd = os.open(lock_path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
@@ -298,14 +299,14 @@ def _file_lock(lock_path: Path, target: Path) -> Iterator[None]:
         return
     with open(lock_path, "a+b") as f:
         try:
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            locking.flock(f.fileno(), locking.LOCK_EX | locking.LOCK_NB)
         except BlockingIOError:
             log.info("image cache: waiting for another process to finish building %s", target)
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+            locking.flock(f.fileno(), locking.LOCK_EX)
         try:
             yield
         finally:
-            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+            locking.flock(f.fileno(), locking.LOCK_UN)
 
 
 def _data_offset(n: int) -> int:

@@ -42,7 +42,7 @@ def draw_top_classes(image: np.ndarray, lines: list[str]) -> np.ndarray:
     canvas = Image.fromarray(image.copy())
     draw = ImageDraw.Draw(canvas)
     font = ImageFont.load_default()
-    y = 2
+    y = 2.0
     for rank, text in enumerate(lines):
         left, top, right, bottom = draw.textbbox((4, y), text, font=font)
         draw.rectangle((2, y, right + 2, bottom + 2), fill=(30, 30, 30))

@@ -7,8 +7,9 @@ from ..errors import ConfigError
 from .base import EvalSettings, Prepared, Task, TaskMetrics
 from .classify import ClassifyOptions, ClassifyTask
 from .detect import DetectOptions, DetectTask
+from .semantic import SemanticTask
 
-TASKS: dict[str, Task] = {task.name: task for task in (DetectTask(), ClassifyTask())}
+TASKS: dict[str, Task] = {task.name: task for task in (DetectTask(), SemanticTask(), ClassifyTask())}
 
 
 def get_task(name: str) -> Task:
@@ -18,4 +19,5 @@ def get_task(name: str) -> Task:
     return TASKS[name]
 
 
-__all__ = ["TASKS", "ClassifyOptions", "ClassifyTask", "DetectOptions", "DetectTask", "EvalSettings", "Prepared", "Task", "TaskMetrics", "get_task"]
+__all__ = ["TASKS", "ClassifyOptions", "ClassifyTask", "DetectOptions", "DetectTask", "EvalSettings", "Prepared",
+           "SemanticTask", "Task", "TaskMetrics", "get_task"]
