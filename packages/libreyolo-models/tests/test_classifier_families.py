@@ -127,3 +127,13 @@ def test_training_seam_and_loss_give_gradients_everywhere(family: str, size: str
     assert all(p.grad is not None for p in model.net.parameters())
     probs = model.family.postprocess(logits.detach(), None)
     assert len(probs) == 2 and torch.allclose(probs[0].sum(), torch.tensor(1.0))
+
+
+def test_named_shortcuts_build_each_classifier_family() -> None:
+    from libreyolo_models import LibreConvNeXt, LibreEfficientNetV2, LibreMobileNetV4, LibreResNet
+
+    built = [make(size=size, nc=3) for make, size in
+             ((LibreResNet, "18"), (LibreEfficientNetV2, "b0"), (LibreConvNeXt, "tiny"), (LibreMobileNetV4, "small"))]
+    assert [(m.spec.name, m.size, m.task, m.nc) for m in built] == [
+        ("resnet", "18", "classify", 3), ("efficientnetv2", "b0", "classify", 3), ("convnext", "tiny", "classify", 3),
+        ("mobilenetv4", "small", "classify", 3)]
