@@ -19,6 +19,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from .atomic_write import owner_tag, remove_stale_temps, umask_mode
 from .errors import WeightsNotFoundError
 from .family_spec import WeightsEntry
 
@@ -32,7 +33,7 @@ DOWNLOAD_TIMEOUT_S = 30.0
 
 def weights_dir() -> Path:
     """The folder searched for bare weight names and where downloads are stored."""
-    return Path(os.environ.get(WEIGHTS_DIR_ENV, "weights"))
+    return Path(os.environ.get(WEIGHTS_DIR_ENV, "weights")).expanduser()
 
 
 def hub_url(url: str) -> str:
@@ -55,7 +56,7 @@ def resolve_weights(name: str | Path, *, entry: WeightsEntry | None, untrained_h
         WeightsNotFoundError: not found anywhere; says where it looked and how to build an
             untrained model instead.
     """
-    given = Path(name)
+    given = Path(name).expanduser()
     if given.is_file():
         return given
     looked = [str(given)]
@@ -100,21 +101,28 @@ def download_file(url: str, dest: Path, *, sha256: str | None = None,
     publishes for large files (its ``X-Linked-Etag`` / ``ETag`` header); a download with
     neither is refused, since nothing would vouch for it.
     """
-    created = not dest.parent.exists()
+    created = _missing_folders(dest.parent)
     dest.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temps(dest.parent, dest.name)  # a download killed mid-way
     try:
         return _download(url, dest, sha256=sha256, timeout_s=timeout_s)
     except BaseException:
-        if created:
-            _remove_if_empty(dest.parent)
+        for folder in created:  # innermost first: a failed download leaves no empty folders
+            try:
+                folder.rmdir()
+            except OSError:
+                break
         raise
 
 
-def _remove_if_empty(folder: Path) -> None:
-    try:
-        folder.rmdir()
-    except OSError:
-        pass
+def _missing_folders(folder: Path) -> list[Path]:
+    """``folder`` and its parents that do not exist yet, innermost first."""
+    missing = []
+    folder = folder.absolute()
+    while not folder.exists() and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    return missing
 
 
 def _published_digest(headers: object) -> str | None:
@@ -129,7 +137,7 @@ def _published_digest(headers: object) -> str | None:
 def _download(url: str, dest: Path, *, sha256: str | None, timeout_s: float) -> Path:
     log.info("downloading %s -> %s", url, dest)
     request = urllib.request.Request(url, headers={"User-Agent": "libreyolo"})
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.{owner_tag()}.", suffix=".tmp", dir=dest.parent)
     try:
         digest = hashlib.sha256()
         with urllib.request.urlopen(request, timeout=timeout_s) as response, os.fdopen(fd, "wb") as out:
@@ -152,6 +160,7 @@ def _download(url: str, dest: Path, *, sha256: str | None, timeout_s: float) -> 
         if digest.hexdigest() != expected:
             raise ChecksumError(f"sha256 mismatch for {url}: got {digest.hexdigest()}, expected {expected}; "
                                 "the partial file was deleted (a corrupted transfer or a changed file on the hub)")
+        os.chmod(tmp, umask_mode())  # mkstemp made it owner-only
         shutil.move(tmp, dest)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -39,6 +39,7 @@ import numpy as np
 import yaml
 from PIL import Image, ImageDraw
 
+from ..atomic_write import umask_mode
 from ..cache_dir import cache_dir
 
 log = logging.getLogger(__name__)
@@ -82,7 +83,7 @@ def ensure_shapes(root: Path | None = None) -> Path:
     try:
         start = time.perf_counter()
         generate_shapes(tmp, yaml_root=final)
-        os.chmod(tmp, 0o755)  # mkdtemp makes it owner-only
+        os.chmod(tmp, umask_mode(0o777))  # mkdtemp makes it owner-only
         try:
             os.rename(tmp, final)  # atomic; fails if another process got there first
         except OSError as err:
