@@ -57,7 +57,7 @@ def resolve_plan(model: LibreYOLO, options: Mapping[str, Any], source: str, *, r
     decl = model.spec.task(model.task)
     merged = dict(options) if resumed else {**decl.recipe, **options}
     cfg = load_config(TrainConfig, merged, source)
-    devices = libreyolo_ddp.parse_devices(cfg.device or "auto")
+    devices = parse_train_devices(cfg.device, source)
     world = libreyolo_ddp.dist_env().world_size if libreyolo_ddp.is_torchrun() else devices.world_size
     if cfg.batch != -1:
         libreyolo_ddp.split_global_batch(cfg.batch, world)  # fail before any expensive work
@@ -66,6 +66,20 @@ def resolve_plan(model: LibreYOLO, options: Mapping[str, Any], source: str, *, r
         raise ConfigError(f"{source}: multi_scale=True is not supported for task {model.task!r}")
     sync_bn = model.spec.sync_bn_default if cfg.sync_bn is None else cfg.sync_bn
     return TrainPlan(cfg, devices, imgsz, resolve_gains(model, cfg, source), sync_bn, world)
+
+
+def parse_train_devices(device: object, source: str) -> libreyolo_ddp.DevicePlan:
+    """``device=`` of training -> a plan this machine can run, checked before any data is read.
+
+    Raises:
+        ConfigError: not a device value, or devices this machine lacks (CUDA, MPS, an index).
+    """
+    try:
+        plan = libreyolo_ddp.parse_devices(device if device not in (None, "") else "auto")  # type: ignore[arg-type]
+        libreyolo_ddp.check_devices_available(plan)
+    except libreyolo_ddp.DeviceError as err:
+        raise ConfigError(f"{source}: {err}") from None
+    return plan
 
 
 def resolve_gains(model: LibreYOLO, cfg: TrainConfig, source: str) -> dict[str, float]:
