@@ -120,3 +120,17 @@ def test_public_api_the_trainer_wires_in_is_exported():
     assert missing == []
     assert issubclass(ddp.BatchSplitError, ValueError) and issubclass(ddp.PicklingGuardError, ValueError)
     assert issubclass(ddp.WorkerError, RuntimeError) and issubclass(ddp.DDPError, Exception)
+
+
+def test_elastic_run_reads_the_job_id_and_restart_count() -> None:
+    from libreyolo_ddp import DDPError, ElasticRun, elastic_run
+
+    assert elastic_run({}) is None  # not torchrun
+    first = elastic_run({"TORCHELASTIC_RUN_ID": "job7", "RANK": "0", "WORLD_SIZE": "2"})
+    assert first == ElasticRun("job7", 0) and not first.is_restart
+    again = elastic_run({"TORCHELASTIC_RUN_ID": "job7", "TORCHELASTIC_RESTART_COUNT": "2"})
+    assert again == ElasticRun("job7", 2) and again.is_restart
+    spawned = {"TORCHELASTIC_RUN_ID": "job7", "LIBREYOLO_DDP_SPAWNED_BY": "123"}
+    assert elastic_run(spawned) is None  # our own spawn's workers are not a torchrun job
+    with pytest.raises(DDPError, match="TORCHELASTIC_RESTART_COUNT='x' is not an integer"):
+        elastic_run({"TORCHELASTIC_RUN_ID": "job7", "TORCHELASTIC_RESTART_COUNT": "x"})

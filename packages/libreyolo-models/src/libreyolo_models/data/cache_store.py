@@ -3,7 +3,7 @@
 A cache setting (``cache=`` of train and val) is one of:
 
 ==================  ==============================================================================
-``"auto"``          RAM (``/dev/shm``) when the array is under half of the available memory, else disk
+``"auto"``          RAM (``/dev/shm``) when it fits under the RAM cap below, else disk
 ``"ram"``           RAM; falls back to disk, with a warning, when memory or ``/dev/shm`` is short
 ``"disk"``          ``<cache dir>/images`` (``$LIBREYOLO_CACHE_DIR`` or ``~/.cache/libreyolo``)
 a folder path       that folder (e.g. ``cache=/scratch/libreyolo``): a fast local disk
@@ -18,8 +18,9 @@ and its files outlive the process until deleted, so caches here have a lifecycle
   below removes a file that is locked (checked with a non-blocking exclusive lock).
 - When a cache is built, older caches of the same split (same image folder and ``imgsz``, other
   contents) in the same folder are removed, as are caches whose image folder no longer exists.
-- Before a RAM cache is built, unused RAM caches are evicted, least recently used first, until
-  the new one fits in the room the setting allows.
+- RAM caches are capped: together they stay under half of the memory (``MemAvailable`` plus
+  their own size). Before a RAM cache is built, unused ones are evicted, least recently used
+  first, to keep under the cap; if it still does not fit, the cache goes to disk with a message.
 - ``libreyolo cache`` lists every cache; ``libreyolo cache clean`` removes every unused one.
 """
 
@@ -48,7 +49,7 @@ CACHE_SUFFIX = ".cache"
 PRIVATE_TAG = ".private-"
 """In the name of an ``"off"`` cache, followed by ``<host>-<pid>``: removed once that process is gone."""
 
-RAM_SHARE = 0.5     # "auto" and the RAM budget: caches in RAM stay under this share of available memory
+RAM_SHARE = 0.5     # LibreYOLO's RAM caches together stay under this share of the memory (see _ram_room)
 ROOM_MARGIN = 1.05  # a location needs this much more free space than the file
 
 _MODES = ("ram", "disk", "auto", "off")
@@ -158,21 +159,25 @@ def choose_dir(place: CachePlace, nbytes: int) -> Path:
 
 
 def _ram_room(ram: Path, nbytes: int, place: CachePlace) -> bool:
+    """Whether a cache of ``nbytes`` may go to RAM, after evicting unused caches if that helps.
+
+    The cap: LibreYOLO's RAM caches together (this one included) stay under ``RAM_SHARE`` of the
+    memory there would be without them (``MemAvailable`` plus their size, which it excludes).
+    """
+    entries = list_cache_files(ram) if ram.is_dir() else []
+    ours = sum(e.nbytes for e in entries)
+    available = mem_available_bytes()
+    memory = None if available is None else available + ours
+
     def fits() -> bool:
-        available = mem_available_bytes()
-        memory_ok = available is None or nbytes < RAM_SHARE * available
+        memory_ok = memory is None or ours + nbytes < RAM_SHARE * memory
         return memory_ok and free_bytes(ram) > nbytes * ROOM_MARGIN
 
-    if fits():
-        return True
-    if not ram.is_dir():
-        return False
-    for entry in sorted(list_cache_files(ram), key=lambda e: e.used_at):
-        if entry.in_use:
-            continue
-        if remove_cache_file(entry.path, "evicted to make room in RAM"):
-            if fits():
-                return True
+    for entry in sorted(entries, key=lambda e: e.used_at):  # least recently used first
+        if fits():
+            return True
+        if not entry.in_use and remove_cache_file(entry.path, "evicted to make room in RAM"):
+            ours -= entry.nbytes
     return fits()
 
 
