@@ -102,7 +102,7 @@ def expand_paths(source: str | Path) -> list[Path]:
     expanded = str(Path(text).expanduser())
     if any(ch in expanded for ch in "*?["):
         matches = sorted(Path(p) for p in glob.glob(expanded, recursive=True))
-        files = [p for p in matches if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file()]
+        files = [p for p in matches if _is_image_entry(p)]
         if not files:
             raise SourceError(f"glob {text!r} matched no image files ({', '.join(sorted(IMAGE_SUFFIXES))})")
         return files
@@ -111,13 +111,18 @@ def expand_paths(source: str | Path) -> list[Path]:
         raise SourceError(f"{text}: unsupported source: {path.suffix} is a video; LibreYOLO predicts on still "
                           f"images ({', '.join(sorted(IMAGE_SUFFIXES))}); extract frames first")
     if path.is_dir():
-        files = sorted(p for p in path.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
+        files = sorted(p for p in path.iterdir() if _is_image_entry(p))
         if not files:
             raise SourceError(f"folder {text!r} holds no images ({', '.join(sorted(IMAGE_SUFFIXES))})")
         return files
     if not path.exists():
         raise SourceError(f"source {text!r} does not exist (expected an image file, a folder or a glob)")
     return [path]
+
+
+def _is_image_entry(path: Path) -> bool:
+    """An image-named entry that is not a folder: a dangling link is kept, to be named as unreadable."""
+    return path.suffix.lower() in IMAGE_SUFFIXES and not path.is_dir()
 
 
 def iter_sources(source: object, report: SourceReport | None = None) -> Iterator[SourceImage]:

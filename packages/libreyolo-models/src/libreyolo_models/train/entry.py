@@ -69,7 +69,8 @@ def train_rank(model: LibreYOLO, plan: TrainPlan, callbacks: list[Callable[..., 
     if restart is not None:  # torchrun restarted the job after a rank died: carry on from last.pt
         model._assemble(rebuild_source(restart, restart.pop("_path")))
         model.checkpoint = resume = restart
-        plan = resolve_plan(model, merge_resume_options(restart, {}, "train() (restart)"), "train() (restart)",
+        given = {k: v for k, v in plan.cfg.as_dict().items() if k != "resume"}  # this attempt's options
+        plan = resolve_plan(model, merge_resume_options(restart, given, "train() (restart)"), "train() (restart)",
                             resumed=True)
     plan = resolve_batch(model, plan)
     outcome = Trainer(model, plan, callbacks=callbacks, resume=resume).run()

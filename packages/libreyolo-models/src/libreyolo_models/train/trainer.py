@@ -31,7 +31,7 @@ from ..workers import default_workers
 from .adapt import adapt_to_classes
 from .callbacks import CallbackRunner, EpochEnd, TrainEnd, TrainException, TrainStart
 from .checkpoints import build_training_checkpoint, write_epoch_checkpoints
-from .elastic import record_run_dir
+from .elastic import forget_run, record_run_dir
 from .ema import ModelEMA
 from .graph_forward import graph_forward
 from .optim import align_state_layout, build_optimizer
@@ -208,6 +208,8 @@ class Trainer:
         except BaseException as err:
             self.callbacks.emit(TrainException(getattr(self, "run_dir", None), epoch, f"{type(err).__name__}: {err}"))
             raise
+        if self.rank0:
+            forget_run(self.cfg.project)  # completed: a torchrun job id reused later starts afresh
         # Paths where rank 0 writes; other ranks read them only after a barrier (see entry.py).
         outcome = TrainOutcome(self.run_dir, self.weights_dir / "best.pt", self.weights_dir / "last.pt", metrics,
                                epoch + 1 - self.start_epoch, stopped_early)
