@@ -103,6 +103,13 @@ def test_offline_error_names_the_url_and_leaves_no_partial_file(monkeypatch, tmp
     assert not any((tmp_path / "w").glob("*")) if (tmp_path / "w").exists() else True
 
 
+def test_a_failed_download_leaves_no_empty_weights_folders(monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv("LIBREYOLO_WEIGHTS_DIR", str(tmp_path / "a" / "b" / "weights"))
+    with pytest.raises(WeightsNotFoundError):
+        LibreYOLO("LibreYOLO9c.pt")
+    assert list(tmp_path.iterdir()) == []  # not even tmp/a: every folder the download made is gone
+
+
 def test_truncated_download_is_not_kept(hub, checkpoint_bytes, tmp_path) -> None:
     hub.files["/LibreYOLO/LibreYOLO9t/resolve/main/LibreYOLO9t.pt"] = checkpoint_bytes
     hub.truncate = True

@@ -143,10 +143,15 @@ def test_empty_model_name_is_a_config_error() -> None:
         LibreYOLO("")
 
 
-def test_tilde_is_expanded_in_model_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_tilde_is_expanded_in_model_paths_and_run_folders(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from libreyolo_models.rundir import next_run_dir
+
     LibreYOLO9(size="t", nc=2).save(tmp_path / "m.pt")
     monkeypatch.setenv("HOME", str(tmp_path))
-    assert LibreYOLO("~/m.pt").nc == 2
+    model = LibreYOLO("~/m.pt")
+    assert model.nc == 2
+    assert model.save("~/copy.pt") == tmp_path / "copy.pt"
+    assert next_run_dir("~/runs", "exp") == tmp_path / "runs" / "exp"
 
 
 def test_resume_compares_command_line_strings_as_typed_values(caplog: pytest.LogCaptureFixture) -> None:
