@@ -39,6 +39,7 @@ from typing import Literal
 from ..atomic_write import is_abandoned, owner_tag, parse_owner, remove_stale_temps
 from ..cache_dir import cache_dir as default_cache_dir
 from ..errors import ConfigError
+from .cache_file import read_cache_source
 
 log = logging.getLogger(__name__)
 
@@ -275,8 +276,6 @@ class CacheFile:
 
 def list_cache_files(directory: Path) -> list[CacheFile]:
     """The LibreYOLO image caches in ``directory`` (not recursive), newest use first."""
-    from .image_cache import read_cache_source  # the file format lives there
-
     found: list[CacheFile] = []
     try:
         names = sorted(os.listdir(directory))

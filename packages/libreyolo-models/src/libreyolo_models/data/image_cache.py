@@ -18,13 +18,7 @@ An image that fails to decode while the cache is built (a file changed after the
 does not stop the run: its slot stays empty, the file and the reason are recorded in the cache,
 and ``usable_part`` leaves it out of the split with one warning naming it.
 
-File layout (native byte order)::
-
-    0           header: magic, then uint64 n, imgsz, table offset, images offset, meta offset,
-                meta length
-    4096        int32 [n, 4]: cached (h, w), original (h, w) after EXIF orientation; (0, 0) failed
-    images      uint8 [n, imgsz, imgsz, 3]; the part of a slot outside its image is zero
-    meta        JSON: the split's image folder and the failed images with their reasons
+The file layout is in ``cache_file``.
 """
 
 from __future__ import annotations
@@ -50,7 +44,7 @@ import libreyolo_ddp
 
 from ..atomic_write import owner_tag, remove_stale_temps
 from ..errors import ConfigError, LibreYOLOError
-from . import cache_store
+from . import cache_file, cache_store
 from .cache_store import CacheMode, CachePlace, CacheSetting, parse_cache_setting
 from .decode import ImageDecodeError, read_image_file
 from .errors import EmptySplitError
@@ -65,10 +59,6 @@ SHM_DIR_ENV = cache_store.SHM_DIR_ENV
 FORMAT_VERSION = 2
 """Bump when decoding or the layout changes: old files then no longer match any name."""
 
-_MAGIC = b"LYIMGC02"
-_HEADER = 8 + 6 * 8
-_TABLE_OFFSET = 4096
-_PAGE = 4096
 
 
 class ImageCacheError(LibreYOLOError, OSError):
@@ -94,16 +84,14 @@ class ImageCache:
         self.path = Path(path)
         try:
             with open(self.path, "rb") as f:
-                head = f.read(_HEADER)
-                n, imgsz, table_at, images_at, meta_at, meta_len = (int(v) for v in np.frombuffer(head[8:], np.uint64))
+                magic, (n, imgsz, table_at, images_at, meta_at, meta_len) = cache_file.read_header(f)
                 f.seek(table_at)
                 table = np.frombuffer(f.read(n * 16), np.int32).reshape(n, 4)
-                f.seek(meta_at)
-                meta = json.loads(f.read(meta_len).decode())
+                meta = cache_file.read_meta(f, meta_at, meta_len)
         except (OSError, ValueError, UnicodeDecodeError) as err:
             raise ImageCacheError(f"image cache {self.path} cannot be read ({err}); delete it and it is "
                                   f"rebuilt on the next run") from err
-        if head[:8] != _MAGIC or self.path.stat().st_size < meta_at + meta_len:
+        if magic != cache_file.MAGIC or self.path.stat().st_size < meta_at + meta_len:
             raise ImageCacheError(f"image cache {self.path} is not a complete LibreYOLO image cache; "
                                   f"delete it and it is rebuilt on the next run")
         self.imgsz = imgsz
@@ -242,7 +230,7 @@ def _source_folder(paths: Sequence[Path]) -> str:
 
 
 def _open_or_build(paths: Sequence[Path], imgsz: int, name: str, place: CachePlace, threads: int) -> ImageCache:
-    nbytes = _data_offset(len(paths)) + len(paths) * imgsz * imgsz * 3
+    nbytes = cache_file.data_offset(len(paths)) + len(paths) * imgsz * imgsz * 3
     if place.mode == "off":
         return _build_private(paths, imgsz, name, place, nbytes, threads)
     ram, disk = cache_store.ram_dir(), cache_store.disk_dir(place)
@@ -295,13 +283,9 @@ def _try_open(path: Path) -> ImageCache | None:
         return None
 
 
-def _data_offset(n: int) -> int:
-    return -(-(_TABLE_OFFSET + n * 16) // _PAGE) * _PAGE
-
-
 def _build(paths: Sequence[Path], imgsz: int, final: Path, threads: int) -> None:
     n = len(paths)
-    images_at = _data_offset(n)
+    images_at = cache_file.data_offset(n)
     meta_at = images_at + n * imgsz * imgsz * 3
     free = cache_store.free_bytes(final.parent)
     if free < meta_at * cache_store.ROOM_MARGIN:
@@ -322,10 +306,9 @@ def _build(paths: Sequence[Path], imgsz: int, final: Path, threads: int) -> None
         del images
         meta = json.dumps({"source": _source_folder(paths), "failed": {str(i): r for i, r in failed.items()}},
                           ensure_ascii=False).encode()
-        header = _MAGIC + np.array([n, imgsz, _TABLE_OFFSET, images_at, meta_at, len(meta)], np.uint64).tobytes()
         with open(tmp, "r+b") as f:
-            f.write(header)
-            f.seek(_TABLE_OFFSET)
+            f.write(cache_file.pack_header(n, imgsz, images_at, meta_at, len(meta)))
+            f.seek(cache_file.TABLE_OFFSET)
             f.write(table.tobytes())
             f.seek(meta_at)
             f.write(meta)
@@ -435,17 +418,3 @@ def usable_part(index: SplitIndex, cache: ImageCache) -> tuple[SplitIndex, Image
                       sizes=[index.sizes[i] for i in keep] if len(index.sizes) == len(index) else index.sizes,
                       problems=[*index.problems, *problems])
     return smaller, cache.without(sorted(cache.failed)), problems
-
-
-def read_cache_source(path: Path) -> str | None:
-    """The image folder a cache file was built from (for listing and orphan removal); None if unreadable."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(_HEADER)
-            if head[:8] != _MAGIC:
-                return None
-            meta_at, meta_len = (int(v) for v in np.frombuffer(head[40:56], np.uint64))
-            f.seek(meta_at)
-            return json.loads(f.read(meta_len).decode()).get("source")
-    except (OSError, ValueError, UnicodeDecodeError):
-        return None
