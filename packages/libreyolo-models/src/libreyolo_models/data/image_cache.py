@@ -171,9 +171,10 @@ def open_image_cache(paths: Sequence[Path], imgsz: int, *, mode: CacheSetting | 
                      cache_dir: Path | None = None, threads: int | None = None) -> ImageCache:
     """Open the cache of ``paths`` at ``imgsz``, building it first if no process has.
 
-    Under DDP, rank 0 builds (or finds) the file, every rank waits at a barrier, then the other
-    ranks open it; a rank on another host whose ``/dev/shm`` lacks the file builds its own copy,
-    once per host thanks to the lock file.
+    Under DDP, rank 0 builds (or finds) the file while the other ranks wait (if it fails, they
+    fail too, naming rank 0, rather than waiting for the group timeout), then they open it; a rank
+    on another host whose ``/dev/shm`` lacks the file builds its own copy, once per host thanks to
+    the lock file. With ``"off"``, rank 0's private file serves every rank of its host.
 
     Args:
         paths: image files, in the split's order (index ``i`` of the cache is ``paths[i]``).
@@ -197,9 +198,19 @@ def open_image_cache(paths: Sequence[Path], imgsz: int, *, mode: CacheSetting | 
     threads = threads or min(32, os.cpu_count() or 1)
     if not (libreyolo_ddp.is_dist_initialized() and env.world_size > 1):
         return _open_or_build(paths, imgsz, name, place, threads)
-    cache = _open_or_build(paths, imgsz, name, place, threads) if env.rank == 0 else None
-    libreyolo_ddp.barrier()
-    return cache if cache is not None else _open_or_build(paths, imgsz, name, place, threads)
+    built: dict[str, ImageCache] = {}
+
+    def build_on_rank_zero() -> str:
+        built["cache"] = _open_or_build(paths, imgsz, name, place, threads)
+        return str(built["cache"].path)
+
+    # Rank 0 builds while the others wait; if it fails, they raise too instead of waiting forever.
+    path = libreyolo_ddp.resolve_on_rank_zero(build_on_rank_zero)
+    if "cache" in built:
+        return built["cache"]
+    if place.mode == "off" and (found := _try_open(Path(path))) is not None:
+        return found  # rank 0's private file serves the ranks of its host
+    return _open_or_build(paths, imgsz, name, place, threads)  # found by name; or built on another host
 
 
 def cache_file_name(paths: Sequence[Path], imgsz: int) -> str:
