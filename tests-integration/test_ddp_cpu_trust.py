@@ -59,3 +59,26 @@ def test_sharded_validation_equals_single_process(tmp_path: Path, mini_shapes: P
                     devices=DevicePlan.cpu_workers(2), timeout_s=300)
     assert single["metrics/mAP50-95"] > 0 and single["n_images"] == 32
     assert sharded == single
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_explicit_gradient_averaging_trains_like_the_ddp_wrapper(tmp_path: Path, mini_shapes: Path) -> None:
+    """Graphed multi-GPU training drops the DDP wrapper for one flat gradient all-reduce per step;
+    on two ranks that must train bit for bit like the wrapper (SyncBatchNorm on)."""
+    from libreyolo_ddp import DevicePlan, spawn
+    from libreyolo_models import LibreYOLO9
+
+    sys.path.insert(0, str(HERE))
+    import ddp_cpu_targets
+
+    torch.manual_seed(0)
+    weights = LibreYOLO9(size="t", nc=5).save(tmp_path / "start.pt")
+    runs = {explicit: spawn(ddp_cpu_targets.train_two_ranks_explicit_sync,
+                            (str(weights), str(mini_shapes), str(tmp_path / "runs"), explicit),
+                            devices=DevicePlan.cpu_workers(2), timeout_s=400, env={"OMP_NUM_THREADS": "1"})
+            for explicit in (False, True)}
+    losses = {k: {m: v for m, v in r["metrics"].items() if m.endswith("_loss")} for k, r in runs.items()}
+    assert losses[True] == losses[False] and losses[True]["train/box_loss"] > 0
+    for key, value in runs[False]["state"].items():
+        assert torch.equal(value, runs[True]["state"][key]), key

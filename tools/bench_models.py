@@ -3,6 +3,12 @@
     python tools/bench_infer_graphs.py --extra bench_models:yolo9t_infer
     python tools/bench_infer_graphs.py --extra bench_models:yolo9t_infer_fused
     python tools/bench_train_graphs.py --extra bench_models:yolo9t_train
+    python tools/bench_infer_graphs.py --extra bench_models:yoloxs_infer --extra bench_models:yoloxn_infer
+    python tools/bench_train_graphs.py --extra bench_models:yoloxs_train
+    python tools/bench_infer_graphs.py --extra bench_models:segformer_b0_infer
+    python tools/bench_train_graphs.py --extra bench_models:segformer_b0_train
+    python tools/bench_infer_graphs.py --batches 1,2,8 --extra bench_models:rtdetr_r18_infer
+    python tools/bench_train_graphs.py --extra bench_models:rtdetr_r18_train
 """
 
 from __future__ import annotations
@@ -11,35 +17,35 @@ import torch
 from torch import nn
 
 
-def yolo9t_infer() -> tuple[str, nn.Module, int]:
-    from libreyolo_models import LibreYOLO9
+def _infer(family: str, size: str, label: str, imgsz: int = 640) -> tuple[str, nn.Module, int]:
+    from libreyolo_models import LibreYOLO
 
     torch.manual_seed(0)
-    return "yolov9-t", LibreYOLO9(size="t").inference_module(), 640
+    return label, LibreYOLO(family=family, size=size).inference_module(), imgsz
 
 
-def yolo9t_infer_fused() -> tuple[str, nn.Module, int]:
-    """YOLOv9-t after ``fuse()``. BatchNorm statistics are set from one random batch first (the
-    benchmark's own calibration finds no BatchNorm left to set)."""
-    from libreyolo_models import LibreYOLO9
+def _infer_fused(family: str, size: str, label: str, imgsz: int = 640) -> tuple[str, nn.Module, int]:
+    """After ``fuse()``. BatchNorm statistics are set from one random batch first (the benchmark's
+    own calibration finds no BatchNorm left to set)."""
+    from libreyolo_models import LibreYOLO
 
     torch.manual_seed(0)
-    model = LibreYOLO9(size="t")
+    model = LibreYOLO(family=family, size=size)
     norms = [m for m in model.net.modules() if isinstance(m, nn.BatchNorm2d)]
     for m in norms:
         m.momentum = 1.0
     model.net.train()
     with torch.no_grad():
-        model.net(torch.randn(2, 3, 640, 640))
-    return "yolov9-t fused", model.fuse().inference_module(), 640
+        model.net(torch.randn(2, 3, imgsz, imgsz))
+    return label, model.fuse().inference_module(), imgsz
 
 
-def _yolo9_train(size: str, device: torch.device, batch: int = 8, imgsz: int = 640):  # noqa: ANN202
-    from libreyolo_models import LibreYOLO9, LossContext
+def _train(family: str, size: str, label: str, device: torch.device, batch: int = 8, imgsz: int = 640):  # noqa: ANN202
+    from libreyolo_models import LibreYOLO, LossContext
     from libreyolo_models.layers.targets import random_box_targets
 
     torch.manual_seed(0)
-    model = LibreYOLO9(size=size)
+    model = LibreYOLO(family=family, size=size)
     g = torch.Generator().manual_seed(0)
     images = torch.rand(batch, 3, imgsz, imgsz, generator=g).to(device)
     targets = random_box_targets(batch, model.nc, g, per_image=6)
@@ -48,8 +54,89 @@ def _yolo9_train(size: str, device: torch.device, batch: int = 8, imgsz: int = 6
     def loss_fn(outputs, inputs):  # noqa: ANN001, ANN202, ARG001
         return model.family.compute_loss(outputs, targets, context).total
 
-    return f"yolov9-{size} (b{batch}, {imgsz}px)", model.training_module(), (images,), loss_fn
+    return f"{label} (b{batch}, {imgsz}px)", model.training_module(), (images,), loss_fn
+
+
+def yolo9t_infer() -> tuple[str, nn.Module, int]:
+    return _infer("yolo9", "t", "yolov9-t")
+
+
+def yolo9t_infer_fused() -> tuple[str, nn.Module, int]:
+    return _infer_fused("yolo9", "t", "yolov9-t fused")
 
 
 def yolo9t_train(device: torch.device):  # noqa: ANN201
-    return _yolo9_train("t", device)
+    return _train("yolo9", "t", "yolov9-t", device)
+
+
+def yoloxn_infer() -> tuple[str, nn.Module, int]:
+    return _infer("yolox", "n", "yolox-n", imgsz=416)  # n and t are served at 416, as upstream
+
+
+def yoloxs_infer() -> tuple[str, nn.Module, int]:
+    return _infer("yolox", "s", "yolox-s")
+
+
+def yoloxs_infer_fused() -> tuple[str, nn.Module, int]:
+    return _infer_fused("yolox", "s", "yolox-s fused")
+
+
+def yoloxs_train(device: torch.device):  # noqa: ANN201
+    """YOLOX-s forward + backward; the loss (SimOTA) stays eager. Epoch 0: the L1 term is off."""
+    return _train("yolox", "s", "yolox-s", device)
+
+
+def segformer_b0_infer() -> tuple[str, nn.Module, int]:
+    """SegFormer-b0's inference seam (logits, bilinear upsampling and arg-max) at 512 px, ADE20K's
+    150 classes."""
+    from libreyolo_models import LibreSegFormer
+
+    torch.manual_seed(0)
+    return "segformer-b0", LibreSegFormer(size="b0", nc=150).inference_module(), 512
+
+
+def segformer_b0_train(device: torch.device, batch: int = 8, imgsz: int = 512):  # noqa: ANN201
+    """SegFormer-b0's training seam at batch 8, 512 px, with its eager pixel cross-entropy (drop path
+    and dropout active: their draws come from the graph's own RNG stream when captured)."""
+    from libreyolo_models import LibreSegFormer, LossContext
+
+    torch.manual_seed(0)
+    model = LibreSegFormer(size="b0", nc=150)
+    g = torch.Generator().manual_seed(0)
+    images = torch.rand(batch, 3, imgsz, imgsz, generator=g).to(device)
+    masks = model.family.sample_targets(batch, imgsz, g).to(device)
+    context = LossContext(gains=model.spec.task(model.task).loss_gains, global_batch=batch)
+
+    def loss_fn(outputs, inputs):  # noqa: ANN001, ANN202, ARG001
+        return model.family.compute_loss(outputs, masks, context).total
+
+    return f"segformer-b0 (b{batch}, {imgsz}px)", model.training_module(), (images,), loss_fn
+
+
+def rtdetr_r18_infer() -> tuple[str, nn.Module, int]:
+    """RT-DETR r18's whole inference network (no denoising at inference: it captures whole)."""
+    from libreyolo_models import LibreRTDETR
+
+    torch.manual_seed(0)
+    return "rt-detr-r18", LibreRTDETR(size="r18").inference_module(), 640
+
+
+def rtdetr_r18_train(device: torch.device, batch: int = 8, imgsz: int = 640):  # noqa: ANN201
+    """Split capture: the module is the prefix (backbone + encoder) the graph holds; the loss runs
+    the decoder with this batch's denoising queries on the same network, eagerly, then matching
+    and the terms. Seeded, so each arm's call builds the same model with its own closure."""
+    from libreyolo_models import LibreRTDETR, LossContext
+    from libreyolo_models.layers.targets import random_box_targets
+
+    torch.manual_seed(0)
+    model = LibreRTDETR(size="r18")
+    g = torch.Generator().manual_seed(0)
+    images = torch.rand(batch, 3, imgsz, imgsz, generator=g).to(device)
+    targets = random_box_targets(batch, model.nc, g, per_image=6)
+    context = LossContext(gains=model.spec.task(model.task).loss_gains, global_batch=batch)
+
+    def loss_fn(outputs, inputs):  # noqa: ANN001, ANN202, ARG001
+        head = model.family.training_head(model.net, outputs, targets)
+        return model.family.compute_loss(head, targets, context).total
+
+    return f"rt-detr-r18 split (b{batch}, {imgsz}px)", model.training_module(), (images,), loss_fn

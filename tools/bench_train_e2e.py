@@ -4,8 +4,10 @@ Trains YOLOv9 (default t) on a synthetic 640 px YOLO dataset with the real train
 augmentation, AMP, EMA, optimizer), once eagerly and once with CUDA graphs, from the same seed and
 weights, and reports per arm the training images/s of the epochs after the first (the first pays
 for the image cache, worker start-up and capture), the share of time waiting for data, the ratio,
-and whether the per-epoch losses were bit-identical. The peer reference is Ultralytics' YOLOv9-t
-measured on this GPU type (about 160 images/s, DESIGN.md) unless ``--peer`` gives another figure.
+and whether the per-epoch losses were bit-identical. The peer, Ultralytics' YOLOv9 of the same size,
+trains on the same data with the same batch, image size, AMP and epoch count in the same
+invocation (``tools/peer_ultralytics.py``, a subprocess; ``--no-peer`` skips it); a ratio to a
+figure from another run would be noise (the same Ultralytics run measured 161 and 327 img/s).
 
     python tools/bench_train_e2e.py --images 2048 --epochs 3 --batch 32
     python tools/bench_train_e2e.py --profile   # where a step's time goes (synchronizes each phase)
@@ -26,13 +28,13 @@ import datetime
 import os
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import torch
+from peer_ultralytics import run_peer
 from report import emit_report, log
 from synthetic_set import write_yolo_dataset
-
-PEER_IMAGES_PER_S = 160.0  # Ultralytics YOLOv9-t, 640 px, one H200 (DESIGN.md, 2026-11-30)
 
 
 def read_rows(run_dir: Path) -> list[dict[str, float]]:
@@ -51,7 +53,11 @@ def run_arm(data: Path, project: Path, *, arm: str, args: argparse.Namespace) ->
     torch.manual_seed(0)
     model = LibreYOLO9(size=args.size)
 
+    started = time.perf_counter()
+
     def report(event) -> None:  # noqa: ANN001 - the training graphs as they stand when training ends
+        if type(event).__name__ == "TrainStart":
+            setup_s[arm] = time.perf_counter() - started
         if type(event).__name__ == "TrainEnd" and model.graphs.training is not None:
             info = model.graphs.training.info()
             log(f"    graphs: {[(g.signature, g.replays, round(g.capture_ms)) for g in info.graphs]}, "
@@ -63,6 +69,9 @@ def run_arm(data: Path, project: Path, *, arm: str, args: argparse.Namespace) ->
                           channels_last="cl" in suffixes, project=str(project),
                           name=arm, verbose=False, callbacks=[report])
     return read_rows(outcome.run_dir)
+
+
+setup_s: dict[str, float] = {}  # arm -> seconds from model.train() to the first epoch (cache, workers)
 
 
 def summarize(rows: list[dict[str, float]]) -> tuple[float, float]:
@@ -100,7 +109,8 @@ def main() -> int:
     p.add_argument("--arms", default="eager,graph")
     p.add_argument("--deterministic", action=argparse.BooleanOptionalAction, default=True,
                    help="deterministic kernels in both arms (needed for bit-identical losses)")
-    p.add_argument("--peer", type=float, default=PEER_IMAGES_PER_S)
+    p.add_argument("--peer", action=argparse.BooleanOptionalAction, default=True,
+                   help="also train Ultralytics' YOLOv9 of this size on the same data in this run")
     p.add_argument("--profile", action="store_true",
                    help="time each step phase (synchronizes, so images/s drop); adds a per-phase table")
     p.add_argument("--out", type=Path)
@@ -116,17 +126,33 @@ def main() -> int:
             log(f"arm {arm}: {args.epochs} epochs ...")
             results[arm] = run_arm(data, Path(tmp) / "runs", arm=arm, args=args)
             log(f"    {[round(r['train/images_per_s'], 1) for r in results[arm]]} images/s per epoch")
+        peer: dict = {"skipped": "--no-peer"}
+        if args.peer:
+            log("peer: Ultralytics ...")
+            peer = run_peer("train", data=str(data), model=f"yolov9{args.size}.yaml", imgsz=args.imgsz,
+                            batch=args.batch, epochs=max(args.epochs, 3), device="0", workers=args.workers,
+                            images=args.images)
+            log(f"    {peer}")
+    peer_ips = peer.get("images_per_s")
     gpu = torch.cuda.get_device_name(0)
     lines = [f"End-to-end training, YOLOv9-{args.size}, {args.imgsz} px, batch {args.batch}, AMP, "
              f"{args.images} images x {args.epochs} epochs (first epoch not timed), {args.workers} workers, "
              f"deterministic={args.deterministic}; {datetime.date.today()}, torch {torch.__version__}, {gpu}",
-             "", f"| arm | images/s | data wait | vs eager | vs peer (Ultralytics ~{args.peer:.0f} img/s) |",
-             "|---|---|---|---|---|"]
+             "", "| arm | images/s | data wait | setup s | first epoch s | vs eager | vs Ultralytics (same run) |",
+             "|---|---|---|---|---|---|---|"]
     eager_ips = summarize(results["eager"])[0] if "eager" in results else None
     for arm, rows in results.items():
         ips, wait = summarize(rows)
         ratio = f"{ips / eager_ips:.2f}x" if eager_ips else "-"
-        lines.append(f"| {arm} | {ips:.0f} | {wait:.0%} | {ratio} | {ips / args.peer:.2f}x |")
+        vs_peer = f"{ips / peer_ips:.2f}x" if peer_ips else "-"
+        lines.append(f"| {arm} | {ips:.0f} | {wait:.0%} | {setup_s.get(arm, float('nan')):.1f} | "
+                     f"{rows[0]['train/epoch_s']:.1f} | {ratio} | {vs_peer} |")
+    if peer_ips:
+        first = peer.get("first_step_s")
+        lines.append(f"| Ultralytics yolov9{args.size} | {peer_ips:.0f} | - | first step after "
+                     f"{first:.1f} s | - | - | 1.00x |" if first else f"| Ultralytics | {peer_ips:.0f} | | | | | 1.00x |")
+    else:
+        lines.append(f"| Ultralytics | not run: {peer.get('skipped') or peer.get('error')} | | | | | |")
     if {"eager", "graph"} <= set(results):
         keys = ("train/box_loss", "train/cls_loss", "train/dfl_loss")
         same = all(a[k] == b[k] for a, b in zip(results["eager"], results["graph"]) for k in keys)

@@ -14,7 +14,9 @@ to stderr, optionally to ``--out``.
 
 ``--extra module:factory`` names ``factory(device) -> (name, module, inputs, loss_fn)`` where
 ``inputs`` is a tuple of tensors on ``device`` and ``loss_fn(outputs, inputs)`` returns the loss
-(close over targets). Needs torch (and torchvision for the built-in resnet18 row).
+(close over targets). The factory is called once per arm and must build the same model each time
+(seed it): a loss that runs network work of its own (a split-capture family's eager head) then
+closes over its own arm's network. Needs torch (and torchvision for the built-in resnet18 row).
 """
 
 from __future__ import annotations
@@ -95,12 +97,14 @@ def run_arm(
     return statistics.median(times), torch.stack(losses)
 
 
-def bench_case(case: Case, args: argparse.Namespace) -> str:
+def bench_case(case: Case, args: argparse.Namespace, rebuild: Callable[[], Case] | None = None) -> str:
+    """One row. ``rebuild`` makes the graphed arm's case afresh (else the module is deep-copied)."""
     name, model, inputs, _ = case
-    graphed_model = copy.deepcopy(model)
+    graphed_case = rebuild() if rebuild is not None else (name, copy.deepcopy(model), inputs, case[3])
+    graphed_model = graphed_case[1]
     eager_ms, eager_losses = run_arm(model, model, case, args)
     helper = GraphedTraining(graphed_model)
-    graphed_ms, graphed_losses = run_arm(graphed_model, helper, case, args)
+    graphed_ms, graphed_losses = run_arm(graphed_model, helper, graphed_case, args)
     info = helper.info()
     if info.latched or not info.graphs:
         log(f"    WARNING: {name} did not run graphed: {info.latched or dict(info.fallbacks)}")
@@ -145,9 +149,9 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device("cuda")
     torch.backends.cudnn.benchmark = False
     torch.backends.cudnn.deterministic = args.deterministic
-    cases = ([resnet18_case(device, args.batch, args.imgsz)] if args.resnet18 else []) + [
-        extra_case(spec, device) for spec in args.extra
-    ]
+    cases: list[tuple[Case, Callable[[], Case] | None]] = (
+        [(resnet18_case(device, args.batch, args.imgsz), None)] if args.resnet18 else []
+    ) + [(extra_case(spec, device), lambda spec=spec: extra_case(spec, device)) for spec in args.extra]
     props = torch.cuda.get_device_properties(0)
     lines = [
         f"Training benchmark, {datetime.date.today().isoformat()}: torch {torch.__version__}, CUDA {torch.version.cuda}, "
@@ -158,9 +162,9 @@ def main(argv: list[str] | None = None) -> int:
         "|---|---|---|---|---|---|---|",
     ]
     started = time.perf_counter()
-    for case in cases:
+    for case, rebuild in cases:
         log(f"[{time.perf_counter() - started:6.1f} s] {case[0]} ...")
-        lines.append(bench_case(case, args))
+        lines.append(bench_case(case, args, rebuild))
         log("    " + lines[-1])
         torch.cuda.empty_cache()
     lines += ["", f"Total wall time {time.perf_counter() - started:.0f} s."]

@@ -9,6 +9,12 @@ OUT=${OUT:-/tmp/gpu-out}; mkdir -p "$OUT"
 export PYTHONPATH="$PWD/packages/libreyolo-cudagraph/src:$PWD/packages/libreyolo-ddp/src:$PWD/packages/libreyolo-models/src:$PWD/packages/libreyolo-cli/src:$PWD/packages/libreyolo/src:$PWD/tools"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 export LIBREYOLO_CACHE_DIR=/tmp/libreyolo-cache LIBREYOLO_HUB_URL=http://127.0.0.1:9
+# Benchmark peers (Ultralytics) travel as wheels in .whl/ (carry it); installed beside, never over,
+# the machine's own packages: its torch, numpy and friends stay the ones in use.
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/peer-site .whl/*.whl \
+    && export PYTHONPATH="$PYTHONPATH:/tmp/peer-site"
+fi
 SUMMARY="$OUT/summary.txt"; : > "$SUMMARY"
 step() {  # step NAME SECONDS COMMAND...
   local name=$1 secs=$2; shift 2
@@ -27,15 +33,19 @@ for what in "$@"; do
     tests_graph) step tests_graph 300 $PY -m pytest -p no:cacheprovider --import-mode=importlib -m "cuda or multigpu" -q -rfE \
              -n 3 -o addopts="" packages/libreyolo-cudagraph/tests/test_cg_gpu_train.py tests-integration/test_gpu_zoo.py \
              packages/libreyolo-ddp/tests/test_ddp_batch_autobatch.py ;;
-    parity) step parity ${PARITY_S:-200} $PY tools/parity_matrix.py --out "$OUT/parity-matrix.md" --json "$OUT/parity.json" ;;
+    parity) step parity ${PARITY_S:-200} $PY tools/parity_matrix.py ${ROWS:+--rows $ROWS} --out "$OUT/parity-matrix.md" --json "$OUT/parity.json" ;;
+    tests_gpu) step tests_gpu ${TESTS_S:-420} $PY -m pytest -p no:cacheprovider --import-mode=importlib -m "(cuda or multigpu) and not learning" \
+             -q -rfE -n ${TEST_PROCS:-3} --durations=20 -o addopts="" packages tests-integration ;;
+    learn_gpu) step learn_gpu ${LEARN_S:-420} $PY -m pytest -p no:cacheprovider --import-mode=importlib -m "cuda and learning" \
+             -q -rfE -s -n ${TEST_PROCS:-3} -o addopts="" packages tests-integration ;;
     bench_infer) step bench_infer 240 $PY tools/bench_infer_graphs.py --no-compile --extra bench_models:yolo9t_infer --out "$OUT/bench-infer.md" ;;
     compile) step compile 540 bash -c "$PY tools/bench_infer_graphs.py --compile --models '' --batches 1 --dtypes fp32,fp16 --extra bench_models:yolo9t_infer --out $OUT/bench-compile-yolo.md && $PY tools/bench_infer_graphs.py --compile --dtypes fp16 --out $OUT/bench-compile-tv.md" ;;
     bench_train) step bench_train 240 $PY tools/bench_train_graphs.py --deterministic --extra bench_models:yolo9t_train --out "$OUT/bench-train.md" ;;
     bench_data) step bench_data 240 $PY tools/bench_data.py --workers 12 ;;
     tests_quick) step tests_quick 40 $PY -m pytest -p no:cacheprovider --import-mode=importlib -m cuda -q -rfE -o addopts="" \
              packages/libreyolo-models/tests/test_augment_equivalence.py ;;
-    e2e) step e2e ${E2E_S:-150} $PY tools/bench_train_e2e.py --images 2048 --epochs 3 --batch 32 --out "$OUT/bench-e2e.md" ;;
-    ddp) step ddp ${DDP_S:-150} $PY tools/bench_ddp.py --size s --per-gpu-batch 32 --images 1536 --epochs 2 --out "$OUT/bench-ddp.md" ;;
+    e2e) step e2e ${E2E_S:-300} $PY tools/bench_train_e2e.py --images 2048 --epochs 3 --batch 32 --deterministic --arms eager,graph,eager-cl-fast,graph-cl-fast --out "$OUT/bench-e2e.md" ;;
+    ddp) step ddp ${DDP_S:-420} $PY tools/bench_ddp.py --size s --per-gpu-batch 32 --images 1536 --epochs 3 --out "$OUT/bench-ddp.md" ;;
     shapes20) step shapes20 ${SHAPES_S:-150} $PY tools/shapes_graph_run.py --epochs 20 --imgsz 320 --batch 32 --out "$OUT/shapes20.md" ;;
     compile_yolo) step compile_yolo 85 $PY tools/bench_infer_graphs.py --compile --models '' --batches 1 --dtypes fp32 \
              --reps 30 --extra bench_models:yolo9t_infer --out "$OUT/bench-compile-yolo.md" ;;

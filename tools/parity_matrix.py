@@ -8,6 +8,7 @@ control run classifying any difference. Writes ``docs/parity-matrix.md``.
 
     python tools/parity_matrix.py                      # all families, all sizes
     python tools/parity_matrix.py --sizes t --out /tmp/pm.md
+    python tools/parity_matrix.py --rows yolo9:t,rtdetr:r18 --out /tmp/pm.md
 
 A family's ``TaskDecl.inference_capture`` / ``train_capture`` declarations may be True only where
 its row here is green. Needs a CUDA GPU.
@@ -62,6 +63,7 @@ def certify_one(family: str, size: str, task: str, imgsz: int | None, train_batc
 
     from libreyolo_cudagraph import compare_train_step, contrasting_probes, verify_parity
     from libreyolo_models import LibreYOLO, LossContext
+    from libreyolo_models.contract import has_training_head
 
     device = torch.device("cuda")
     torch.backends.cudnn.benchmark = False
@@ -86,7 +88,13 @@ def certify_one(family: str, size: str, task: str, imgsz: int | None, train_batc
     del model
     torch.cuda.empty_cache()
 
-    loss_owner = build()  # compute_loss is the family's eager remainder; it reads no weights
+    # compute_loss is the family's eager remainder; it reads no weights. A split-capture family's
+    # training_head (network work after the captured seam) runs on this copy's network, the same
+    # in every arm, so the arms compare the captured prefix (its gradients) and the loss.
+    loss_owner = build()
+    split = has_training_head(loss_owner.family)
+    if split:
+        loss_owner.net.to(device).train()
     targets = _to_device(loss_owner.family.sample_targets(train_batch, imgsz, torch.Generator().manual_seed(7)),
                          device)
     context = LossContext(gains=loss_owner.spec.task(task).loss_gains, global_batch=train_batch)
@@ -98,6 +106,8 @@ def certify_one(family: str, size: str, task: str, imgsz: int | None, train_batc
         return (torch.rand(train_batch, 3, imgsz, imgsz),)
 
     def loss_fn(outputs, inputs):  # noqa: ANN001, ANN202, ARG001
+        if split:
+            outputs = loss_owner.family.training_head(loss_owner.net, outputs, targets)
         return loss_owner.family.compute_loss(outputs, targets, context).total
 
     report = compare_train_step(make_model, make_inputs, loss_fn, device=device, autocast_dtype=torch.float16)
@@ -171,6 +181,8 @@ def main() -> int:
     parser.add_argument("--one", nargs=3, metavar=("FAMILY", "SIZE", "TASK"), help=argparse.SUPPRESS)
     parser.add_argument("--families", default=None, help="comma-separated (default: every registered family)")
     parser.add_argument("--sizes", default=None, help="comma-separated (default: every size of each family)")
+    parser.add_argument("--rows", default=None,
+                        help="exact rows instead: family:size[:task],... (e.g. yolo9:t,rtdetr:r18)")
     parser.add_argument("--imgsz", type=int, default=None, help="default: each family's own image size")
     parser.add_argument("--train-batch", type=int, default=8)
     parser.add_argument("--timeout-s", type=float, default=600)
@@ -187,6 +199,9 @@ def main() -> int:
     rows = []
     jobs = [(family, size, task) for family in chosen for task in families()[family].tasks
             for size in (args.sizes.split(",") if args.sizes else families()[family].sizes)]
+    if args.rows:
+        parts = [row.split(":") for row in args.rows.split(",")]
+        jobs = [(p[0], p[1], p[2] if len(p) > 2 else families()[p[0]].default_task) for p in parts]
     for family, size, task in (job for job in jobs if job[1] in families()[job[0]].sizes):
         print(f"certifying {family}-{size} {task} ...", file=sys.stderr, flush=True)
         row = _run_child(family, size, task, args)

@@ -235,3 +235,68 @@ def test_cpu_tensors_run_eager_on_the_real_helper():
 def test_bad_arguments_name_the_value(arg):
     with pytest.raises(GraphConfigError, match=f"{arg}=0"):
         GraphedTraining(TinyNet(), **{arg: 0})
+
+
+class OtherRank:
+    """Plays the other ranks of a distributed run: answers each vote with min(mine, theirs)."""
+
+    def __init__(self, *theirs: int) -> None:
+        self.theirs = list(theirs)
+        self.mine: list[int] = []
+
+    def __call__(self, mine: int) -> int:
+        self.mine.append(mine)
+        other = self.theirs.pop(0) if self.theirs else 2
+        return min(mine, other)
+
+
+def _step(graphed, seed: int) -> torch.Tensor:
+    x, y = batch(seed)
+    loss = loss_of(graphed(x), y)
+    loss.backward()
+    return loss.detach()
+
+
+def test_every_training_call_votes_once_and_evaluation_never_votes(emulated_training):
+    _, net = make_pair()
+    votes = OtherRank()
+    graphed = emulated_training(net, repeat_threshold=2, agree=votes)
+    for step in range(4):
+        _step(graphed, step)
+    graphed.eval()
+    with torch.no_grad():
+        graphed(batch(9)[0])
+    # eager, eager (threshold 2: capture), then the capture confirmation, then two replays
+    assert votes.mine == [1, 2, 2, 2, 2] and graphed.captures == 1 and graphed.info().replays == 3
+
+
+def test_a_step_another_rank_runs_eagerly_runs_eagerly_here_too(emulated_training):
+    _, net = make_pair()
+    votes = OtherRank(2, 1)  # the other rank is not ready when this one would capture
+    graphed = emulated_training(net, repeat_threshold=2, agree=votes)
+    _step(graphed, 0)
+    _step(graphed, 1)
+    info = graphed.info()
+    assert graphed.captures == 0 and info.latched is None
+    assert any("another rank runs this step eagerly" in reason for reason in info.fallbacks)
+
+
+def test_a_capture_failure_on_another_rank_latches_every_rank(emulated_training):
+    eager, net = make_pair()
+    votes = OtherRank(2, 2, 0)  # the other rank's capture failed: its confirmation vote is 0
+    graphed = emulated_training(net, repeat_threshold=2, agree=votes)
+    losses = [_step(graphed, s) for s in range(4)]
+    info = graphed.info()
+    assert graphed.captures == 1 and not info.graphs and "another rank's capture" in info.latched
+    expected = [loss_of(eager(batch(s)[0]), batch(s)[1]) for s in range(4)]
+    assert all(torch.equal(a, b.detach()) for a, b in zip(losses, expected))  # eager results throughout
+
+
+def test_a_failed_capture_here_is_announced_to_the_other_ranks(emulated_training):
+    _, net = make_pair()
+    votes = OtherRank()
+    graphed = emulated_training(net, repeat_threshold=1, agree=votes, fail_with=RuntimeError("no capture"))
+    _step(graphed, 0)
+    _step(graphed, 1)
+    assert votes.mine == [2, 0, 0]  # wanted to capture, failed and said so, latched from then on
+    assert "capture failed" in graphed.info().latched

@@ -144,3 +144,27 @@ def nccl_syncbn() -> dict | None:
     gaps = syncbn_gaps(ddp.local_device())
     gathered = ddp.gather_to_rank_zero(gaps)
     return {"gathered": gathered} if ddp.dist_env().rank == 0 else None
+
+
+def vote_and_average(_: str) -> dict | None:
+    """Agreement (min over ranks, on a CPU group) and the flat gradient average, on two ranks."""
+    torch.set_num_threads(1)
+    rank = ddp.dist_env().rank
+    facts: dict = {"min": ddp.agree_min(5 + rank), "all_true": ddp.agree_all(True),
+                   "one_false": ddp.agree_all(rank == 0)}
+    torch.manual_seed(0)
+    net = nn.Linear(3, 2)
+    with torch.no_grad():
+        net.weight.add_(rank)  # diverged weights: broadcast_parameters brings rank 0's back
+    ddp.broadcast_parameters(net)
+    x = torch.full((4, 3), float(rank + 1))
+    net(x).sum().backward()
+    mine = [p.grad.clone() for p in net.parameters()]
+    facts["averaged"] = ddp.average_gradients(net.parameters())
+    gathered = ddp.gather_to_rank_zero([g.tolist() for g in mine])
+    facts["grads"] = [p.grad.tolist() for p in net.parameters()]
+    facts["weights"] = ddp.gather_to_rank_zero(net.weight.tolist())
+    if rank == 0:
+        facts["expected"] = [((torch.tensor(a) + torch.tensor(b)) / 2).tolist() for a, b in zip(*gathered)]
+        return facts
+    return None

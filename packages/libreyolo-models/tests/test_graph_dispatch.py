@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from libreyolo_models import SAMPLE_IMAGE, ConfigError, LibreYOLO, LibreYOLO9
-from libreyolo_models.train.graph_forward import graph_forward
+from libreyolo_models.train.graph_forward import graph_forward, wants_graphs
 from libreyolo_models.train.settings import TrainConfig
 
 
@@ -107,19 +107,27 @@ def test_invalidate_cuda_graph_reaches_the_training_graphs() -> None:
     assert spy.invalidated == ["head branch switched on"]
 
 
-@pytest.mark.parametrize(("device", "world", "verified_flag", "reason"), [
-    ("cuda:0", 1, False, "not verified for training capture"),
-    ("cpu", 1, True, "training runs on cpu"),
-    ("cuda:0", 2, True, "multi-GPU (DDP) training runs eagerly"),
+@pytest.mark.parametrize(("device", "verified_flag", "reason"), [
+    ("cuda:0", False, "not verified for training capture"),
+    ("cpu", True, "training runs on cpu"),
 ])
-def test_train_graph_refusals_log_one_line_and_stay_eager(monkeypatch, caplog, device, world, verified_flag,
-                                                          reason) -> None:
+def test_train_graph_refusals_log_one_line_and_stay_eager(caplog, device, verified_flag, reason) -> None:
     model = declare_capture(LibreYOLO9(size="t", imgsz=64), inference=True, training=verified_flag)
-    module = model.training_module()
     cfg = TrainConfig(data="shapes", cuda_graph=True)
     with caplog.at_level(logging.INFO, logger="libreyolo_models.train.graph_forward"):
-        forward = graph_forward(model, module, cfg, device=torch.device(device), world_size=world)
-    assert forward is module
+        assert wants_graphs(model, cfg, device=torch.device(device)) is False
     assert len(caplog.records) == 1
     line = caplog.records[0].getMessage()
     assert line.startswith("cuda_graph=True ignored:") and reason in line and line.endswith("training eagerly")
+
+
+def test_graphs_under_several_ranks_vote_on_every_decision(caplog) -> None:
+    import libreyolo_ddp
+
+    model = LibreYOLO9(size="t", imgsz=64)
+    cfg = TrainConfig(data="shapes", cuda_graph=True)
+    assert wants_graphs(model, cfg, device=torch.device("cuda:0"))  # yolo9 is verified; no GPU needed to ask
+    with caplog.at_level(logging.INFO, logger="libreyolo_models.train.graph_forward"):
+        graphed = graph_forward(model, model.training_module(), cfg, world_size=2)
+    assert graphed._agree is libreyolo_ddp.agree_min and model.graphs.training is graphed
+    assert "2 ranks decide together" in caplog.records[-1].getMessage()

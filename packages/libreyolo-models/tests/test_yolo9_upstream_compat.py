@@ -68,3 +68,24 @@ def test_train_and_eval_mode_return_the_same_structure() -> None:
     eval_out = model.eval()(x)
     assert [n for n, _ in leaves(train_out)] == [n for n, _ in leaves(eval_out)]
     assert train_out["predictions"].shape == (2, 4 + 3, 8 * 12 + 4 * 6 + 2 * 3)
+
+
+def test_a_checkpoint_written_before_the_family_contract_predicts_the_same_boxes(tmp_path) -> None:
+    """A YOLOv9-t checkpoint in the schema the previous release wrote (hash weights) loads through
+    today's facade and predicts, on the sample image, the boxes that release predicted (recorded
+    in data/upstream/yolo9t-hash-sample-boxes.json with commit d3c6899)."""
+    import json
+
+    from libreyolo_models import SAMPLE_IMAGE, LibreYOLO
+    from libreyolo_models.coco_names import default_names
+
+    net = Yolo9Net("t", nc=80)
+    fill_weights(net, "hash")
+    old = {"schema_version": "1.0", "libreyolo_version": "0.1.0", "model_family": "yolo9", "size": "t",
+           "task": "detect", "nc": 80, "names": default_names(80), "imgsz": 320, "model": net.state_dict()}
+    torch.save(old, tmp_path / "old.pt")
+    model = LibreYOLO(tmp_path / "old.pt")
+    got = model(SAMPLE_IMAGE, conf=0.5, imgsz=320, max_det=20)[0].boxes.data
+    expected = torch.tensor(json.loads((DATA / "yolo9t-hash-sample-boxes.json").read_text()))
+    assert got.shape == expected.shape == (20, 6)
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-3)

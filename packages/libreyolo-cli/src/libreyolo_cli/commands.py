@@ -5,8 +5,12 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from .arguments import ParsedArgs, UsageError
+
+if TYPE_CHECKING:
+    from libreyolo_models import LibreYOLO
 
 
 def _suggest(word: str, known: list[str]) -> str:
@@ -16,7 +20,7 @@ def _suggest(word: str, known: list[str]) -> str:
     return f" (did you mean {hint[0]!r}?)" if hint else ""
 
 
-def _take_model(options: dict[str, object], command: str, default: str | None = None) -> object:
+def _take_model(options: dict[str, object], command: str, default: str | None = None) -> LibreYOLO:
     from libreyolo_models import LibreYOLO
 
     name = options.pop("model", default)
@@ -74,7 +78,7 @@ def _list_families(as_json: bool) -> int:
     """``libreyolo info`` without a model: every family, its sizes, tasks and what it supports."""
     from libreyolo_models import families
 
-    rows = []
+    rows: list[dict[str, Any]] = []
     for spec in families().values():
         for task, decl in spec.tasks.items():
             rows.append({"family": spec.name, "name": spec.display_name, "task": task, "sizes": list(spec.sizes),
@@ -86,11 +90,14 @@ def _list_families(as_json: bool) -> int:
     if as_json:
         print(json.dumps(rows, indent=2))
         return 0
-    header = f"{'family':<10}{'task':<10}{'sizes':<22}{'example':<22}{'imgsz':>6}  graphs(predict/train)  spawn"
+    # Columns as wide as their longest entry (RT-DETR lists seven sizes), at least the header's.
+    sw = max(22, *(len(",".join(r["sizes"])) + 2 for r in rows))
+    ww = max(22, *(len(r["weights"]) + 2 for r in rows))
+    header = f"{'family':<10}{'task':<10}{'sizes':<{sw}}{'example':<{ww}}{'imgsz':>6}  graphs(predict/train)  spawn"
     print(header)
     for r in rows:
         graphs = f"{'yes' if r['cuda_graph_predict'] else 'no'}/{'yes' if r['cuda_graph_train'] else 'no'}"
-        print(f"{r['family']:<10}{r['task']:<10}{','.join(r['sizes']):<22}{r['weights']:<22}{r['imgsz']:>6}  "
+        print(f"{r['family']:<10}{r['task']:<10}{','.join(r['sizes']):<{sw}}{r['weights']:<{ww}}{r['imgsz']:>6}  "
               f"{graphs:<21}  {'yes' if r['multi_gpu_spawn'] else 'torchrun'}")
     print("\nlibreyolo info model=<weights or .yaml> describes one model.")
     return 0

@@ -147,10 +147,10 @@ def _force_thread_local(
     return bound.args[1:], bound.kwargs
 
 
-_TORCH_CUDAGRAPH: type = torch.cuda.graphs.CUDAGraph
+_TORCH_CUDAGRAPH = torch.cuda.graphs.CUDAGraph
 
 
-class _ThreadLocalCUDAGraph(_TORCH_CUDAGRAPH):  # type: ignore[misc, valid-type]
+class _ThreadLocalCUDAGraph(_TORCH_CUDAGRAPH):
     """A ``torch.cuda.CUDAGraph`` whose captures are always thread-local, whatever is asked."""
 
     def capture_begin(self, *args: Any, **kwargs: Any) -> None:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from .errors import GraphConfigError
 from .parity import ParityReport, contrasting_probes, verify_parity
@@ -174,7 +174,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     module = build_module(args.factory, json.loads(args.kwargs)).to(device).eval()
     if args.autocast is None and dtype != torch.float32:
         module = module.to(dtype)
-    probe_a, probe_b = contrasting_probes(shape, dtype, device)
+    probes: tuple[tuple[Tensor, ...], tuple[Tensor, ...]] = contrasting_probes(shape, dtype, device)
+    probe_a, probe_b = probes
     if args.channels_last:
         module = module.to(memory_format=torch.channels_last)
         probe_a = tuple(p.contiguous(memory_format=torch.channels_last) for p in probe_a)

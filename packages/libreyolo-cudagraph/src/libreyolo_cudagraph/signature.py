@@ -9,6 +9,7 @@ buffers. Where parameters and buffers live is checked separately (:mod:`.storage
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 import torch
 from torch import Tensor
@@ -30,7 +31,7 @@ def _tf32_flags() -> tuple[object, object]:
     except RuntimeError:
         # Newer torch may refuse to read the legacy flags once the fp32_precision API set them.
         return (
-            getattr(torch.backends.cudnn.conv, "fp32_precision", None),
+            getattr(getattr(torch.backends.cudnn, "conv", None), "fp32_precision", None),
             getattr(torch.backends.cuda.matmul, "fp32_precision", None),
         )
 
@@ -108,7 +109,7 @@ def describe_signature(sig: Signature) -> str:
     if training is not None:
         parts.append("train" if training else "eval")
     parts.append("inference_mode" if inference else ("grad" if grad else "no_grad"))
-    enabled, dtype, _cache = autocast  # type: ignore[misc]
+    enabled, dtype, _cache = cast("tuple[bool, torch.dtype, bool]", autocast)
     parts.append(f"autocast {_DTYPE_SHORT.get(dtype, dtype)}" if enabled else "no autocast")
     _enabled, benchmark, deterministic = flags[:3]  # type: ignore[index]
     chosen = [

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 
 import torch
 from torch import Tensor, nn
-from torch.nn.parameter import UninitializedTensorMixin
+from torch.nn.parameter import UninitializedTensorMixin  # type: ignore[attr-defined]  # not in torch's stubs
 
 Fingerprint = tuple[tuple[int, torch.dtype, tuple[int, ...], int], ...]
 

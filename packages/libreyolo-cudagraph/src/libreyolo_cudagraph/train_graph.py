@@ -102,7 +102,7 @@ class GraphedStep(torch.autograd.Function):
     @staticmethod
     def forward(
         ctx: Any, step: CapturedTrainStep, inflight: Inflight, *tensors: Tensor
-    ) -> tuple[Tensor, ...]:  # type: ignore[override]
+    ) -> tuple[Tensor, ...]:
         for static, x in zip(step.static_inputs, tensors):
             static.copy_(x)
         step.replay_forward()
@@ -116,7 +116,7 @@ class GraphedStep(torch.autograd.Function):
 
     @staticmethod
     @once_differentiable
-    def backward(ctx: Any, *grads: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
+    def backward(ctx: Any, *grads: Tensor) -> tuple[Tensor | None, ...]:
         step: CapturedTrainStep = ctx.step
         ctx.inflight.check(ctx.ticket)
         slots = (g for g, diff in zip(grads, step.differentiable) if diff)
@@ -209,7 +209,8 @@ def capture_train_step(
                 leaves, spec = flatten(outputs)
                 differentiable = tuple(leaf.requires_grad for leaf in leaves)
                 grad_outputs = [torch.zeros_like(leaf) for leaf in leaves if leaf.requires_grad]
-                bwd, grads = None, ()
+                bwd: torch.cuda.CUDAGraph | None = None
+                grads: tuple[Tensor | None, ...] = ()
                 if grad_outputs and targets:  # else nothing flows back; an empty capture warns
                     bwd = torch.cuda.CUDAGraph()
                     with torch.cuda.graph(

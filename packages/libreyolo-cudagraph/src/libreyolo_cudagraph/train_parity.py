@@ -16,7 +16,7 @@ amount), ``own-rng`` (the tensor depends on the RNG stream), else ``mismatch``.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -216,10 +216,12 @@ def _verdicts(
     found = []
     verdict, diff, ulp, noise = classify(graphed[0], eager[0], control[0], probe[0])
     found.append(TensorVerdict("loss", "loss", verdict, diff, ulp, noise))
-    for kind, index in (("grad", 1), ("buffer", 2)):
-        for name, ref in eager[index].items():  # type: ignore[attr-defined]
-            verdict, diff, ulp, noise = classify(
-                graphed[index].get(name), ref, control[index].get(name), probe[index].get(name)
-            )  # type: ignore[attr-defined]
+    tables: list[tuple[str, list[Mapping[str, Tensor | None]]]] = [
+        ("grad", [eager[1], graphed[1], control[1], probe[1]]),
+        ("buffer", [eager[2], graphed[2], control[2], probe[2]]),
+    ]
+    for kind, (ref_t, graphed_t, control_t, probe_t) in tables:
+        for name, ref in ref_t.items():
+            verdict, diff, ulp, noise = classify(graphed_t.get(name), ref, control_t.get(name), probe_t.get(name))
             found.append(TensorVerdict(kind, name, verdict, diff, ulp, noise))
     return tuple(found)

@@ -10,7 +10,7 @@ import gc
 import logging
 import weakref
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +30,11 @@ from .train_graph import CapturedTrainStep, Inflight, capture_train_step, replay
 log = logging.getLogger(__name__)
 
 _REMEMBERED = 256
+
+# Codes ranks agree on (the minimum over ranks wins): every rank replays or captures this step,
+# some rank runs this step eagerly, or some rank latched (then every rank latches).
+GRAPH, EAGER, LATCHED = 2, 1, 0
+Agree = Callable[[int], int]
 _BUSY = (
     "a graphed forward still awaits its backward (two forwards before one backward); "
     "ran eager so its buffers stay intact"
@@ -75,6 +80,14 @@ class GraphedTraining(nn.Module):
     It is an ``nn.Module`` holding ``module`` (so ``.train()``, ``.eval()``, ``.to()`` and DDP
     wrapping work); save ``graphed.module.state_dict()`` to keep checkpoint keys unprefixed.
 
+    Distributed training (one process per GPU): pass ``agree``, a function every rank calls with
+    the same sequence of training calls, that returns the minimum of its argument over the ranks
+    (``libreyolo_ddp.agree_min`` does it on a CPU group, without a GPU sync). Each training call
+    then takes its decision together: every rank replays or captures, or every rank runs eagerly,
+    and a capture that fails on any rank latches every rank. Collectives recorded in the graph
+    (SyncBatchNorm's) then always pair up. Gradients are not synchronised here: all-reduce them
+    after backward (``libreyolo_ddp.average_gradients``) on the graphed and the eager steps alike.
+
     Args:
         module: the network to train (tensors in, tensors out).
         repeat_threshold: sightings of a signature before it is captured (>= 1).
@@ -82,6 +95,7 @@ class GraphedTraining(nn.Module):
         enabled: False makes every call eager (an off switch that keeps the call site).
         max_graphs: signatures captured at most; later ones run eager (>= 1).
         name: name used in logs and ``info()``.
+        agree: under multi-process training, the minimum-over-ranks function (see above).
     """
 
     def __init__(
@@ -93,6 +107,7 @@ class GraphedTraining(nn.Module):
         enabled: bool = True,
         max_graphs: int = 4,
         name: str | None = None,
+        agree: Agree | None = None,
     ) -> None:
         super().__init__()
         if not isinstance(module, nn.Module):
@@ -112,6 +127,7 @@ class GraphedTraining(nn.Module):
         self.enabled = enabled
         self.max_graphs = max_graphs
         self.name = name or name_of(module)
+        self._agree = agree
         self._graphs: OrderedDict[Signature, _Entry] = OrderedDict()
         self._seen: OrderedDict[Signature, int] = OrderedDict()
         self._latched: str | None = None
@@ -133,30 +149,52 @@ class GraphedTraining(nn.Module):
         require_tensors(inputs, self.name)
         if not self.enabled:
             return self._eager(inputs, None)
-        if self._latched is not None:
-            return self._eager(inputs, self._latched, logging.WARNING)
         if not self.module.training or not torch.is_grad_enabled() or torch.is_inference_mode_enabled():
-            return self._eager(inputs, None)
-        reason = self._device_reason(inputs) or self._context_reason(inputs)
+            return self._eager(inputs, None)  # evaluation: never graphed, never agreed on
+        key, entry, reason = self._decide(inputs)
+        if self._agree is not None:
+            reason = self._agreed(reason)
         if reason is not None:
-            return self._eager(inputs, reason)
-        self._check_storage()
-        key = call_signature(inputs, True)
-        entry = self._graphs.get(key)
-        if entry is None:
-            if not self._repeated_enough(key):
-                return self._eager(inputs, None)
-            if len(self._graphs) >= self.max_graphs:
-                return self._eager(
-                    inputs, f"graph cache full (max_graphs={self.max_graphs}); new shapes run eager"
-                )
-        if self._inflight.is_busy():
-            return self._eager(inputs, _BUSY)
+            level = logging.WARNING if reason == self._latched else logging.INFO
+            return self._eager(inputs, reason or None, level)
         if entry is None:
             entry = self._try_capture(key, inputs)
             if entry is None:
                 return self._eager(inputs, self._latched, logging.WARNING)
         return self._replay(entry, inputs)
+
+    def _decide(self, inputs: Sequence[Tensor]) -> tuple[Signature, _Entry | None, str | None]:
+        """This rank's own choice: (signature, captured entry or None, reason to run eager or None).
+        An empty reason means eager without a logged reason (a shape not yet repeated)."""
+        if self._latched is not None:
+            return (), None, self._latched
+        reason = self._device_reason(inputs) or self._context_reason(inputs)
+        if reason is not None:
+            return (), None, reason
+        self._check_storage()
+        key = call_signature(inputs, True)
+        entry = self._graphs.get(key)
+        if entry is None:
+            if not self._repeated_enough(key):
+                return key, None, ""
+            if len(self._graphs) >= self.max_graphs:
+                return key, None, f"graph cache full (max_graphs={self.max_graphs}); new shapes run eager"
+        if self._inflight.is_busy():
+            return key, None, _BUSY
+        return key, entry, None
+
+    def _agreed(self, reason: str | None) -> str | None:
+        """Take this call's decision together with the other ranks (see the class docstring)."""
+        assert self._agree is not None
+        mine = LATCHED if reason is not None and reason == self._latched else (EAGER if reason is not None else GRAPH)
+        together = self._agree(mine)
+        if together == LATCHED and self._latched is None:
+            self._latch("another rank's graph capture or replay failed")
+        if together == LATCHED:
+            return self._latched
+        if together == EAGER and reason is None:
+            return "another rank runs this step eagerly (ranks take graph decisions together)"
+        return reason
 
     def invalidate(self, reason: str) -> None:
         """Drop every graph, clear a latch and the shape counts: the captured region changed."""
@@ -236,6 +274,11 @@ class GraphedTraining(nn.Module):
             step = self._capture(inputs)
         except Exception as err:
             self._latch(f"capture failed for {describe_signature(key)}: {one_line(err)}")
+            if self._agree is not None:
+                self._agree(LATCHED)  # the others learn it in the same collective
+            return None
+        if self._agree is not None and self._agree(GRAPH) != GRAPH:
+            self._latch(f"another rank's capture of {describe_signature(key)} failed")
             return None
         entry = _Entry(step, describe_signature(key))
         self._graphs[key] = entry

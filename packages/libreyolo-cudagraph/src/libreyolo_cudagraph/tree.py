@@ -74,7 +74,7 @@ def _build(spec: TreeSpec, it: Iterator[Tensor]) -> Any:
         return spec.container(*items)  # type: ignore[misc]
     if spec.kind == "dict":
         built = dict(zip(spec.keys, items))
-        return built if spec.container in (None, dict) else spec.container(built)  # type: ignore[misc]
+        return built if spec.container in (None, dict) else spec.container(built)
     container = spec.container or (tuple if spec.kind == "tuple" else list)
     return container(items)
 

@@ -8,6 +8,7 @@ BatchNorm, keeps side effects on rank 0 and builds the DataLoaders. See README.m
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as _version
 
+from libreyolo_ddp.agreement import agree_all, agree_min
 from libreyolo_ddp.autobatch import fit_batch_size, probe_batch_size, resolve_autobatch
 from libreyolo_ddp.backend import DEFAULT_TIMEOUT_S, choose_backend, destroy_distributed, init_distributed
 from libreyolo_ddp.batch import split_global_batch
@@ -37,6 +38,7 @@ from libreyolo_ddp.errors import (
     ReentryError,
     WorkerError,
 )
+from libreyolo_ddp.gradients import average_gradients, broadcast_parameters
 from libreyolo_ddp.guards import check_picklable, ensure_not_spawned_child
 from libreyolo_ddp.launch import find_free_port, launch, spawn
 from libreyolo_ddp.loader import build_dataloader, set_loader_epoch, shard_range
@@ -67,11 +69,15 @@ __all__ = [
     "PortableSyncBatchNorm",
     "ReentryError",
     "WorkerError",
+    "agree_all",
+    "agree_min",
     "all_reduce_max",
     "all_reduce_mean",
     "all_reduce_sum",
+    "average_gradients",
     "barrier",
     "broadcast_object",
+    "broadcast_parameters",
     "build_dataloader",
     "check_devices_available",
     "check_picklable",

@@ -89,8 +89,11 @@ def init_distributed(backend: Backend | None = None, *, timeout_s: float = DEFAU
                 f"start at most {count} processes per machine (torchrun --nproc_per_node={count})"
             )
         torch.cuda.set_device(env.local_rank)
+    # NCCL: naming the device creates the communicator now rather than at the first collective, so
+    # a CUDA graph that records collectives (SyncBatchNorm's) never captures a lazy init.
+    device = torch.device("cuda", env.local_rank) if backend == "nccl" else None
     dist.init_process_group(
-        backend, rank=env.rank, world_size=env.world_size, timeout=timedelta(seconds=timeout_s)
+        backend, rank=env.rank, world_size=env.world_size, timeout=timedelta(seconds=timeout_s), device_id=device
     )
     log.info(
         "process group ready: backend=%s rank %d/%d local_rank %d timeout %.0f s",

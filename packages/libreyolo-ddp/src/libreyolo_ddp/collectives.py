@@ -50,7 +50,7 @@ def barrier() -> None:
         dist.barrier()
 
 
-def _reduce(tensor: torch.Tensor, op: dist.ReduceOp) -> torch.Tensor:
+def _reduce(tensor: torch.Tensor, op: Any) -> torch.Tensor:  # Any: torch types ReduceOp.SUM apart from ReduceOp
     # A copy: reducing in place would mutate the caller's tensor on some ranks' timelines
     # and would break autograd for tensors that require grad.
     out = tensor.detach().clone()

@@ -132,10 +132,10 @@ def dist_env(environ: Mapping[str, str] | None = None) -> DistEnv:
     if use_group:
         rank, world = dist.get_rank(), dist.get_world_size()
         return DistEnv(rank, rank if env_local is None else env_local, world, torchrun)
-    rank = _first_int(RANK_VARS, environ)
-    world = _first_int(WORLD_SIZE_VARS, environ)
-    rank = 0 if rank is None else rank
-    world = 1 if world is None else world
+    env_rank = _first_int(RANK_VARS, environ)
+    env_world = _first_int(WORLD_SIZE_VARS, environ)
+    rank = 0 if env_rank is None else env_rank
+    world = 1 if env_world is None else env_world
     if world < 1 or not 0 <= rank < world:
         raise DDPError(
             f"rank={rank} and world_size={world} from the environment are inconsistent "

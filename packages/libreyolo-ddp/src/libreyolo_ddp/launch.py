@@ -266,8 +266,8 @@ def spawn(
                 sender.close()  # the worker holds the only write end: EOF on it means the worker is gone
         result = _collect(procs, conns)
         deadline = time.monotonic() + join_timeout_s
-        for proc in procs:
-            proc.join(max(0.0, deadline - time.monotonic()))
+        for started in procs:
+            started.join(max(0.0, deadline - time.monotonic()))
         stuck = [p.pid for p in procs if p.is_alive()]
         if stuck:
             log.warning("worker(s) %s reported but did not exit within %.0f s; terminating", stuck, join_timeout_s)

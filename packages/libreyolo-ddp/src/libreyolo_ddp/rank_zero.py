@@ -74,7 +74,7 @@ def resolve_on_rank_zero(fn: Callable[[], T]) -> T:
     if kind == "error":
         name = getattr(fn, "__qualname__", repr(fn))
         raise DDPError(f"rank {rank}: rank 0 failed in {name}() while resolving a shared value: {value}")
-    return value  # type: ignore[return-value]
+    return value
 
 
 class RankLogFilter(logging.Filter):

@@ -156,7 +156,7 @@ def _to_sync(module: nn.Module, sync_cls: type[_BatchNorm], process_group: Any) 
         out = _copy_state(module, sync_cls(
             module.num_features, module.eps, module.momentum, module.affine, module.track_running_stats, process_group,
         ))
-        out._libreyolo_bn_cls = type(module)  # for revert_sync_batchnorm
+        setattr(out, "_libreyolo_bn_cls", type(module))  # noqa: B010 - read by revert_sync_batchnorm
     for name, child in module.named_children():
         out.add_module(name, _to_sync(child, sync_cls, process_group))
     return out

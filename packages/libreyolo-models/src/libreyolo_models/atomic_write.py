@@ -113,7 +113,7 @@ def remove_stale_temps(folder: Path, name: str | None = None, *, owned_folder: b
     return removed
 
 
-def atomic_write(path: str | Path, write: Callable[[IO[bytes]], None]) -> Path:
+def atomic_write(path: str | Path, write: Callable[[IO[bytes]], object]) -> Path:
     """Write ``path`` atomically with ``write(file)``; the mode follows the umask.
 
     Abandoned temp files of earlier writes to ``path`` are removed first.

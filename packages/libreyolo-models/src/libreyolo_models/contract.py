@@ -21,7 +21,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias
 
 import torch
 from torch import Tensor, nn
@@ -42,8 +42,9 @@ class LossContext:
     """What a loss may depend on beyond outputs and targets.
 
     Attributes:
-        epoch, epochs: 0-based current epoch and the run's total (YOLOX switches its L1 term on
-            for the last epochs).
+        epoch, epochs: 0-based current epoch and the run's total.
+        close_mosaic: the run's last epochs trained without mosaic (``TrainConfig.close_mosaic``);
+            YOLOX switches its L1 term on for them.
         gains: the resolved weight of each loss term (family defaults, then the user's).
         world_size: ranks whose gradients DDP averages.
         global_batch: images per optimizer step over all ranks.
@@ -54,6 +55,7 @@ class LossContext:
 
     epoch: int = 0
     epochs: int = 1
+    close_mosaic: int = 0
     gains: Mapping[str, float] = field(default_factory=dict)
     world_size: int = 1
     global_batch: int | None = None
@@ -78,6 +80,10 @@ class Family(abc.ABC):
     the EMA copy through the same seam. The declaration (``spec``) is handed in rather than
     imported, so a family's ``spec.py`` can name its implementation without an import cycle.
     """
+
+    training_head_note: ClassVar[str] = ""
+    """With ``training_head``: what stays eager under ``train(cuda_graph=True)`` and why, for the
+    one line the trainer logs (a generic line when empty)."""
 
     def __init__(self, spec: FamilySpec, size: str, task: str, nc: int) -> None:
         self.spec, self.size, self.task, self.nc = spec, size, task, nc
@@ -140,9 +146,10 @@ class Family(abc.ABC):
         """
         return default_parameter_groups(net, weight_decay=weight_decay)
 
-    def epoch_start(self, epoch: int, epochs: int) -> str | None:
-        """Called before each training epoch. Return a reason when what ``training_forward``
-        returns changes from this epoch on (the trainer then drops captured graphs), else None."""
+    def epoch_start(self, epoch: int, epochs: int, close_mosaic: int = 0) -> str | None:
+        """Called before each training epoch (``close_mosaic``: the run's last epochs without
+        mosaic). Return a reason when what ``training_forward`` returns, or how the loss reads it,
+        changes from this epoch on (the trainer then drops captured graphs), else None."""
         return None
 
     def check_state(self, net: nn.Module, state: Mapping[str, Tensor], source: str) -> None:

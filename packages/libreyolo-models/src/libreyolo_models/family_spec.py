@@ -140,7 +140,10 @@ class FamilySpec:
         return int(decl.imgsz_by_size.get(size, decl.default_imgsz))
 
     def weight_name(self, size: str, task: str | None = None, suffix: str = ".pt") -> str:
-        return f"{self.weight_prefix}{size}{TASK_SUFFIXES[task or self.default_task]}{suffix}"
+        """``<prefix><size>[-<task suffix>]<suffix>``; the default task has no task suffix
+        (``LibreYOLO9t.pt`` detects, ``LibreSegFormerb0.pt`` segments)."""
+        task = task or self.default_task
+        return f"{self.weight_prefix}{size}{'' if task == self.default_task else TASK_SUFFIXES[task]}{suffix}"
 
     def weights_entry(self, size: str, task: str | None = None) -> WeightsEntry:
         """The published weights of (size, task): the table's entry, else upstream's naming rule."""

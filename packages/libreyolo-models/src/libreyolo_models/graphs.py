@@ -73,6 +73,13 @@ class ModelGraphs:
     def attach_training(self, graphed: GraphedTraining | None) -> None:
         self.training = graphed
 
+    def release_training(self) -> None:
+        """Free the training graphs (at the end of a run). Under NCCL a live graph that recorded
+        collectives makes ``destroy_process_group`` hang, so this comes before any teardown."""
+        if self.training is not None:
+            self.training.release()
+        self.training = None
+
     def invalidate(self, reason: str) -> None:
         """Drop captured graphs; the next call recaptures per its mode."""
         if self.inference is not None:
@@ -84,6 +91,8 @@ class ModelGraphs:
         """Free every graph and its memory pool; the runners are forgotten."""
         if self.inference is not None:
             self.inference.release()
+        if self.training is not None:
+            self.training.release()
         self.inference = None
         self.training = None
 

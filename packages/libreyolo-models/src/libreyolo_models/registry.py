@@ -14,10 +14,13 @@ from pathlib import Path
 
 from .config import suggest
 from .errors import ConfigError, UnknownFamilyError
+from .families.rtdetr.spec import SPEC as RTDETR
+from .families.segformer.spec import SPEC as SEGFORMER
 from .families.yolo9.spec import SPEC as YOLO9
+from .families.yolox.spec import SPEC as YOLOX
 from .family_spec import TASK_SUFFIXES, FamilySpec
 
-BUILTIN: dict[str, FamilySpec] = {spec.name: spec for spec in (YOLO9,)}
+BUILTIN: dict[str, FamilySpec] = {spec.name: spec for spec in (YOLO9, YOLOX, RTDETR, SEGFORMER)}
 
 _extra: dict[str, FamilySpec] = {}
 
@@ -59,7 +62,8 @@ def get_family(name: str) -> FamilySpec:
 
 @dataclass(frozen=True)
 class ParsedName:
-    """``LibreYOLO9t-cls.pt`` -> family spec, size ``t``, task ``classify``, suffix ``.pt``."""
+    """``LibreYOLO9t-cls.pt`` -> family spec, size ``t``, task ``classify``, suffix ``.pt``; a name
+    without a task suffix (``LibreSegFormerb0.pt``) means the family's default task."""
 
     family: FamilySpec
     size: str
@@ -86,7 +90,8 @@ def parse_model_name(name: str | Path) -> ParsedName:
         if size not in spec.sizes:
             raise UnknownFamilyError(f"{Path(name).name!r}: {spec.display_name} has no size {size!r}; "
                                      f"sizes: {', '.join(spec.sizes)}" + suggest(size, spec.sizes))
-        task = {v: k for k, v in TASK_SUFFIXES.items()}.get(task_suffix)
+        # No suffix names the family's default task (detect for YOLO, semantic for SegFormer).
+        task = spec.default_task if not task_suffix else {v: k for k, v in TASK_SUFFIXES.items()}.get(task_suffix)
         if task is None or task not in spec.tasks:
             raise UnknownFamilyError(f"{Path(name).name!r}: {spec.display_name} has no task for suffix "
                                      f"{task_suffix!r}; tasks: {', '.join(spec.tasks)}")

@@ -63,7 +63,7 @@ class AugmentConfig:
             low, high, meaning = _RANGES[f.name]
             if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
                 raise ConfigError(f"augmentation option {f.name}={value!r} must be a number ({meaning})")
-            if not low <= value <= high:
+            if not low <= float(value) <= high:
                 raise ConfigError(f"augmentation option {f.name}={value} is outside [{low}, {high}] "
                                   f"({meaning}); use a value in that range")
 

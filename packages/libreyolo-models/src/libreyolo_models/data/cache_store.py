@@ -189,10 +189,10 @@ def _ram_room(ram: Path, nbytes: int, place: CachePlace) -> bool:
 def build_lock(lock_path: Path, target: Path) -> Iterator[None]:
     """Hold an exclusive lock on ``lock_path``: one builder per cache file, across processes."""
     try:
-        import fcntl
+        import fcntl as locking
     except ImportError:  # no flock (Windows): an exclusive-create lock file instead
-        fcntl = None
-    if fcntl is None:
+        locking = None  # type: ignore[assignment]
+    if locking is None:
         while True:
             try:
                 fd = os.open(lock_path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
@@ -207,14 +207,14 @@ def build_lock(lock_path: Path, target: Path) -> Iterator[None]:
         return
     with open(lock_path, "a+b") as f:
         try:
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            locking.flock(f.fileno(), locking.LOCK_EX | locking.LOCK_NB)
         except BlockingIOError:
             log.info("image cache: waiting for another process to finish building %s", target)
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+            locking.flock(f.fileno(), locking.LOCK_EX)
         try:
             yield
         finally:
-            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+            locking.flock(f.fileno(), locking.LOCK_UN)
 
 
 def hold_in_use(path: Path) -> int | None:

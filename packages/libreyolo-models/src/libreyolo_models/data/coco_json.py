@@ -43,7 +43,8 @@ def load_coco_json(json_path: Path) -> Mapping[str, object]:
 
 def categories(doc: Mapping[str, object], json_path: Path) -> list[tuple[int, str]]:
     cats: dict[int, str] = {}
-    for i, cat in enumerate(doc["categories"]):  # type: ignore[arg-type]
+    entries: list[object] = doc["categories"]  # type: ignore[assignment]  # checked by load_coco_json
+    for i, cat in enumerate(entries):
         cid = cat.get("id") if isinstance(cat, Mapping) else None
         name = cat.get("name") if isinstance(cat, Mapping) else None
         if not isinstance(cid, int) or isinstance(cid, bool) or not isinstance(name, str) or not name:

@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -98,7 +99,8 @@ def _gather(doc: Mapping[str, object], json_path: Path, folder: Path,
     """Images in JSON order with their annotations (pixels); also the number of crowd boxes."""
     images: list[_CocoImage] = []
     by_id: dict[object, _CocoImage] = {}
-    for i, entry in enumerate(doc["images"]):  # type: ignore[arg-type]
+    entries: list[Any] = doc["images"]  # type: ignore[assignment]  # a list: checked by load_coco_json
+    for i, entry in enumerate(entries):
         name = entry.get("file_name") if isinstance(entry, Mapping) else None
         if not isinstance(name, str) or not name or "id" not in entry:
             raise DataConfigError(f"{json_path}: images[{i}] = {entry!r} needs an \"id\" and a "
@@ -109,8 +111,12 @@ def _gather(doc: Mapping[str, object], json_path: Path, folder: Path,
         images.append(image)
         by_id[entry["id"]] = image
     crowd = 0
-    for ann in doc["annotations"]:  # type: ignore[union-attr]
-        image = by_id.get(ann.get("image_id")) if isinstance(ann, Mapping) else None
+    annotations: list[Any] = doc["annotations"]  # type: ignore[assignment]  # checked by load_coco_json
+    for ann in annotations:
+        found = by_id.get(ann.get("image_id")) if isinstance(ann, Mapping) else None
+        if found is None:
+            continue
+        image = found
         if image is None or image.error is not None:
             continue  # annotations of images the JSON does not list cannot be placed
         if ann.get("iscrowd"):

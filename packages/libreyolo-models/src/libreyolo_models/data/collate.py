@@ -59,7 +59,7 @@ def batch_tensor(shape: Sequence[int], dtype: torch.dtype, *, shared: bool | Non
     if new_shared is not None:
         try:
             storage = new_shared(max(1, math.prod(shape)) * dtype.itemsize)
-            return torch.empty(0, dtype=dtype).set_(storage, 0, tuple(shape))
+            return torch.empty(0, dtype=dtype).set_(storage, 0, tuple(shape))  # type: ignore[call-overload]  # stubs lack it
         except (TypeError, RuntimeError):
             pass
     return torch.empty(tuple(shape), dtype=dtype).share_memory_()

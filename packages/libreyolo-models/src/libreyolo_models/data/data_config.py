@@ -298,7 +298,7 @@ def _resolve_coco_images(value: object, root: Path, source: str) -> dict[str, Pa
         return {s: _resolve_entry(value, root) for s in SPLITS}
     if isinstance(value, Mapping) and all(k in SPLITS and isinstance(v, str | os.PathLike)
                                           for k, v in value.items()):
-        return {str(k): _resolve_entry(v, root) for k, v in value.items()}  # type: ignore[arg-type]
+        return {str(k): _resolve_entry(v, root) for k, v in value.items()}
     raise DataConfigError(f"{source}: 'coco_images' must be a folder or a mapping of split -> folder "
                           f"(keys {', '.join(SPLITS)}), got {value!r}; e.g. `coco_images: "
                           "{train: train2017, val: val2017}`")

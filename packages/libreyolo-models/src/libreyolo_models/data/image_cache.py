@@ -80,6 +80,8 @@ class ImageCache:
         source: the split's image folder (common parent of its images).
     """
 
+    _owner: ImageCache  # set on views only (``without``): keeps the in-use lock of the file alive
+
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         try:
@@ -416,16 +418,28 @@ def usable_part(index: SplitIndex, cache: ImageCache) -> tuple[SplitIndex, Image
     """
     if not cache.failed:
         return index, cache, []
-    problems = [DataProblem(index.images[i], f"{reason} (when decoding for the image cache; was the file "
-                                             "changed after the dataset check?)")
-                for i, reason in sorted(cache.failed.items())]
-    for problem in problems:
-        log.warning("%s: skipped %s: %s", index.name, problem.path, problem.reason)
-    if len(cache.failed) == len(index):
-        raise EmptySplitError(f"{index.name}: none of the split's {len(index)} images could be decoded "
-                              f"(reasons above); fix the files in {cache.source}")
-    keep = [i for i in range(len(index)) if i not in cache.failed]
+    problems, keep = cache_failures(index.name, index.images, cache)
     smaller = replace(index, images=[index.images[i] for i in keep], labels=[index.labels[i] for i in keep],
                       sizes=[index.sizes[i] for i in keep] if len(index.sizes) == len(index) else index.sizes,
                       problems=[*index.problems, *problems])
     return smaller, cache.without(sorted(cache.failed)), problems
+
+
+def cache_failures(split: str, images: Sequence[Path], cache: ImageCache) -> tuple[list[DataProblem], list[int]]:
+    """The images of ``split`` the cache could not decode (one warning each) and the indices kept.
+
+    Shared by every task's training pipeline, so a file broken after the dataset check is reported
+    the same way whatever the task.
+
+    Raises:
+        EmptySplitError: no image of the split could be decoded.
+    """
+    problems = [DataProblem(images[i], f"{reason} (when decoding for the image cache; was the file "
+                                       "changed after the dataset check?)")
+                for i, reason in sorted(cache.failed.items())]
+    for problem in problems:
+        log.warning("%s: skipped %s: %s", split, problem.path, problem.reason)
+    if len(cache.failed) == len(images):
+        raise EmptySplitError(f"{split}: none of the split's {len(images)} images could be decoded "
+                              f"(reasons above); fix the files in {cache.source}")
+    return problems, [i for i in range(len(images)) if i not in cache.failed]

@@ -184,7 +184,7 @@ def _background(rng: np.random.Generator, height: int, width: int) -> np.ndarray
     kind = int(rng.integers(4))
     if kind == 0:  # soft blotches: a coarse random grid, smoothly upsampled
         grid = (rng.uniform(0, 255, (int(rng.integers(3, 9)), int(rng.integers(3, 9))))).astype(np.uint8)
-        t = np.asarray(Image.fromarray(grid).resize((width, height), Image.BICUBIC), np.float32) / 255
+        t = np.asarray(Image.fromarray(grid).resize((width, height), Image.Resampling.BICUBIC), np.float32) / 255
     elif kind == 1:  # linear gradient
         t = (along - along.min()) / max(float(np.ptp(along)), 1.0)
     elif kind == 2:  # stripes
@@ -229,11 +229,11 @@ def _shape_at(rng: np.random.Generator, cls: int, cx: float, cy: float, radius: 
 def _outline(rng: np.random.Generator, shape: str, cx: float, cy: float, r: float) -> list[tuple[float, float]]:
     """Polygon vertices of a shape of circumradius ``r``, randomly rotated."""
     if shape == "square":
-        turn, polar = rng.uniform(-30, 30), [(r, 45 + 90 * k) for k in range(4)]
+        turn, polar = rng.uniform(-30, 30), [(r, 45.0 + 90 * k) for k in range(4)]
     elif shape == "triangle":
-        turn, polar = rng.uniform(0, 120), [(r, -90 + 120 * k) for k in range(3)]
+        turn, polar = rng.uniform(0, 120), [(r, -90.0 + 120 * k) for k in range(3)]
     elif shape == "star":
-        turn, polar = rng.uniform(0, 72), [(r if k % 2 == 0 else 0.45 * r, -90 + 36 * k) for k in range(10)]
+        turn, polar = rng.uniform(0, 72), [(r if k % 2 == 0 else 0.45 * r, -90.0 + 36 * k) for k in range(10)]
     else:  # cross: a plus sign with arms a third of its width
         a = 0.32 * r
         corners = [(a, r), (a, a), (r, a), (r, -a), (a, -a), (a, -r),

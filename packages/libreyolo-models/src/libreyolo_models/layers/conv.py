@@ -38,5 +38,5 @@ class Conv(nn.Module):
         if not isinstance(self.bn, nn.BatchNorm2d):
             return False
         self.conv = fold_batchnorm(self.conv, self.bn)
-        self.bn = nn.Identity()
+        self.bn = nn.Identity()  # type: ignore[assignment]  # folded into conv
         return True

@@ -19,9 +19,11 @@ def fold_batchnorm(conv: nn.Conv2d, bn: nn.BatchNorm2d) -> nn.Conv2d:
     """A new convolution (with bias) equal to ``bn(conv(x))`` with ``bn`` in eval mode."""
     if bn.running_mean is None or bn.running_var is None:
         raise ValueError(f"cannot fold {bn}: it tracks no running statistics")
-    fused = nn.Conv2d(conv.in_channels, conv.out_channels, conv.kernel_size, conv.stride, conv.padding,
-                      conv.dilation, conv.groups, bias=True, padding_mode=conv.padding_mode,
-                      device=conv.weight.device, dtype=conv.weight.dtype)
+    kernel, stride, dilation = _pair(conv.kernel_size), _pair(conv.stride), _pair(conv.dilation)
+    padding: str | tuple[int, int] = conv.padding if isinstance(conv.padding, str) else _pair(conv.padding)
+    fused = nn.Conv2d(conv.in_channels, conv.out_channels, kernel, stride, padding, dilation, conv.groups, bias=True,
+                      padding_mode=conv.padding_mode, device=conv.weight.device, dtype=conv.weight.dtype)
+    assert fused.bias is not None  # built with bias=True
     with torch.no_grad():
         w = conv.weight.double()
         b = conv.bias.double() if conv.bias is not None else torch.zeros(conv.out_channels, dtype=torch.float64,
@@ -40,11 +42,12 @@ def merge_parallel_convs(big: nn.Conv2d, small: nn.Conv2d) -> None:
     """Add ``small``'s kernel (centred, zero-padded) and bias into ``big``, in place, so that
     ``big(x)`` afterwards equals ``big(x) + small(x)``. Both need a bias, equal stride, groups
     and dilation 1, and paddings that keep their outputs aligned."""
-    kb, ks = big.kernel_size, small.kernel_size
+    kb, ks = _pair(big.kernel_size), _pair(small.kernel_size)
     pad = [(kb[i] - ks[i]) // 2 for i in (0, 1)]
-    if (big.stride != small.stride or big.groups != small.groups or big.dilation != (1, 1)
+    if (isinstance(big.padding, str) or isinstance(small.padding, str) or big.stride != small.stride
+            or big.groups != small.groups or big.dilation != (1, 1)
             or small.dilation != (1, 1) or any(p < 0 or (kb[i] - ks[i]) % 2 for i, p in enumerate(pad))
-            or tuple(big.padding[i] - small.padding[i] for i in (0, 1)) != tuple(pad)
+            or tuple(_pair(big.padding)[i] - _pair(small.padding)[i] for i in (0, 1)) != tuple(pad)
             or big.bias is None or small.bias is None):
         raise ValueError(f"cannot merge {small} into {big}: their outputs are not aligned")
     with torch.no_grad():
@@ -72,3 +75,10 @@ def _children_first(module: nn.Module) -> list[nn.Module]:
         order.extend(_children_first(child))
     order.append(module)
     return order
+
+
+def _pair(value: int | tuple[int, ...]) -> tuple[int, int]:
+    """A 2-d convolution's size argument as ``(h, w)``."""
+    if isinstance(value, int):
+        return value, value
+    return int(value[0]), int(value[1])

@@ -14,6 +14,9 @@ from torch import Tensor, nn
 class InputNormalize(nn.Module):
     """``(x - mean) / std`` per channel, for RGB images in [0, 1] ``[B, 3, H, W]``."""
 
+    mean: Tensor
+    std: Tensor
+
     def __init__(self, mean: tuple[float, float, float], std: tuple[float, float, float]) -> None:
         super().__init__()
         self.register_buffer("mean", torch.tensor(mean, dtype=torch.float32).view(1, 3, 1, 1), persistent=False)

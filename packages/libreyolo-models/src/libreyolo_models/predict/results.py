@@ -91,8 +91,12 @@ class Results:
         return len(self.boxes) if self.boxes is not None else 0
 
     def to_list(self) -> list[dict[str, object]]:
-        """One dict per detection: name, class, confidence, box (x1, y1, x2, y2 pixels)."""
+        """One dict per detection: name, class, confidence, box (x1, y1, x2, y2 pixels); for a
+        semantic model, one per class present: name, class, share of the image's pixels."""
         rows: list[dict[str, object]] = []
+        if self.masks is not None:
+            return [{"name": self.names.get(c, str(c)), "class": c, "share": share}
+                    for c, share in self.masks.pixel_shares().items()]
         if self.boxes is None:
             return rows
         for x1, y1, x2, y2, conf, cls in self.boxes.data.tolist():
@@ -101,7 +105,10 @@ class Results:
         return rows
 
     def summary(self) -> str:
-        """``"2 circles, 1 square"`` style count of detections per class."""
+        """``"2 circles, 1 square"`` style count of detections per class; for a semantic model the
+        classes present with their share of the pixels (``"background 81%, circle 12%"``)."""
+        if self.masks is not None:
+            return ", ".join(f"{self.names.get(c, str(c))} {share:.0%}" for c, share in self.masks.pixel_shares().items())
         if self.boxes is None or not len(self):
             return "no detections"
         counts: dict[str, int] = {}
@@ -111,7 +118,10 @@ class Results:
         return ", ".join(f"{n} {name}" for name, n in counts.items())
 
     def plot(self, *, labels: bool = True, conf: bool = True, line_width: int | None = None) -> np.ndarray:
-        """A copy of the original image with boxes and labels drawn; RGB uint8 ``[H, W, 3]``."""
+        """A copy of the original image with boxes and labels drawn (semantic: each pixel tinted
+        with its class colour); RGB uint8 ``[H, W, 3]``."""
+        if self.masks is not None:
+            return self.masks.overlay(self.orig_img)
         if self.boxes is None:
             return self.orig_img.copy()
         return draw_detections(self.orig_img, self.boxes.data.cpu(), self.names, labels=labels,
@@ -130,7 +140,7 @@ class Results:
         return f"Results(path={self.path!r}, shape={self.orig_shape}, {self.summary()})"
 
 
-class ResultsList(list):  # type: ignore[type-arg]
+class ResultsList(list):
     """What ``model(source)`` returns: one ``Results`` per readable image, in input order.
 
     A plain list, plus ``skipped``: ``(name, reason)`` for each item of a folder, glob, list or

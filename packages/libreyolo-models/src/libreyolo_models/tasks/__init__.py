@@ -6,8 +6,9 @@ from ..config import suggest
 from ..errors import ConfigError
 from .base import EvalSettings, Prepared, Task, TaskMetrics
 from .detect import DetectOptions, DetectTask
+from .semantic import SemanticTask
 
-TASKS: dict[str, Task] = {task.name: task for task in (DetectTask(),)}
+TASKS: dict[str, Task] = {task.name: task for task in (DetectTask(), SemanticTask())}
 
 
 def get_task(name: str) -> Task:
@@ -17,4 +18,5 @@ def get_task(name: str) -> Task:
     return TASKS[name]
 
 
-__all__ = ["TASKS", "DetectOptions", "DetectTask", "EvalSettings", "Prepared", "Task", "TaskMetrics", "get_task"]
+__all__ = ["TASKS", "DetectOptions", "DetectTask", "EvalSettings", "Prepared", "SemanticTask", "Task", "TaskMetrics",
+           "get_task"]

@@ -12,6 +12,7 @@ import torch
 
 import libreyolo_ddp
 
+from ..contract import has_training_head
 from ..errors import ConfigError
 
 if TYPE_CHECKING:
@@ -40,6 +41,9 @@ def probe_training_batch(model: LibreYOLO, imgsz: int, device: torch.device, amp
         images = torch.rand(batch, 3, imgsz, imgsz, device=device)
         with torch.autocast("cuda", dtype=torch.float16, enabled=amp):
             outputs = model.training_forward(images)
+            if has_training_head(model.family):  # split capture: the eager head's memory counts too
+                targets = model.family.sample_targets(batch, imgsz, torch.Generator().manual_seed(0))
+                outputs = model.family.training_head(net, outputs, targets)
         sum(leaf.float().mean() for leaf in _leaves(outputs)).backward()  # type: ignore[union-attr]
         net.zero_grad(set_to_none=True)
 

@@ -64,4 +64,5 @@ class ModelEMA:
 
 
 def _unwrap(net: nn.Module) -> nn.Module:
-    return net.module if hasattr(net, "module") else net
+    inner = getattr(net, "module", net)  # DDP keeps the network under .module
+    return inner if isinstance(inner, nn.Module) else net

@@ -1,8 +1,9 @@
 """The CUDA-graph call site of training: which forward the step runs, graphed or eager.
 
 ``train(cuda_graph=True)`` captures the network half (forward and backward) once a batch shape
-has repeated three times; the loss stays eager. Where capture is not allowed or cannot help, one
-log line says why and training runs eagerly, unchanged.
+has repeated three times; the loss stays eager. Under DDP the SyncBatchNorm collectives are
+captured with it and the ranks take every graph decision together. Where capture is not allowed
+or cannot help, one log line says why and training runs eagerly, unchanged.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
+
+import libreyolo_ddp
 
 from ..contract import has_training_head
 from .settings import TrainConfig
@@ -25,32 +28,40 @@ log = logging.getLogger(__name__)
 REPEAT_THRESHOLD = 3
 
 
-def graph_forward(model: LibreYOLO, module: nn.Module, cfg: TrainConfig, *, device: torch.device,
-                  world_size: int) -> Callable[[Tensor], Any]:
-    """``module`` itself (eager), or a ``GraphedTraining`` around it when capture is allowed."""
-    model.graphs.attach_training(None)
+def wants_graphs(model: LibreYOLO, cfg: TrainConfig, *, device: torch.device) -> bool:
+    """Whether this run captures its training steps (else one log line says why not)."""
     if not cfg.cuda_graph:
-        return module
+        return False
     reason = None
-    if world_size > 1:
-        reason = "multi-GPU (DDP) training runs eagerly"
-    elif device.type != "cuda":
+    if device.type != "cuda":
         reason = f"training runs on {device}, and CUDA graphs need a CUDA GPU"
     elif not model.spec.task(model.task).train_capture:
         reason = (f"{model.spec.display_name} ({model.task}) is not verified for training capture "
                   "(its training row in docs/parity-matrix.md is not green)")
     if reason is not None:
         log.info("cuda_graph=True ignored: %s; training eagerly", reason)
-        return module
+        return False
+    return True
+
+
+def graph_forward(model: LibreYOLO, module: nn.Module, cfg: TrainConfig, *, world_size: int) -> Callable[[Tensor], Any]:
+    """A ``GraphedTraining`` around ``module`` (call only when ``wants_graphs``). Under several
+    ranks every graph decision is voted on (``libreyolo_ddp.agree_min``), so the ranks capture,
+    replay, fall back and latch together and the SyncBatchNorm collectives in the graph pair up."""
     if cfg.multi_scale:
         log.info("cuda_graph=True with multi_scale=True: the batch shape changes every step, so shapes rarely "
                  "repeat and most steps run eagerly")
     from libreyolo_cudagraph import GraphedTraining
 
-    graphed = GraphedTraining(module, repeat_threshold=REPEAT_THRESHOLD, name=f"{model.spec.name}-{model.size}")
+    agree = libreyolo_ddp.agree_min if world_size > 1 else None
+    graphed = GraphedTraining(module, repeat_threshold=REPEAT_THRESHOLD, name=f"{model.spec.name}-{model.size}",
+                              agree=agree)
     model.graphs.attach_training(graphed)
-    eager = ("the family's target-dependent training head and the loss stay eager (split capture)"
-             if has_training_head(model.family) else "loss stays eager")
-    log.info("cuda_graph=True: forward+backward captured once a batch shape repeats %d times; %s",
-             REPEAT_THRESHOLD, eager)
+    eager = "loss stays eager"
+    if has_training_head(model.family):
+        eager = (model.family.training_head_note
+                 or "the family's target-dependent training head and the loss stay eager (split capture)")
+    ranks = f"; {world_size} ranks decide together, gradients averaged in one all-reduce" if world_size > 1 else ""
+    log.info("cuda_graph=True: forward+backward captured once a batch shape repeats %d times; %s%s",
+             REPEAT_THRESHOLD, eager, ranks)
     return graphed

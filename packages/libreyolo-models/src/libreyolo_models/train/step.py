@@ -4,12 +4,14 @@ the optimizer step with gradient accumulation, AMP scaling, clipping and the EMA
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
 import torch
 from torch import Tensor, nn
+
+import libreyolo_ddp
 
 from ..contract import Family, LossContext
 from .ema import ModelEMA
@@ -19,7 +21,7 @@ class StepTimer:
     """With ``profile=True``: synchronize and time each phase (data, forward, loss, backward,
     optimizer); otherwise free. Totals are per epoch, in seconds."""
 
-    PHASES = ("data", "forward", "loss", "backward", "optimizer")
+    PHASES = ("data", "forward", "loss", "backward", "sync", "optimizer")
 
     def __init__(self, enabled: bool, device: torch.device) -> None:
         self.enabled = enabled
@@ -30,7 +32,7 @@ class StepTimer:
         self.totals = dict.fromkeys(self.PHASES, 0.0)
 
     @contextlib.contextmanager
-    def phase(self, name: str):  # noqa: ANN201 - context manager
+    def phase(self, name: str) -> Iterator[None]:
         if not self.enabled:
             yield
             return
@@ -48,16 +50,17 @@ class StepTimer:
 class TrainStep:
     """Runs iterations for one model; the caller owns the schedule and the epoch loop."""
 
-    def __init__(self, family: Family, forward: Callable[[Tensor], Any], net: nn.Module,
+    def __init__(self, family: Family, forward: Callable[..., Any], net: nn.Module,
                  optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler, ema: ModelEMA | None, *,
                  amp: bool, device: torch.device, context: LossContext, max_grad_norm: float,
-                 timer: StepTimer, takes_targets: bool = False) -> None:
+                 timer: StepTimer, takes_targets: bool = False, sync_gradients: bool = False) -> None:
         self.family, self.forward, self.net = family, forward, net
         self.optimizer, self.scaler, self.ema = optimizer, scaler, ema
         self.amp = amp and device.type == "cuda"
         self.device, self.context = device, context
         self.max_grad_norm, self.timer = max_grad_norm, timer
         self.takes_targets = takes_targets  # the forward runs a family's training head (split capture)
+        self.sync_gradients = sync_gradients  # several ranks without the DDP wrapper: average here
 
     def start_epoch(self, epoch: int) -> None:
         """The loss context of ``epoch`` (epoch-aware terms read it)."""
@@ -82,6 +85,9 @@ class TrainStep:
 
     def optimizer_step(self) -> None:
         """Unscale, clip, step (skipped by the scaler on inf/NaN), clear grads, update the EMA."""
+        if self.sync_gradients:
+            with self.timer.phase("sync"):
+                libreyolo_ddp.average_gradients(self.net.parameters())
         with self.timer.phase("optimizer"):
             self.scaler.unscale_(self.optimizer)
             torch.nn.utils.clip_grad_norm_(self.net.parameters(), max_norm=self.max_grad_norm)
@@ -95,6 +101,9 @@ class TrainStep:
 class SeamThenHead(nn.Module):
     """``forward(images, targets)``: the captured training seam (a module or its graph), then the
     family's eager ``training_head``, inside one module so DDP sees every parameter used."""
+
+    _seam: Callable[[Tensor], Any]
+    _family: Family
 
     def __init__(self, net: nn.Module, seam: Callable[[Tensor], Any], family: Family) -> None:
         super().__init__()

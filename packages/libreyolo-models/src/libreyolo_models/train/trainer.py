@@ -33,7 +33,7 @@ from .callbacks import CallbackRunner, EpochEnd, TrainEnd, TrainException, Train
 from .checkpoints import build_training_checkpoint, write_epoch_checkpoints
 from .elastic import forget_run, record_run_dir
 from .ema import ModelEMA
-from .graph_forward import graph_forward
+from .graph_forward import graph_forward, wants_graphs
 from .optim import align_state_layout, build_optimizer
 from .plan import TrainPlan
 from .results_log import ResultsLog
@@ -109,7 +109,8 @@ class Trainer:
         self.optimizer = build_optimizer(groups, cfg, iterations=iterations, cuda=self.device.type == "cuda")
         self.scaler = torch.amp.GradScaler("cuda", enabled=cfg.amp and self.device.type == "cuda")
         self.ema = ModelEMA(model.net)
-        self.start_epoch, self.best = 0, {"fitness": -1.0, "epoch": -1, "fields": task.empty_best()}
+        self.start_epoch = 0
+        self.best: dict[str, Any] = {"fitness": -1.0, "epoch": -1, "fields": task.empty_best()}
         self.run_dir = self._resolve_run_dir()
         self.weights_dir = self.run_dir / "weights"
         if self.rank0:  # rank 0 owns the run folder: temp files there are an interrupted write's
@@ -123,13 +124,13 @@ class Trainer:
         if cfg.profile and self.world > 1:
             log.warning("profile=True is ignored under multi-GPU training (it synchronizes every phase)")
         forward = self._training_forward()
-        context = LossContext(epoch=self.start_epoch, epochs=cfg.epochs, gains=self.plan.gains, world_size=self.world,
-                              global_batch=self.batch * self.world,
+        context = LossContext(epoch=self.start_epoch, epochs=cfg.epochs, close_mosaic=cfg.close_mosaic,
+                              gains=self.plan.gains, world_size=self.world, global_batch=self.batch * self.world,
                               normalizer_sum=libreyolo_ddp.all_reduce_sum if self.world > 1 else None)
         self.loss_names = model.spec.task(model.task).loss_names
         self.step = TrainStep(model.family, forward, model.net, self.optimizer, self.scaler, self.ema, amp=cfg.amp,
                               device=self.device, context=context, max_grad_norm=cfg.max_grad_norm, timer=self.timer,
-                              takes_targets=self.takes_targets)
+                              takes_targets=self.takes_targets, sync_gradients=self.sync_gradients)
 
     def _set_backend_flags(self) -> None:
         cfg = self.cfg
@@ -172,14 +173,23 @@ class Trainer:
         model, family = self.model, self.model.family
         self.forward_module = seam = model.training_module()
         self.takes_targets = has_training_head(family)
-        prefix = graph_forward(model, seam, self.cfg, device=self.device, world_size=self.world)
-        if self.world == 1:
+        self.sync_gradients = False
+        model.graphs.attach_training(None)
+        if self.world > 1:
+            # Conversion swaps BatchNorm children in place, so model.net and the EMA (a plain-BN
+            # copy with the same state-dict keys) stay valid.
+            libreyolo_ddp.convert_sync_batchnorm(seam, enabled=self.plan.sync_bn, world_size=self.world,
+                                                 per_rank_batch=self.batch)
+        graphed = wants_graphs(model, self.cfg, device=self.device)
+        if graphed or self.world == 1:
+            # Graphed steps hand gradients back outside autograd's hooks, so under several ranks
+            # they are averaged explicitly (one flat all-reduce per optimizer step), not by DDP.
+            prefix = graph_forward(model, seam, self.cfg, world_size=self.world) if graphed else seam
+            if self.world > 1:
+                libreyolo_ddp.broadcast_parameters(model.net)
+                self.sync_gradients = True
             return SeamThenHead(model.net, prefix, family) if self.takes_targets else prefix
         module: nn.Module = SeamThenHead(model.net, seam, family) if self.takes_targets else seam
-        module = libreyolo_ddp.convert_sync_batchnorm(module, enabled=self.plan.sync_bn, world_size=self.world,
-                                                      per_rank_batch=self.batch)
-        # Conversion swaps BatchNorm children in place, so model.net and the EMA (a plain-BN copy
-        # with the same state-dict keys) stay valid.
         ids = [self.device.index] if self.device.type == "cuda" else None
         self.forward_module = nn.parallel.DistributedDataParallel(module, device_ids=ids)
         return self.forward_module
@@ -187,7 +197,10 @@ class Trainer:
     # ------------------------------------------------------------------ run
     def run(self) -> TrainOutcome:
         with _restored_backend_flags():  # deterministic / cudnn settings are the run's, not the process's
-            return self._run()
+            try:
+                return self._run()
+            finally:
+                self.model.graphs.release_training()
 
     def _run(self) -> TrainOutcome:
         epoch, stopped_early, last, metrics = 0, False, None, {}
@@ -233,7 +246,7 @@ class Trainer:
         if epoch == cfg.epochs - cfg.close_mosaic and cfg.close_mosaic > 0:
             log.info("closing mosaic for the last %d epochs", cfg.close_mosaic)
         self.train_data.set_epoch(epoch, mosaic=mosaic)
-        reason = self.model.family.epoch_start(epoch, cfg.epochs)
+        reason = self.model.family.epoch_start(epoch, cfg.epochs, cfg.close_mosaic)
         if reason:
             self.model.invalidate_cuda_graph(reason)
         self.step.start_epoch(epoch)

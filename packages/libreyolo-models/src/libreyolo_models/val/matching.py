@@ -196,7 +196,7 @@ def _greedy_match(iou: np.ndarray, thresholds: np.ndarray) -> np.ndarray:
     tp = np.zeros((n_det, len(thresholds)), dtype=bool)
     effective = np.minimum(thresholds, _MAX_EFFECTIVE_IOU)[:, None]  # [T, 1]
     taken = np.zeros((len(thresholds), n_gt), dtype=bool)  # [T, G]
-    candidates = np.flatnonzero(iou.max(axis=1) >= effective.min()) if n_gt else []
+    candidates: np.ndarray | list[int] = np.flatnonzero(iou.max(axis=1) >= effective.min()) if n_gt else []
     for d in candidates:
         ok = (iou[d][None, :] >= effective) & ~taken
         hit = ok.any(axis=1)
@@ -215,7 +215,7 @@ def _greedy_match(iou: np.ndarray, thresholds: np.ndarray) -> np.ndarray:
 def _to_numpy(x: npt.ArrayLike) -> np.ndarray:
     # Duck-typed torch support: this module must not import torch (the metric is numpy-only).
     if hasattr(x, "detach") and hasattr(x, "cpu"):
-        x = x.detach().cpu().numpy()  # type: ignore[union-attr]
+        x = x.detach().cpu().numpy()
     return np.asarray(x)
 
 

@@ -56,7 +56,7 @@ def evaluate_detections(model: LibreYOLO, forward: Callable[[Tensor], Any], pipe
         result = None
         if env.rank == 0:
             merged = DetectionMetrics(model.nc, model.names)
-            merged.merge(*gathered)
+            merged.merge(*(gathered or []))
             result = merged.compute()
         result = libreyolo_ddp.broadcast_object(result, src=0)
     else:

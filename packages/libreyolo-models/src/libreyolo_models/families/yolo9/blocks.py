@@ -35,7 +35,7 @@ class RepConvN(nn.Module):
         self.conv1.fuse_for_inference()
         self.conv2.fuse_for_inference()
         merge_parallel_convs(self.conv1.conv, self.conv2.conv)
-        self.conv2 = None
+        self.conv2 = None  # type: ignore[assignment]  # merged into conv1: the branch is gone
         return True
 
 

@@ -162,8 +162,8 @@ class DetectHead(nn.Module):
     def initialize_biases(self, imgsz: int = 640) -> None:
         """Start box logits flat and class logits at a low prior (about 5 objects per image)."""
         for box, cls, s in zip(self.cv2, self.cv3, STRIDES):
-            nn.init.constant_(box[-1].bias, 1.0)
-            nn.init.constant_(cls[-1].bias, math.log(5 / self.nc / (imgsz / s) ** 2))
+            nn.init.constant_(box[-1].bias, 1.0)  # type: ignore[index]  # an nn.Sequential
+            nn.init.constant_(cls[-1].bias, math.log(5 / self.nc / (imgsz / s) ** 2))  # type: ignore[index]
 
     def raw_maps(self, feats: tuple[Tensor, ...]) -> list[Tensor]:
         """Per level ``[B, 4*reg_max + nc, H, W]``: box-distribution logits then class logits."""
@@ -174,7 +174,7 @@ class DetectHead(nn.Module):
         b = raw[0].shape[0]
         flat = torch.cat([r.view(b, self.no, -1) for r in raw], 2)
         box_logits, cls_logits = flat.split((4 * self.reg_max, self.nc), 1)
-        anchors, strides = make_anchors([tuple(r.shape[2:]) for r in raw], STRIDES,
+        anchors, strides = make_anchors([(int(r.shape[2]), int(r.shape[3])) for r in raw], STRIDES,
                                         device=flat.device, dtype=flat.dtype)
         boxes = distances_to_boxes(self.dfl(box_logits), anchors.t().unsqueeze(0), dim=1) * strides.t()
         return torch.cat((boxes, cls_logits.sigmoid()), 1)

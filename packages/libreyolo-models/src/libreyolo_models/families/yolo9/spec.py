@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ...family_spec import FamilySpec, TaskDecl
+from ...family_spec import FamilySpec, TaskDecl, WeightsEntry
 
 if TYPE_CHECKING:
     from ...contract import Family
@@ -15,6 +15,21 @@ def _implementation() -> type[Family]:
 
     return Yolo9Family
 
+
+# Upstream LibreYOLO's published detect weights (COCO, 80 classes), one hub repo per size. sha256 is
+# None because the files could not be read when this table was written (the hub was out of reach);
+# meanwhile each download is checked against the LFS sha256 the hub publishes for the file. Record the
+# real digests here (sha256 of each file) once they can be read: the table's digest then wins.
+WEIGHTS = (
+    WeightsEntry(size="t", task="detect", file="LibreYOLO9t.pt",
+                 url="LibreYOLO/LibreYOLO9t/resolve/main/LibreYOLO9t.pt", sha256=None),
+    WeightsEntry(size="s", task="detect", file="LibreYOLO9s.pt",
+                 url="LibreYOLO/LibreYOLO9s/resolve/main/LibreYOLO9s.pt", sha256=None),
+    WeightsEntry(size="m", task="detect", file="LibreYOLO9m.pt",
+                 url="LibreYOLO/LibreYOLO9m/resolve/main/LibreYOLO9m.pt", sha256=None),
+    WeightsEntry(size="c", task="detect", file="LibreYOLO9c.pt",
+                 url="LibreYOLO/LibreYOLO9c/resolve/main/LibreYOLO9c.pt", sha256=None),
+)
 
 SPEC = FamilySpec(
     name="yolo9",
@@ -36,5 +51,6 @@ SPEC = FamilySpec(
     stride=32,
     ddp_autospawn=True,
     sync_bn_default=True,
+    weights=WEIGHTS,
     summary="GELAN detector (YOLOv9), anchor-free head with DFL; task-aligned assignment",
 )

@@ -1,0 +1,235 @@
+"""RT-DETR's decoder: query selection from the encoder, then deformable decoder layers that
+refine a box per query layer by layer, each layer with its own score and box head.
+
+The 300 queries are not learned embeddings: the encoder scores every token of every level, the
+top 300 become the queries (their features as content, their predicted boxes as references).
+Module names are upstream's checkpoint keys (``input_proj``, ``decoder.layers``,
+``denoising_class_embed``, ``query_pos_head``, ``enc_output``, ``enc_score_head``,
+``enc_bbox_head``, ``dec_score_head``, ``dec_bbox_head``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ...errors import ConfigError
+from .deformable import MSDeformableAttention
+from .determinism import needs_deterministic_backward
+from .norms import NORM_EPS
+
+if TYPE_CHECKING:
+    from .denoising import DenoisingQueries
+
+ANCHOR_SIZE = 0.05   # anchor width/height at stride 8 (doubling per level), as a fraction of the image
+ANCHOR_MARGIN = 0.01  # anchors this close to the border are invalid (their logit would be huge)
+FP16_MAX = 65504.0
+
+
+def inverse_sigmoid(x: Tensor, eps: float = 1e-5) -> Tensor:
+    """``log(x / (1 - x))`` with both clamped to ``eps``: finite for boxes touching the border."""
+    x = x.clip(min=0.0, max=1.0)
+    return torch.log(x.clip(min=eps) / (1 - x).clip(min=eps))
+
+
+def encoder_anchors(shapes: list[tuple[int, int]], *, device: torch.device) -> tuple[Tensor, Tensor]:
+    """Per-token anchor boxes in logit space ``float32 [1, S, 4]`` and their validity ``[1, S, 1]``.
+
+    Anchors sit at cell centres with a size of 0.05 of the image at stride 8, doubling per level;
+    anchors within 0.01 of the border are invalid: their logit is +inf and their memory is zeroed.
+    Built with ``arange`` on ``device`` and Python scalars, so it is safe inside a CUDA graph.
+    """
+    anchors = []
+    for level, (h, w) in enumerate(shapes):
+        gy, gx = torch.meshgrid(torch.arange(h, dtype=torch.float32, device=device),
+                                torch.arange(w, dtype=torch.float32, device=device), indexing="ij")
+        cx, cy = (gx + 0.5) / w, (gy + 0.5) / h
+        size = torch.full_like(cx, ANCHOR_SIZE * 2.0**level)
+        anchors.append(torch.stack((cx, cy, size, size), -1).reshape(1, h * w, 4))
+    boxes = torch.cat(anchors, 1)
+    valid = ((boxes > ANCHOR_MARGIN) * (boxes < 1 - ANCHOR_MARGIN)).all(-1, keepdim=True)
+    logits = torch.log(boxes / (1 - boxes))
+    return torch.where(valid, logits, torch.inf), valid
+
+
+class MLP(nn.Module):
+    """Linear layers with ReLU between them (none after the last)."""
+
+    def __init__(self, c_in: int, hidden: int, c_out: int, depth: int) -> None:
+        super().__init__()
+        widths = [c_in] + [hidden] * (depth - 1) + [c_out]
+        self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(widths[:-1], widths[1:]))
+
+    def forward(self, x: Tensor) -> Tensor:
+        for i, layer in enumerate(self.layers):
+            x = layer(x) if i == len(self.layers) - 1 else F.relu(layer(x))
+        return x
+
+
+class DecoderLayer(nn.Module):
+    """Self-attention among queries, deformable cross-attention into the memory, ReLU FFN;
+    post-norm after each (the last norm's input clamped to fp16's range, as upstream)."""
+
+    def __init__(self, dim: int, heads: int, ffn: int, levels: int, points: int) -> None:
+        super().__init__()
+        self.self_attn = nn.MultiheadAttention(dim, heads, batch_first=True)
+        self.norm1 = nn.LayerNorm(dim)
+        self.cross_attn = MSDeformableAttention(dim, heads, levels, points)
+        self.norm2 = nn.LayerNorm(dim)
+        self.linear1 = nn.Linear(dim, ffn)
+        self.linear2 = nn.Linear(ffn, dim)
+        self.norm3 = nn.LayerNorm(dim)
+
+    def forward(self, tgt: Tensor, reference: Tensor, memory: Tensor, shapes: list[tuple[int, int]],
+                attn_mask: Tensor | None, query_pos: Tensor) -> Tensor:
+        q = k = tgt + query_pos
+        exact = needs_deterministic_backward(tgt)  # plain matmul + softmax; else fused SDPA
+        tgt = self.norm1(tgt + self.self_attn(q, k, tgt, attn_mask=attn_mask, need_weights=exact)[0])
+        tgt = self.norm2(tgt + self.cross_attn(tgt + query_pos, reference, memory, shapes))
+        tgt = tgt + self.linear2(F.relu(self.linear1(tgt)))
+        return self.norm3(tgt.clamp(min=-FP16_MAX, max=FP16_MAX))
+
+
+class DecoderStack(nn.Module):
+    """Holds the decoder layers (key ``decoder.decoder.layers``); the refinement loop that needs
+    the per-layer heads lives in :class:`RTDETRDecoder`."""
+
+    def __init__(self, dim: int, heads: int, ffn: int, depth: int, levels: int, points: int) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(DecoderLayer(dim, heads, ffn, levels, points) for _ in range(depth))
+
+
+class RTDETRDecoder(nn.Module):
+    """Encoder maps -> per-query class logits and boxes (upstream's ``RTDETRTransformer``).
+
+    Args:
+        nc: classes. feat_channels: width of each encoder map. dim, ffn, heads: decoder widths.
+        depth: decoder layers. points: sampling points per head and level.
+        eval_idx: the layer inference reads (negative counts from the end).
+        num_queries: queries selected from the encoder.
+    """
+
+    def __init__(self, nc: int, feat_channels: list[int], *, dim: int, ffn: int, heads: int, depth: int,
+                 points: int, eval_idx: int, num_queries: int) -> None:
+        super().__init__()
+        self.nc, self.num_queries, self.depth = nc, num_queries, depth
+        self.eval_idx = eval_idx % depth
+        levels = len(feat_channels)
+        self.input_proj = nn.ModuleList(nn.Sequential(OrderedDict([
+            ("conv", nn.Conv2d(c, dim, 1, bias=False)), ("norm", nn.BatchNorm2d(dim, eps=NORM_EPS))]))
+            for c in feat_channels)
+        self.decoder = DecoderStack(dim, heads, ffn, depth, levels, points)
+        # Row ``nc`` is the padding label of denoising slots without a box.
+        self.denoising_class_embed = nn.Embedding(nc + 1, dim, padding_idx=nc)
+        self.query_pos_head = MLP(4, 2 * dim, dim, 2)
+        self.enc_output = nn.Sequential(nn.Linear(dim, dim), nn.LayerNorm(dim))
+        self.enc_score_head = nn.Linear(dim, nc)
+        self.enc_bbox_head = MLP(dim, dim, 4, 3)
+        self.dec_score_head = nn.ModuleList(nn.Linear(dim, nc) for _ in range(depth))
+        self.dec_bbox_head = nn.ModuleList(MLP(dim, dim, 4, 3) for _ in range(depth))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Scores start at a 1 % prior (focal-loss practice), box heads at zero (queries start on
+        their anchors / references), the projections Xavier."""
+        prior = -math.log((1 - 0.01) / 0.01)
+        for head in (self.enc_score_head, *self.dec_score_head):
+            nn.init.constant_(head.bias, prior)
+        for mlp in (self.enc_bbox_head, *self.dec_bbox_head):
+            nn.init.zeros_(mlp.layers[-1].weight)
+            nn.init.zeros_(mlp.layers[-1].bias)
+        nn.init.xavier_uniform_(self.enc_output[0].weight)  # type: ignore[arg-type]  # an nn.Linear's
+        for layer in self.query_pos_head.layers:
+            nn.init.xavier_uniform_(layer.weight)  # type: ignore[arg-type]
+
+    # ----------------------------------------------------------------- stages
+    def flatten_memory(self, feats: list[Tensor]) -> tuple[Tensor, list[tuple[int, int]]]:
+        """Project each map and concatenate the tokens: ``[B, sum(h*w), dim]`` and the shapes."""
+        tokens, shapes = [], []
+        for proj, feat in zip(self.input_proj, feats):
+            x = proj(feat)
+            shapes.append((int(x.shape[2]), int(x.shape[3])))
+            tokens.append(x.flatten(2).permute(0, 2, 1))
+        return torch.cat(tokens, 1), shapes
+
+    def select_queries(self, memory: Tensor, shapes: list[tuple[int, int]]) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """The encoder's top-k tokens as queries.
+
+        Returns ``(content [B, Q, dim], reference logits [B, Q, 4], encoder logits [B, Q, nc],
+        encoder boxes [B, Q, 4])``; content and references are detached (the decoder refines
+        them; the encoder learns from its own supervised top-k outputs).
+        """
+        tokens = memory.shape[1]
+        if tokens < self.num_queries:
+            side = max(h for h, _ in shapes) * 8
+            raise ConfigError(f"RT-DETR selects {self.num_queries} queries from the encoder's tokens, but an "
+                              f"input of about {side} px gives only {tokens}; use imgsz >= 128")
+        anchors, valid = encoder_anchors(shapes, device=memory.device)
+        memory = valid.to(memory.dtype) * memory
+        content = self.enc_output(memory)
+        logits = self.enc_score_head(content)
+        coords = self.enc_bbox_head(content) + anchors.to(memory.dtype)
+        top = logits.max(-1).values.topk(self.num_queries, dim=1).indices
+        reference = coords.gather(1, top[..., None].expand(-1, -1, 4))
+        enc_logits = logits.gather(1, top[..., None].expand(-1, -1, logits.shape[-1]))
+        queries = content.gather(1, top[..., None].expand(-1, -1, content.shape[-1]))
+        return queries.detach(), reference.detach(), enc_logits, reference.sigmoid()
+
+    # ----------------------------------------------------------------- passes
+    def forward(self, feats: list[Tensor]) -> dict[str, Tensor]:
+        """Inference: ``pred_logits [B, Q, nc]`` (raw) and ``pred_boxes [B, Q, 4]`` (cx, cy, w, h in
+        [0, 1]) of layer ``eval_idx``; later layers are not run. The same in train and eval mode."""
+        memory, shapes = self.flatten_memory(feats)
+        queries, reference, _, _ = self.select_queries(memory, shapes)
+        logits, boxes = self._refine(queries, reference, memory, shapes, None, last=self.eval_idx, every_layer=False)
+        return {"pred_logits": logits[-1], "pred_boxes": boxes[-1]}
+
+    def forward_train(self, feats: list[Tensor], denoising: DenoisingQueries) -> dict[str, Tensor]:
+        """Training: every layer's outputs, the encoder's top-k outputs and the denoising outputs.
+
+        Returns ``logits [L, B, Q, nc]``, ``boxes [L, B, Q, 4]``, ``enc_logits [B, Q, nc]``,
+        ``enc_boxes [B, Q, 4]``, ``dn_logits [L, B, D, nc]`` and ``dn_boxes [L, B, D, 4]``
+        (``D`` denoising queries, 0 when the batch has no box).
+        """
+        memory, shapes = self.flatten_memory(feats)
+        queries, reference, enc_logits, enc_boxes = self.select_queries(memory, shapes)
+        # Embedded even when D == 0, so the embedding always takes part in the backward (DDP
+        # without find_unused_parameters needs every parameter in every step's graph).
+        dn_content = self.denoising_class_embed(denoising.labels).to(queries.dtype)
+        queries = torch.cat((dn_content, queries), 1)
+        reference = torch.cat((denoising.boxes_unact.to(reference.dtype), reference), 1)
+        logits, boxes = self._refine(queries, reference, memory, shapes, denoising.attn_mask, last=self.depth - 1,
+                                     every_layer=True)
+        d = denoising.num_queries
+        return {"logits": logits[:, :, d:], "boxes": boxes[:, :, d:], "enc_logits": enc_logits, "enc_boxes": enc_boxes,
+                "dn_logits": logits[:, :, :d], "dn_boxes": boxes[:, :, :d]}
+
+    def _refine(self, queries: Tensor, reference_logits: Tensor, memory: Tensor, shapes: list[tuple[int, int]],
+                attn_mask: Tensor | None, *, last: int, every_layer: bool) -> tuple[Tensor, Tensor]:
+        """Run layers ``0..last``: stacked ``(logits, boxes)`` of every layer, or of ``last`` only.
+
+        Layer ``i`` predicts a box delta in logit space on top of the previous layer's box. Each
+        layer's input reference is detached; with ``every_layer`` (training) the box a layer reports
+        keeps the gradient into the previous layer's box head (each layer's box loss reaches the
+        heads before it): upstream's iterative refinement. Both give the same numbers.
+        """
+        output = queries
+        reference = reference_logits.sigmoid().to(output.dtype)  # detached input of layer 0
+        previous = reference                                     # with gradient, for reporting
+        all_logits, all_boxes = [], []
+        for i in range(last + 1):
+            pos = self.query_pos_head(reference)
+            output = self.decoder.layers[i](output, reference[:, :, None], memory, shapes, attn_mask, pos)
+            delta = self.dec_bbox_head[i](output)
+            box = (delta + inverse_sigmoid(reference)).sigmoid()
+            if every_layer or i == last:
+                all_logits.append(self.dec_score_head[i](output))
+                chained = every_layer and i > 0
+                all_boxes.append((delta + inverse_sigmoid(previous)).sigmoid() if chained else box)
+            previous, reference = box, box.detach()
+        return torch.stack(all_logits), torch.stack(all_boxes)

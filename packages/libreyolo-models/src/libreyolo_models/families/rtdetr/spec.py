@@ -1,0 +1,53 @@
+"""RT-DETR's declaration: data only (no torch import), read by the registry and the CLI."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ...family_spec import FamilySpec, TaskDecl
+from .variants import VARIANTS
+
+if TYPE_CHECKING:
+    from ...contract import Family
+
+
+def _implementation() -> type[Family]:
+    from .family import RTDETRFamily
+
+    return RTDETRFamily
+
+
+# The official RT-DETR recipe, as TrainConfig values: AdamW at a constant 1e-4 (lrf=1: no decay;
+# momentum is AdamW's beta1) with weight decay 1e-4 at its nominal batch of 16 (nbs), no warmup,
+# gradients clipped to norm 0.1, EMA (the trainer's, decay 0.9999), no mosaic, no rotation or shear.
+# The backbone's 0.1x learning rate is in the family's parameter_groups (lr_scale).
+RECIPE: dict[str, object] = {
+    "epochs": 72, "optimizer": "AdamW", "lr0": 1e-4, "lrf": 1.0, "cos_lr": False, "momentum": 0.9,
+    "weight_decay": 1e-4, "nbs": 16, "warmup_epochs": 0.0, "max_grad_norm": 0.1,
+    "mosaic": 0.0, "close_mosaic": 0, "degrees": 0.0, "shear": 0.0,
+}
+
+SPEC = FamilySpec(
+    name="rtdetr",
+    display_name="RT-DETR",
+    weight_prefix="LibreRTDETR",
+    sizes=tuple(VARIANTS),
+    default_size="r18",
+    tasks={
+        "detect": TaskDecl(
+            loss_names=("vfl", "bbox", "giou"),
+            loss_gains={"vfl": 1.0, "bbox": 5.0, "giou": 2.0},
+            default_imgsz=640,
+            # False until the family's rows in docs/parity-matrix.md are green (run on a GPU).
+            inference_capture=False,
+            train_capture=False,
+            recipe=RECIPE,
+        ),
+    },
+    implementation=_implementation,
+    stride=32,
+    ddp_autospawn=True,
+    sync_bn_default=False,
+    summary="detection transformer (ResNet-vd / HGNetv2, hybrid encoder, deformable decoder); "
+            "Hungarian matching, NMS-free",
+)

@@ -1,0 +1,168 @@
+"""The Ultralytics peer, measured in the same invocation as our arms (never a typed-in figure).
+
+The benchmark scripts run this file in a subprocess, so Ultralytics (a benchmark peer, never a
+dependency of a package) only has to be importable there: on the GPU machine, install the wheels
+carried in ``.whl/`` into a folder on ``PYTHONPATH`` (``tools/gpu_session.sh`` does). Prints one
+``PEER {json}`` line; exits 3 with ``PEER {"skipped": reason}`` when Ultralytics is missing.
+
+    python tools/peer_ultralytics.py train --data data.yaml --model yolov9t.yaml --imgsz 640 \
+        --batch 32 --epochs 4 --device 0 --workers 8
+    python tools/peer_ultralytics.py predict --model yolov9t.yaml --source img.jpg --reps 100 --device 0
+
+Training throughput comes from Ultralytics' own ``results.csv`` (its cumulative ``time``
+column, written by rank 0 after each epoch), which works for one GPU and for its DDP launcher
+alike: images/s of each epoch after the first and before the last (the last also validates).
+It trains with ``val=False, save=False, plots=False``, AMP, ``cache="ram"``; the run may end
+with an error after the last epoch when ``polars`` (needed only to write its final checkpoint)
+is absent, which does not touch the epochs already measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def _emit(payload: dict) -> None:
+    print("PEER " + json.dumps(payload), flush=True)
+
+
+def _import_yolo():  # noqa: ANN202
+    os.environ.setdefault("YOLO_OFFLINE", "1")
+    try:
+        from ultralytics import YOLO
+    except ImportError as err:
+        _emit({"skipped": f"ultralytics is not importable here ({err})"})
+        sys.exit(3)
+    return YOLO
+
+
+def _epoch_rates(csv_path: Path, images: int) -> list[float]:
+    with csv_path.open() as fh:
+        rows = [{k.strip(): v for k, v in r.items()} for r in csv.DictReader(fh)]
+    times = [float(r["time"]) for r in rows]
+    durations = [b - a for a, b in zip(times, times[1:])]  # epoch 2 onwards
+    return [images / d for d in durations[:-1]] if len(durations) > 1 else [images / d for d in durations]
+
+
+def train(args: argparse.Namespace) -> None:
+    YOLO = _import_yolo()  # noqa: N806 - the peer's class name
+    project = Path(tempfile.mkdtemp(prefix="peer-ultralytics-"))
+    model = YOLO(args.model)
+    first_step: dict[str, float] = {}
+    started = time.perf_counter()
+
+    def on_batch_end(trainer) -> None:  # noqa: ANN001 - Ultralytics' callback signature
+        first_step.setdefault("s", time.perf_counter() - started)
+
+    model.add_callback("on_train_batch_end", on_batch_end)
+    error = None
+    try:
+        model.train(data=args.data, imgsz=args.imgsz, batch=args.batch, epochs=args.epochs, device=args.device,
+                    workers=args.workers, amp=True, cache="ram", val=False, save=False, plots=False,
+                    project=str(project), name="peer", exist_ok=True, verbose=False, seed=0, deterministic=False)
+    except Exception as err:  # noqa: BLE001 - see the module docstring (polars at the very end)
+        error = f"{type(err).__name__}: {str(err)[:200]}"
+    csv_path = next(project.rglob("results.csv"), None)
+    if csv_path is None:
+        _emit({"error": error or "no results.csv written"})
+        sys.exit(1)
+    images = sum(1 for p in Path(args.train_images).iterdir() if p.is_file()) if args.train_images else args.images
+    rates = _epoch_rates(csv_path, images)
+    _emit({"images_per_s": statistics.median(rates), "per_epoch": rates, "first_step_s": first_step.get("s"),
+           "wall_s": time.perf_counter() - started, "ended_with": error})
+
+
+def predict(args: argparse.Namespace) -> None:
+    YOLO = _import_yolo()  # noqa: N806
+    model = YOLO(args.model)
+    kw = {"imgsz": args.imgsz, "device": args.device, "verbose": False, "conf": args.conf}
+    if args.half:
+        kw["half"] = True
+    out: dict[str, object] = {}
+    if args.source:
+        for _ in range(args.warmup):
+            model.predict(args.source, **kw)
+        times = []
+        for _ in range(args.reps):
+            t0 = time.perf_counter()
+            model.predict(args.source, **kw)
+            times.append((time.perf_counter() - t0) * 1e3)
+        out["ms_median"] = statistics.median(times)
+    if args.folder:
+        n, t0 = 0, time.perf_counter()
+        for _ in model.predict(args.folder, batch=args.batch, stream=True, **kw):
+            n += 1
+        out["folder_images_per_s"] = n / (time.perf_counter() - t0)
+    if args.video:
+        n, t0 = 0, time.perf_counter()
+        for _ in model.predict(args.video, stream=True, **kw):
+            n += 1
+        out["video_frames_per_s"] = n / (time.perf_counter() - t0)
+    _emit(out)
+
+
+def run_peer(verb: str, timeout_s: float = 1800, **options: object) -> dict:
+    """Run this file's ``verb`` in a subprocess; its ``PEER`` payload, or ``{"skipped": why}``.
+
+    Options become ``--key value`` flags (``True`` as a bare flag). The subprocess's output goes
+    to this process's stderr as it comes, so a long peer run shows progress.
+    """
+    import subprocess
+
+    cmd = [sys.executable, __file__, verb]
+    for key, value in options.items():
+        if value is None or value is False:
+            continue
+        cmd.append(f"--{key.replace('_', '-')}")
+        if value is not True:
+            cmd.append(str(value))
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return {"skipped": f"the peer run exceeded {timeout_s:.0f} s"}
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("PEER ")]
+    if not lines:
+        return {"skipped": f"the peer run printed no result (exit {proc.returncode}): {proc.stderr[-400:]}"}
+    return json.loads(lines[-1][len("PEER "):])
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="verb", required=True)
+    t = sub.add_parser("train")
+    t.add_argument("--data", required=True)
+    t.add_argument("--model", default="yolov9t.yaml")
+    t.add_argument("--imgsz", type=int, default=640)
+    t.add_argument("--batch", type=int, default=32)
+    t.add_argument("--epochs", type=int, default=4)
+    t.add_argument("--device", default="0")
+    t.add_argument("--workers", type=int, default=8)
+    t.add_argument("--images", type=int, default=0, help="training images (for images/s)")
+    t.add_argument("--train-images", default=None, help="or the training images folder to count")
+    q = sub.add_parser("predict")
+    q.add_argument("--model", default="yolov9t.yaml")
+    q.add_argument("--source", default=None, help="one image, predicted --reps times at batch 1")
+    q.add_argument("--folder", default=None, help="a folder, predicted once at --batch (streamed)")
+    q.add_argument("--video", default=None, help="a video file, streamed")
+    q.add_argument("--imgsz", type=int, default=640)
+    q.add_argument("--batch", type=int, default=32)
+    q.add_argument("--reps", type=int, default=100)
+    q.add_argument("--warmup", type=int, default=10)
+    q.add_argument("--conf", type=float, default=0.25)
+    q.add_argument("--half", action="store_true")
+    q.add_argument("--device", default="0")
+    args = p.parse_args()
+    train(args) if args.verb == "train" else predict(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
