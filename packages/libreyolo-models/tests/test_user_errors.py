@@ -173,3 +173,24 @@ def test_resume_compares_command_line_strings_as_typed_values(caplog: pytest.Log
 def test_bad_cache_values_are_named(cache: str, match: str, no_data_reads: None) -> None:
     with pytest.raises(ConfigError, match=match):
         LibreYOLO9(size="t").train(data="shapes", cache=cache)
+
+
+@pytest.mark.parametrize("family", ["yolo9", "yolox", "rtdetr", "segformer"])
+def test_every_family_names_itself_and_the_missing_keys_for_foreign_weights(tmp_path: Path, family: str) -> None:
+    """The loading path is shared; each built-in family must reach it through its own class too."""
+    from libreyolo_models import LibreRTDETR, LibreSegFormer, LibreYOLOX
+    from libreyolo_models.registry import get_family
+
+    spec = get_family(family)
+    by_class = {"yolo9": LibreYOLO9, "yolox": LibreYOLOX, "rtdetr": LibreRTDETR, "segformer": LibreSegFormer}[family]
+    foreign = tmp_path / "resnet.pt"
+    torch.save({"conv1.weight": torch.zeros(8, 3, 3, 3), "fc.weight": torch.zeros(10, 8)}, foreign)
+    with pytest.raises(CheckpointError) as err:
+        by_class(foreign)
+    text = str(err.value)
+    assert f"these weights are not a {spec.display_name} " in text and "keys are missing (e.g. [" in text
+    assert f"2 of the file's 2 keys are not {spec.display_name}'s (e.g. ['conv1.weight', 'fc.weight'])" in text
+    notes = tmp_path / "notes.pt"
+    notes.write_text("hello, these are notes\n")
+    with pytest.raises(CheckpointError, match=r"notes.pt' is not a checkpoint: it is not a torch.save file"):
+        by_class(notes)
