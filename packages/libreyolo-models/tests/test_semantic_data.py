@@ -284,3 +284,17 @@ def test_a_16_bit_image_is_scaled_like_a_viewer_for_semantic_training(tmp_path: 
                           .resize((w, h), Image.BILINEAR), dtype=np.int64)
     assert cached.min() < 10 and cached.max() > 200  # a ramp, not a white page
     assert np.abs(cached - expected).mean() < 8
+
+
+def test_validation_skips_a_pair_broken_after_the_check_by_name(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    for name in ("a", "b", "c"):
+        _pair(tmp_path, name)
+    split = TASK.load_split(str(_yaml(tmp_path)), "val")
+    broken = tmp_path / "images" / "train" / "b.png"
+    broken.write_bytes(b"not a picture any more")
+    pipe = MaskValPipeline(split, imgsz=32, batch_size=2, device="cpu", workers=0)
+    with caplog.at_level(logging.WARNING):
+        paths = [Path(p).name for batch in pipe for p in batch.paths]
+    assert paths == ["a.png", "c.png"]
+    assert any("skipped" in r.message and str(broken) in r.message for r in caplog.records)

@@ -30,7 +30,7 @@ from torch.utils.data import Dataset, RandomSampler
 
 import libreyolo_ddp
 
-from ..errors import ConfigError
+from ..errors import ConfigError, SourceError
 from ..predict.letterbox import LetterboxInfo, letterbox
 from ..predict.sources import read_image
 from .augment_draws import AugmentConfig
@@ -250,7 +250,11 @@ def usable_pairs(split: MaskSplit, cache: ImageCache) -> tuple[MaskSplit, ImageC
 
 
 class _LetterboxedPairs(Dataset):
-    """Validation: each image letterboxed exactly as predict does, with its original mask."""
+    """Validation: each image letterboxed exactly as predict does, with its original mask.
+
+    A pair that no longer reads (changed after the dataset check) is left out with a warning
+    naming it (``None``, dropped by the collate), so one file never stops a run.
+    """
 
     def __init__(self, split: MaskSplit, imgsz: int) -> None:
         self.images, self.masks, self.imgsz = list(split.images), list(split.masks), imgsz
@@ -258,12 +262,21 @@ class _LetterboxedPairs(Dataset):
     def __len__(self) -> int:
         return len(self.images)
 
-    def __getitem__(self, index: int) -> tuple[Tensor, Tensor, LetterboxInfo, str]:
-        tensor, info = letterbox(read_image(self.images[index]), self.imgsz)
-        return tensor, torch.from_numpy(load_mask(self.masks[index])), info, str(self.images[index])
+    def __getitem__(self, index: int) -> tuple[Tensor, Tensor, LetterboxInfo, str] | None:
+        try:
+            tensor, info = letterbox(read_image(self.images[index]), self.imgsz)
+            mask = torch.from_numpy(load_mask(self.masks[index]))
+        except (SourceError, OSError, ValueError, SyntaxError) as err:
+            log.warning("val: skipped %s: %s (was the file changed after the dataset check?)", self.images[index],
+                        getattr(err, "reason", None) or err)
+            return None
+        return tensor, mask, info, str(self.images[index])
 
 
-def _collate_val(samples: Sequence[tuple[Tensor, Tensor, LetterboxInfo, str]]) -> MaskValBatch:
+def _collate_val(found: Sequence[tuple[Tensor, Tensor, LetterboxInfo, str] | None]) -> MaskValBatch | None:
+    samples = [s for s in found if s is not None]
+    if not samples:
+        return None
     images = batch_tensor((len(samples), *samples[0][0].shape), torch.float32)
     torch.stack([s[0] for s in samples], out=images)
     return MaskValBatch(images, [s[1] for s in samples], [s[2] for s in samples], [s[3] for s in samples])
@@ -284,4 +297,5 @@ class MaskValPipeline:
 
     def __iter__(self) -> Iterator[MaskValBatch]:
         for batch in self._loader:
-            yield replace(batch, images=batch.images.to(self.device, non_blocking=True))
+            if batch is not None:  # None: every pair of the batch was skipped (named in warnings)
+                yield replace(batch, images=batch.images.to(self.device, non_blocking=True))
