@@ -175,14 +175,15 @@ def test_bad_cache_values_are_named(cache: str, match: str, no_data_reads: None)
         LibreYOLO9(size="t").train(data="shapes", cache=cache)
 
 
-@pytest.mark.parametrize("family", ["yolo9", "yolox", "rtdetr", "segformer"])
+@pytest.mark.parametrize("family", ["yolo9", "yolox", "rtmdet", "rtdetr", "segformer"])
 def test_every_family_names_itself_and_the_missing_keys_for_foreign_weights(tmp_path: Path, family: str) -> None:
     """The loading path is shared; each built-in family must reach it through its own class too."""
-    from libreyolo_models import LibreRTDETR, LibreSegFormer, LibreYOLOX
+    from libreyolo_models import LibreRTDETR, LibreRTMDet, LibreSegFormer, LibreYOLOX
     from libreyolo_models.registry import get_family
 
     spec = get_family(family)
-    by_class = {"yolo9": LibreYOLO9, "yolox": LibreYOLOX, "rtdetr": LibreRTDETR, "segformer": LibreSegFormer}[family]
+    by_class = {"yolo9": LibreYOLO9, "yolox": LibreYOLOX, "rtmdet": LibreRTMDet, "rtdetr": LibreRTDETR,
+                "segformer": LibreSegFormer}[family]
     foreign = tmp_path / "resnet.pt"
     torch.save({"conv1.weight": torch.zeros(8, 3, 3, 3), "fc.weight": torch.zeros(10, 8)}, foreign)
     with pytest.raises(CheckpointError) as err:
