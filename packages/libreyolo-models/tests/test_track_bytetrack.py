@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 
 from libreyolo_models.errors import ConfigError
-from libreyolo_models.track import ByteTrackConfig, ByteTracker, get_tracker
-from libreyolo_models.track import kalman
+from libreyolo_models.track import ByteTrackConfig, ByteTracker, get_tracker, kalman
 from libreyolo_models.track.matching import assign, iou_matrix
 
 
