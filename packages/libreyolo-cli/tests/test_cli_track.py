@@ -38,6 +38,7 @@ def test_track_prints_one_line_per_frame_with_ids(capsys: pytest.CaptureFixture[
     (["track", "model=LibreYOLO9t.yaml"], "needs source="),
     (["track", "model=LibreYOLO9t.yaml", "source=x.mp4", "tracker=botsort"], "tracker='botsort'"),
     (["track", "model=LibreYOLO9t.yaml", "source=x.mp4", "track_bufer=3"], "did you mean 'track_buffer'"),
+    (["track", "model=LibreYOLO9t.yaml", "source=x.mp4", "--persist"], "does not take persist="),
 ])
 def test_track_usage_errors_exit_2_with_the_fix(capsys, words, message) -> None:
     assert main(words) == EXIT_USAGE

@@ -43,13 +43,18 @@ def cmd_predict(options: dict[str, object]) -> int:
 
 def cmd_track(options: dict[str, object]) -> int:
     """Track objects through a video, stream or frame folder; one line per frame with the ids."""
-    model = _take_model(options, "track")
     if "source" not in options:
         raise UsageError("'libreyolo track' needs source=... (a video file, a stream URL, a camera index "
                          "or a folder of frames)")
+    if "persist" in options or "stream" in options:
+        key = "persist" if "persist" in options else "stream"
+        raise UsageError(f"'libreyolo track' does not take {key}=: it tracks one source per run, frame by "
+                         f"frame (use model.track(..., {key}=True) from Python)")
+    model = _take_model(options, "track")
     source = str(options.pop("source"))
     tracker = str(options.pop("tracker", "bytetrack"))
-    for res in model.track(source, tracker=tracker, stream=True, **options):
+    predict_and_tracker: dict[str, Any] = dict(options)   # checked and converted by model.track
+    for res in model.track(source, tracker=tracker, stream=True, **predict_and_tracker):
         frame = getattr(res, "frame", None)
         where = res.path if frame is None else f"{getattr(res, 'source', res.path)} frame {frame}"
         ids = res.boxes.id.tolist() if res.boxes is not None and res.boxes.id is not None else []
