@@ -3,6 +3,7 @@ on a synthetic video of moving shapes (written and decoded with PyAV when it is 
 
 from __future__ import annotations
 
+import dataclasses
 import types
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +15,7 @@ import torch
 from libreyolo_models import LibreYOLO9, Results
 from libreyolo_models.errors import ConfigError
 from libreyolo_models.predict.results import Boxes
+from libreyolo_models.settings import PredictConfig
 
 NAMES = {0: "red", 1: "green", 2: "blue", 3: "yellow"}
 COLOURS = {0: (230, 30, 30), 1: (30, 230, 30), 2: (40, 40, 240), 3: (235, 235, 30)}
@@ -102,15 +104,21 @@ def test_bad_track_calls_fail_at_the_call_with_the_fix(model) -> None:
         semantic.track("x.mp4")
 
 
-def test_real_model_tracks_a_repeated_frame_with_the_same_ids(model) -> None:
-    """Smoke run of the real predict path: the same frame three times gives the same tracks."""
+@pytest.fixture(scope="module")
+def lifted() -> LibreYOLO9:
+    """A real, untrained model whose head is lifted so every frame has confident boxes."""
     torch.manual_seed(0)
     m = LibreYOLO9(size="t", nc=3, names=["circle", "square", "triangle"], imgsz=64)
     with torch.no_grad():  # an untrained head scores everything near zero; lift it so there are boxes
         for seq in m.net.head.cv3:
             seq[-1].bias.copy_(torch.tensor([0.3, 0.7, 0.2]))
+    return m
+
+
+def test_real_model_tracks_a_repeated_frame_with_the_same_ids(lifted) -> None:
+    """Smoke run of the real predict path: the same frame three times gives the same tracks."""
     frame = np.random.default_rng(0).integers(0, 255, (64, 80, 3), dtype=np.uint8)
-    out = m.track([frame, frame, frame], max_det=10)
+    out = lifted.track([frame, frame, frame], max_det=10, device="cpu")
     ids = [r.boxes.id.tolist() for r in out]
     assert len(ids[0]) > 0 and ids[0] == sorted(set(ids[0]))
     assert sorted(ids[1]) == sorted(ids[2]) == sorted(ids[0])
@@ -179,7 +187,29 @@ def test_every_shape_keeps_one_id_and_ids_are_not_reused_in_a_video(model, tmp_p
             ids_per_class.setdefault(cls, set()).add(track_id)
     assert frames_seen == 28
     assert ids_per_class == {0: {1}, 1: {2}, 2: {3}, 3: {4}}     # one id each; yellow's is new
-    av = pytest.importorskip("av")
-    saved = tmp_path / "run" / "shapes.mp4"
-    with av.open(str(saved)) as container:
-        assert sum(1 for _ in container.decode(video=0)) == 28
+    assert _count_frames(tmp_path / "run" / "shapes.mp4") == 28
+
+
+def _count_frames(path: Path) -> int:
+    import av
+
+    with av.open(str(path)) as container:
+        return sum(1 for _ in container.decode(video=0))
+
+
+def test_real_predict_tracks_video_files_per_source(lifted, tmp_path) -> None:
+    """End to end through predict's own video decoding (the streaming predict): the same clip
+    twice in one call is two sequences, each starting from id 1, saved as two videos."""
+    pytest.importorskip("av", reason="PyAV (the [video] extra) writes and reads the video")
+    if "vid_stride" not in {f.name for f in dataclasses.fields(PredictConfig)}:
+        pytest.skip("predict does not read video files yet (needs the streaming predict: stream=True, vid_stride)")
+    video = tmp_path / "clip.mp4"
+    _write_video(video, 6)
+    out = lifted.track([str(video), str(video)], device="cpu", max_det=10, save=True, project=str(tmp_path))
+    assert [r.frame for r in out] == list(range(6)) * 2
+    ids = [r.boxes.id.tolist() for r in out]
+    assert ids[0] and ids[6] == ids[0] and min(ids[6]) == 1
+    assert sorted(p.name for p in (tmp_path / "exp").iterdir()) == ["clip-1.mp4", "clip.mp4"]
+    assert _count_frames(tmp_path / "exp" / "clip-1.mp4") == 6
+    strided = lifted.track(str(video), stream=True, device="cpu", vid_stride=2)
+    assert [r.frame for r in strided] == [0, 2, 4]

@@ -69,12 +69,12 @@ def predict_stream(model: LibreYOLO, source: object, options: dict[str, Any]) ->
 
 
 def _track(session: TrackSession, frames: Iterator[Results], save_dir: Path | None) -> Iterator[Results]:
-    videos: dict[str, VideoOut] = {}
+    videos: dict[tuple[str, int], VideoOut] = {}
     try:
         for res in frames:
             res = session(res)
             if save_dir is not None:
-                _save(res, save_dir, videos)
+                _save(res, save_dir, videos, session.sequence)
             yield res
     finally:
         for video in videos.values():
@@ -83,14 +83,16 @@ def _track(session: TrackSession, frames: Iterator[Results], save_dir: Path | No
             log.info("tracking results saved to %s", save_dir)
 
 
-def _save(res: Results, save_dir: Path, videos: dict[str, VideoOut]) -> None:
-    """A video or stream frame is appended to its source's ``.mp4``; a still image is saved alone."""
-    key = sequence_key(res)
-    if key is None:
+def _save(res: Results, save_dir: Path, videos: dict[tuple[str, int], VideoOut], sequence: int) -> None:
+    """A video or stream frame is appended to its sequence's ``.mp4`` (``name.mp4``, then
+    ``name-1.mp4``... when a name repeats); a still image is saved alone."""
+    source = sequence_key(res)
+    if source is None:
         res.save(save_dir / (Path(res.path).stem + ".jpg"))
         return
+    key = (source, sequence)
     if key not in videos:
-        name = f"{Path(key).stem or 'stream'}.mp4"
+        name = f"{Path(source).stem or 'stream'}.mp4"
         if name in {v.path.name for v in videos.values()}:
             name = f"{Path(name).stem}-{len(videos)}.mp4"
         videos[key] = VideoOut(save_dir / name, fps=float(getattr(res, "fps", None) or 30.0))

@@ -46,8 +46,10 @@ class TrackSession:
         self._last_seen: dict[int, int] = {}
         self._step = 0
         self._started = False
+        self.sequence = 0   # counts resets: the same video twice in one call is two sequences
 
     def reset(self) -> None:
+        self.sequence += 1
         self.tracker.reset()
         self.trails.clear()
         self._last_seen.clear()
