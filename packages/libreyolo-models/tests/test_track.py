@@ -106,6 +106,10 @@ def test_bad_track_calls_fail_at_the_call_with_the_fix(model) -> None:
 
 @pytest.fixture(scope="module")
 def lifted() -> LibreYOLO9:
+    return _lifted_model()
+
+
+def _lifted_model() -> LibreYOLO9:
     """A real, untrained model whose head is lifted so every frame has confident boxes."""
     torch.manual_seed(0)
     m = LibreYOLO9(size="t", nc=3, names=["circle", "square", "triangle"], imgsz=64)
@@ -213,3 +217,17 @@ def test_real_predict_tracks_video_files_per_source(lifted, tmp_path) -> None:
     assert _count_frames(tmp_path / "exp" / "clip-1.mp4") == 6
     strided = lifted.track(str(video), stream=True, device="cpu", vid_stride=2)
     assert [r.frame for r in strided] == [0, 2, 4]
+
+
+@pytest.mark.cuda
+def test_tracking_on_the_gpu_with_graphs_matches_the_cpu(monkeypatch) -> None:
+    """Predict on cuda:0 (eager, then CUDA-graphed) feeds the tracker the same boxes as the CPU:
+    the same ids, and boxes within rounding (TF32 off, so rounding is float32's)."""
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    frames = [np.random.default_rng(0).integers(0, 255, (64, 80, 3), dtype=np.uint8)] * 3
+    cpu = _lifted_model().track(frames, max_det=10, device="cpu")
+    for graph in (False, True):
+        gpu = _lifted_model().track(frames, max_det=10, device="cuda:0", cuda_graph=graph)
+        assert [r.boxes.id.tolist() for r in gpu] == [r.boxes.id.tolist() for r in cpu]
+        for a, b in zip(gpu, cpu):
+            assert torch.allclose(a.boxes.xyxy.cpu(), b.boxes.xyxy, atol=0.1)
