@@ -47,8 +47,8 @@ def start_tracking(model: LibreYOLO, source: object, *, tracker: str, persist: b
     predict_options.update(conf=floor, save=False)   # weak boxes must reach the tracker
     session = model.track_session if persist else None
     if session is None or session.spec is not spec or session.config != config:
-        session = TrackSession(spec, config, conf=user_conf)
-    session.conf = user_conf
+        session = TrackSession(spec, config)
+    session.conf = user_conf   # this call's output filter, also on a continued session
     model.track_session = session
     save_dir = next_run_dir(cfg.project if "project" in options else "runs/track", cfg.name) if cfg.save else None
     return _track(session, predict_stream(model, source, predict_options), save_dir)
