@@ -231,3 +231,18 @@ def test_tracking_on_the_gpu_with_graphs_matches_the_cpu(monkeypatch) -> None:
         assert [r.boxes.id.tolist() for r in gpu] == [r.boxes.id.tolist() for r in cpu]
         for a, b in zip(gpu, cpu):
             assert torch.allclose(a.boxes.xyxy.cpu(), b.boxes.xyxy, atol=0.1)
+
+
+def test_plot_draws_each_trail_and_box_in_its_id_colour() -> None:
+    from libreyolo_models.predict.plotting import class_color
+
+    data = torch.tensor([[100.0, 40, 140, 80, 0.9, 0]])
+    res = Results(np.zeros((120, 160, 3), np.uint8), "x.jpg", dict(NAMES), boxes=Boxes(data, (120, 160), id=torch.tensor([7])))
+    res.trails = {7: np.array([[20.0, 100.0], [120.0, 100.0]], dtype=np.float32)}   # a horizontal trail
+    image = res.plot(labels=False)
+    assert tuple(image[100, 60]) == class_color(7)          # on the trail
+    assert tuple(image[60, 100]) == class_color(7)          # on the box's left edge: the id's colour,
+    assert class_color(7) != class_color(0)                 # not the class's
+    assert res.to_list()[0]["track_id"] == 7
+    with pytest.raises(ValueError, match="2 boxes but track ids of shape \\(1,\\)"):
+        Boxes(torch.zeros(2, 6), (10, 10), id=torch.tensor([1]))
