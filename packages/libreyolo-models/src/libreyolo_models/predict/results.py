@@ -79,9 +79,11 @@ class Results:
     path: str
     names: dict[int, str]
     boxes: Boxes | None = None
-    speed: dict[str, float] = field(default_factory=dict)  # ms per image: preprocess, inference, postprocess
+    speed: dict[str, float] = field(default_factory=dict)  # ms per image: decode, preprocess, inference, postprocess
     probs: Any = None
     masks: Any = None
+    source: str = ""               # where it came from: path, URL, camera index, label (see predict.streams)
+    frame: int | None = None       # frame index within a video or stream; None for still images
 
     @property
     def orig_shape(self) -> tuple[int, int]:

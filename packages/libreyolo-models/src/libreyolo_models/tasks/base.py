@@ -10,7 +10,7 @@ the model's task and never name one.
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
@@ -121,6 +121,19 @@ class Task(abc.ABC):
     @abc.abstractmethod
     def prepare(self, image: np.ndarray, imgsz: int) -> Prepared:
         """RGB uint8 ``[H, W, 3]`` -> the network input and the mapping back (CPU reference path)."""
+
+    def prepare_batch(self, images: Sequence[Tensor], imgsz: int, dtype: torch.dtype) -> tuple[Tensor, list[Any]]:
+        """Predict's preprocessing on the device: ``uint8 [H, W, 3]`` RGB tensors (sizes may differ)
+        -> the network input ``dtype [B, 3, S, S]`` and per image what ``make_results`` needs to map
+        back. The default is the letterbox validation also uses (``predict.letterbox``)."""
+        from ..predict.letterbox import letterbox_batch
+
+        return letterbox_batch(images, imgsz, dtype)
+
+    def predictions_to_host(self, predictions: Any) -> Any:
+        """A batch's post-processed predictions, moved to the CPU if the task's results live
+        there (one copy for the whole batch); the default leaves them where they are."""
+        return predictions
 
     @abc.abstractmethod
     def make_results(self, image: np.ndarray, name: str, names: dict[int, str], prediction: Any, info: Any,
