@@ -34,7 +34,14 @@ from ..errors import ConfigError
 from .augment_draws import AugmentConfig, SampleDraws, draw_sample
 from .collate import ImageBatch, Sample, TileBatch, collate_samples, collate_tiles, pass_through
 from .image_cache import CacheMode, ImageCache, open_image_cache
-from .letterbox import letterbox_map, letterbox_offsets, place_boxes, place_tiles, to_network_input, to_targets
+from .letterbox import (
+    letterbox_map,
+    letterbox_offsets,
+    place_boxes,
+    place_tiles,
+    to_network_input,
+    to_targets,
+)
 from .split_index import SplitIndex
 
 __all__ = ["AugmentConfig", "Batch", "TrainPipeline", "ValPipeline"]

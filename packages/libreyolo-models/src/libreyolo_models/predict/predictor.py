@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import islice
@@ -66,7 +67,9 @@ def _batches(frames: Iterator[Frame], size: int, *, pin: bool) -> Iterator[Frame
             chunk = list(islice(frames, size))
             if not chunk:
                 return
-            pixels = [torch.from_numpy(np.ascontiguousarray(f.image)) for f in chunk]
+            with warnings.catch_warnings():  # read-only decoder output: only ever read (copied to the device)
+                warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+                pixels = [torch.from_numpy(np.ascontiguousarray(f.image)) for f in chunk]
             if pin:
                 pixels = [p.pin_memory() for p in pixels]
             yield FrameBatch(chunk, pixels, (time.perf_counter() - started) * 1e3)

@@ -92,6 +92,9 @@ def open_source(source: object, *, vid_stride: int = 1) -> SourcePlan:
     items = list(source) if isinstance(source, list | tuple) else [source]
     if not any(_special(item) for item in items):
         return SourcePlan(_still(source), is_live=False)
+    for item in items:
+        if _special(item) == "video" and not Path(str(item)).expanduser().is_file():
+            raise SourceError(f"video {str(item)!r} does not exist")
     live = any(_special(item) == "live" for item in items)
     return SourcePlan(_each(items, vid_stride, labelled=isinstance(source, list | tuple)), is_live=live)
 
