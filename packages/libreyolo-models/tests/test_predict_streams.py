@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import http.server
-import logging
 import threading
 import time
 import types
@@ -188,20 +187,36 @@ def test_prefetch_hands_the_producers_error_to_the_consumer() -> None:
         next(it)
 
 
-def test_predict_logs_its_device_first_and_cpu_stays_cpu(model, caplog) -> None:
-    with caplog.at_level(logging.INFO, logger="libreyolo_models"):
-        model(np.zeros((32, 32, 3), np.uint8), device="cpu")
-    assert caplog.records[0].getMessage() == "predict on cpu"
-    assert model.device.type == "cpu"
-
-
 @pytest.mark.cuda
-def test_predict_without_device_runs_on_the_first_gpu(caplog) -> None:
+def test_gpu_stream_with_graphs_and_half_matches_eager(video) -> None:
+    torch.manual_seed(0)
     m = LibreYOLO9(size="t", nc=3, imgsz=IMGSZ)
-    assert m.device.type == "cpu"
-    with caplog.at_level(logging.INFO, logger="libreyolo_models"):
-        m(np.zeros((32, 32, 3), np.uint8))
-    assert m.device == torch.device("cuda", 0)
-    assert caplog.records[0].getMessage().startswith("predict on cuda:0 (")
-    m(np.zeros((32, 32, 3), np.uint8), device="cpu")
-    assert m.device.type == "cpu"
+    with torch.no_grad():
+        for seq in m.net.head.cv3:
+            seq[-1].bias.copy_(torch.tensor([0.3, 0.7, 0.2]))
+    eager = list(m(video, stream=True, batch=4, conf=0.3, device=0))
+    graphed = list(m(video, stream=True, batch=4, conf=0.3, cuda_graph=True))
+    assert m.graph_info()["graphs"], "no graph was captured"
+    assert [r.frame for r in graphed] == list(range(N_FRAMES))
+    for a, b in zip(eager, graphed):
+        assert a.boxes.data.device.type == "cpu"
+        assert torch.equal(a.boxes.data, b.boxes.data)
+    half = list(m(video, stream=True, batch=4, conf=0.3, half=True, fuse=True, cuda_graph=True))
+    assert sum(len(r) for r in half) == pytest.approx(sum(len(r) for r in eager), rel=0.2)
+
+
+def test_folder_files_decode_in_parallel_but_arrive_in_order(model, tmp_path) -> None:
+    from libreyolo_models.predict.streams import decode_files
+
+    paths = []
+    for i in range(12):
+        paths.append(tmp_path / f"im{i:02d}.png")
+        Image.fromarray(np.full((8 + i, 10, 3), i, dtype=np.uint8)).save(paths[-1])
+    frames = list(decode_files(paths, workers=3))
+    assert [f.source for f in frames] == [str(p) for p in paths]
+    assert [int(f.image[0, 0, 0]) for f in frames] == list(range(12))
+    results = model(tmp_path, batch=5)
+    assert [r.source for r in results] == [str(p) for p in paths]
+    gen = decode_files(paths, workers=2)
+    next(gen)
+    gen.close()  # cancels what was queued; returns once the running decodes end

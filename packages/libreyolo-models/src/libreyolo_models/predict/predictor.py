@@ -100,10 +100,10 @@ class Predictor:
         device = default_device(cfg.device, model.device)
         model.to(device)
         log.info("predict on %s", describe_device(model.device))
+        if cfg.fuse:  # before the cast: BatchNorm folds from fp32 statistics, then rounds once
+            model.fuse()
         if cfg.half:
             model.half()
-        if cfg.fuse:
-            model.fuse()
         self.model, self.cfg = model, cfg
         self.imgsz = model.spec.check_imgsz(cfg.imgsz or model.imgsz)
         self.task = model.task_spec

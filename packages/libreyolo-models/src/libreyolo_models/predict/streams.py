@@ -33,8 +33,12 @@ skipped frames; results of one source arrive in frame order.
 from __future__ import annotations
 
 import io
+import os
+from collections import deque
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -42,11 +46,14 @@ import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from ..errors import ConfigError, SourceError
-from .sources import IMAGE_SUFFIXES, iter_sources
+from .sources import IMAGE_SUFFIXES, expand_paths, iter_sources, read_image
 from .video import STREAM_SCHEMES, VIDEO_SUFFIXES, is_video_path, iter_video, webcam_target
 
 URL_TIMEOUT_S = 10.0
 """Seconds an image URL may take to connect and between received bytes."""
+
+MAX_DECODE_WORKERS = 8
+"""Most threads decoding a folder's image files at once (beyond this, the GPU waits on nothing)."""
 
 MAX_IMAGE_URL_BYTES = 256 << 20
 """Largest image body downloaded from a URL (a video URL is streamed, never downloaded)."""
@@ -91,6 +98,10 @@ def open_source(source: object, *, vid_stride: int = 1) -> SourcePlan:
         raise ConfigError(f"vid_stride={vid_stride!r} must be a whole number >= 1 (keep every n-th video frame)")
     items = list(source) if isinstance(source, list | tuple) else [source]
     if not any(_special(item) for item in items):
+        named = [item for item in items if isinstance(item, str | Path)]
+        if items and len(named) == len(items):
+            paths = [path for item in named for path in expand_paths(item)]
+            return SourcePlan(decode_files(paths), is_live=False)
         return SourcePlan(_still(source), is_live=False)
     for item in items:
         if _special(item) == "video" and not Path(str(item)).expanduser().is_file():
@@ -114,6 +125,38 @@ def _special(item: object) -> str | None:
     if scheme in ("http", "https"):
         return "url"
     return "video" if is_video_path(text) else None
+
+
+def decode_workers() -> int:
+    """Threads decoding image files: the usable cores, at most ``MAX_DECODE_WORKERS``."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(MAX_DECODE_WORKERS, cores))
+
+
+def decode_files(paths: list[Path], workers: int | None = None) -> Iterator[Frame]:
+    """Image files decoded by a few threads (PIL and libjpeg release the GIL), yielded in order.
+
+    At most ``2 * workers`` decodes are in flight, so memory stays bounded for any number of
+    files; closing the generator cancels the ones not started and waits for the rest.
+    """
+    workers = workers or decode_workers()
+    pool = ThreadPoolExecutor(workers, thread_name_prefix="libreyolo-decode")
+    pending: deque[tuple[Path, Future[np.ndarray]]] = deque()
+    todo = iter(paths)
+    try:
+        for path in islice(todo, 2 * workers):
+            pending.append((path, pool.submit(read_image, path)))
+        while pending:
+            path, future = pending.popleft()
+            following = next(todo, None)
+            if following is not None:
+                pending.append((following, pool.submit(read_image, following)))
+            yield Frame(future.result(), str(path), None, str(path))
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _still(source: object) -> Iterator[Frame]:

@@ -36,10 +36,10 @@ def validate_model(model: LibreYOLO, options: Mapping[str, Any]) -> TaskMetrics:
     workers = default_workers(cfg.workers, batch=cfg.batch)
     pipeline = task.val_pipeline(index, imgsz=imgsz, batch_size=cfg.batch, device=model.device, workers=workers,
                                  cache=cfg.cache)
+    if cfg.fuse:  # before the cast: BatchNorm folds from fp32 statistics, then rounds once
+        model.fuse()
     if cfg.half:
         model.half()
-    if cfg.fuse:
-        model.fuse()
     model.net.eval()
     settings = EvalSettings(conf=cfg.conf, iou=cfg.iou, max_det=cfg.max_det, half=cfg.half)
     result = task.evaluate(model, model.inference_forward, pipeline, settings=settings, progress=cfg.verbose)
