@@ -61,3 +61,13 @@ def test_candidate_cap_keeps_the_best_scores() -> None:
 def test_no_candidates_anywhere_gives_empty_results() -> None:
     got = nms_per_image(torch.zeros(3, 6, 10), conf=0.5, iou=0.5, max_det=10)
     assert [tuple(g.shape) for g in got] == [(0, 6)] * 3
+
+
+@pytest.mark.cuda
+def test_batched_nms_on_the_gpu_equals_the_cpu() -> None:
+    pred = _predictions(32, 80, 8400, seed=3)
+    cpu = nms_per_image(pred, conf=0.25, iou=0.7, max_det=300)
+    gpu = nms_per_image(pred.cuda(), conf=0.25, iou=0.7, max_det=300)
+    assert [len(c) for c in cpu] == [len(g) for g in gpu]
+    for c, g in zip(cpu, gpu):
+        assert torch.allclose(c, g.cpu())
