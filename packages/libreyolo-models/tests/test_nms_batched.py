@@ -65,7 +65,7 @@ def test_no_candidates_anywhere_gives_empty_results() -> None:
 
 @pytest.mark.cuda
 def test_batched_nms_on_the_gpu_equals_the_cpu() -> None:
-    pred = _predictions(32, 80, 8400, seed=3)
+    pred = _predictions(8, 80, 2100, seed=3)
     cpu = nms_per_image(pred, conf=0.25, iou=0.7, max_det=300)
     gpu = nms_per_image(pred.cuda(), conf=0.25, iou=0.7, max_det=300)
     assert [len(c) for c in cpu] == [len(g) for g in gpu]
