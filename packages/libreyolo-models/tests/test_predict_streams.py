@@ -131,7 +131,18 @@ def test_url_404_names_the_url_and_status(model, http_root) -> None:
         model(f"{base}/missing.png")
 
 
-@pytest.mark.parametrize("kind", ["missing", "garbage", "zero-pixel", "camera"])
+def _zero_pixel_png() -> bytes:
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    header = struct.pack(">IIBBBBB", 0, 5, 8, 2, 0, 0, 0)  # width 0, height 5, RGB
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"")) + chunk(b"IEND", b"")
+
+
+@pytest.mark.parametrize("kind", ["missing", "garbage", "zero-pixel", "zero-pixel-file", "camera"])
 def test_bad_sources_give_one_error_naming_them(model, tmp_path, kind) -> None:
     if kind == "missing":
         source: object = str(tmp_path / "nowhere.mp4")
@@ -140,6 +151,10 @@ def test_bad_sources_give_one_error_naming_them(model, tmp_path, kind) -> None:
         source = tmp_path / "broken.mkv"
         source.write_bytes(b"\x00not a video at all" * 50)
         match = "broken.mkv"
+    elif kind == "zero-pixel-file":
+        source = tmp_path / "empty.png"
+        source.write_bytes(_zero_pixel_png())
+        match = "empty.png"
     elif kind == "zero-pixel":
         source = np.zeros((0, 5, 3), dtype=np.uint8)
         match = r"shape \(0, 5, 3\)"
