@@ -142,7 +142,11 @@ def decode_files(paths: list[Path], workers: int | None = None) -> Iterator[Fram
     At most ``2 * workers`` decodes are in flight, so memory stays bounded for any number of
     files; closing the generator cancels the ones not started and waits for the rest.
     """
-    workers = workers or decode_workers()
+    workers = min(workers or decode_workers(), len(paths))
+    if workers <= 1:  # one file (a batch-1 call): no pool to start and stop
+        for path in paths:
+            yield Frame(read_image(path), str(path), None, str(path))
+        return
     pool = ThreadPoolExecutor(workers, thread_name_prefix="libreyolo-decode")
     pending: deque[tuple[Path, Future[np.ndarray]]] = deque()
     todo = iter(paths)
