@@ -35,3 +35,12 @@ def test_predict_without_device_runs_on_the_first_gpu(caplog) -> None:
     assert caplog.records[0].getMessage().startswith("predict on cuda:0 (")
     m(np.zeros((32, 32, 3), np.uint8), device="cpu")
     assert m.device.type == "cpu"
+
+
+@pytest.mark.cuda
+def test_val_without_device_runs_on_the_first_gpu(caplog) -> None:
+    m = LibreYOLO9(size="t", nc=5, imgsz=IMGSZ)
+    with caplog.at_level(logging.INFO, logger="libreyolo_models"):
+        metrics = m.val(data="shapes", imgsz=IMGSZ, workers=0, verbose=False)
+    assert m.device == torch.device("cuda", 0) and metrics.n_images > 0
+    assert caplog.records[0].getMessage().startswith("val on cuda:0 (")
