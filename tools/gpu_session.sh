@@ -3,6 +3,7 @@
 # benchmarks. Each step is time-boxed; logs go to $OUT/<step>.log; a summary prints last.
 #   tools/gpu_session.sh tests parity bench_infer bench_train bench_data
 #   tools/gpu_session.sh e2e ddp shapes20 compile
+#   tools/gpu_session.sh tests_cls parity_cls bench_infer_cls bench_train_cls   (classifiers, issue 16)
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu-out}; mkdir -p "$OUT"
@@ -53,6 +54,16 @@ for what in "$@"; do
              packages/libreyolo-models/tests/test_predict_streams.py packages/libreyolo-models/tests/test_predict_device.py \
              packages/libreyolo-models/tests/test_letterbox_device.py packages/libreyolo-models/tests/test_nms_batched.py ;;
     bench_predict) step bench_predict ${BENCH_PREDICT_S:-540} $PY tools/bench_predict.py --out "$OUT/bench-predict.md" ;;
+    tests_cls) step tests_cls ${TESTS_CLS_S:-420} $PY -m pytest -p no:cacheprovider --import-mode=importlib -m "cuda or multigpu" -q -rfE \
+             -o addopts="" tests-integration/test_gpu_classify.py tests-integration/test_multigpu_train.py -k "classif or resnet or cuda" ;;
+    parity_cls) step parity_cls ${PARITY_CLS_S:-600} $PY tools/parity_matrix.py --families resnet,efficientnetv2,convnext,mobilenetv4 \
+             --out "$OUT/parity-matrix-cls.md" --json "$OUT/parity-cls.json" ;;
+    bench_infer_cls) step bench_infer_cls 300 $PY tools/bench_infer_graphs.py --no-compile --models '' \
+             --extra bench_models:resnet50_infer --extra bench_models:efficientnetv2b0_infer \
+             --extra bench_models:convnexttiny_infer --extra bench_models:mobilenetv4small_infer --out "$OUT/bench-infer-cls.md" ;;
+    bench_train_cls) step bench_train_cls 300 $PY tools/bench_train_graphs.py --deterministic --no-resnet18 \
+             --extra bench_models:resnet50_train --extra bench_models:efficientnetv2b0_train \
+             --extra bench_models:convnexttiny_train --extra bench_models:mobilenetv4small_train --out "$OUT/bench-train-cls.md" ;;
     *) echo "unknown step $what" ;;
   esac
 done

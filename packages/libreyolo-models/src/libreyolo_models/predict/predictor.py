@@ -6,7 +6,8 @@ Where each step runs, and why:
 - decoding (and pinning, on CUDA) happens on a prefetch thread, ``PREFETCH_BATCHES`` batches
   ahead, so the next batch decodes while this one is on the GPU (``predict.prefetch``);
 - uint8 pixels are uploaded as they are and letterboxed, scaled and laid out on the device
-  (``Task.prepare_batch``, by default ``predict.letterbox.letterbox_batch``);
+  (``Task.prepare_batch``, by default ``predict.letterbox.letterbox_batch``; a task whose
+  preprocessing is still a CPU function, such as classify's centre crop, overrides it);
 - per-phase times are CUDA events, not synchronisations (``predict.timing``), and a batch's
   predictions reach the host in one copy (``Task.predictions_to_host``);
 - per-result side effects (saving images and videos, logging) live in ``Predictor._emit``.
@@ -139,8 +140,7 @@ class Predictor:
         """One forward pass over ``batch``: upload, letterbox, network, post-process, results."""
         model, task = self.model, self.task
         clock = PhaseClock(model.device)
-        images = [p.to(model.device, non_blocking=True) for p in batch.pixels]
-        x, infos = task.prepare_batch(images, self.imgsz, model.dtype)
+        x, infos = task.prepare_batch(batch.pixels, self.imgsz, model.dtype, model.device)
         clock.mark("preprocess")
         with torch.inference_mode():
             out = self.forward(x)

@@ -122,13 +122,15 @@ class Task(abc.ABC):
     def prepare(self, image: np.ndarray, imgsz: int) -> Prepared:
         """RGB uint8 ``[H, W, 3]`` -> the network input and the mapping back (CPU reference path)."""
 
-    def prepare_batch(self, images: Sequence[Tensor], imgsz: int, dtype: torch.dtype) -> tuple[Tensor, list[Any]]:
-        """Predict's preprocessing on the device: ``uint8 [H, W, 3]`` RGB tensors (sizes may differ)
-        -> the network input ``dtype [B, 3, S, S]`` and per image what ``make_results`` needs to map
-        back. The default is the letterbox validation also uses (``predict.letterbox``)."""
+    def prepare_batch(self, images: Sequence[Tensor], imgsz: int, dtype: torch.dtype, device: torch.device
+                      ) -> tuple[Tensor, list[Any]]:
+        """Predict's preprocessing: host ``uint8 [H, W, 3]`` RGB tensors (pinned on CUDA; sizes may
+        differ) -> the network input ``dtype [B, 3, S, S]`` on ``device`` and per image what
+        ``make_results`` needs to map back. The default uploads the uint8 pixels and letterboxes
+        them there, as validation does (``predict.letterbox.letterbox_batch``)."""
         from ..predict.letterbox import letterbox_batch
 
-        return letterbox_batch(images, imgsz, dtype)
+        return letterbox_batch([image.to(device, non_blocking=True) for image in images], imgsz, dtype)
 
     def predictions_to_host(self, predictions: Any) -> Any:
         """A batch's post-processed predictions, moved to the CPU if the task's results live
