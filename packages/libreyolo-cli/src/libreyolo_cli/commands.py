@@ -109,6 +109,8 @@ def _list_families(as_json: bool) -> int:
 def cmd_version(options: dict[str, object]) -> int:
     from importlib.metadata import PackageNotFoundError, version
 
+    if options:
+        raise UsageError(f"'libreyolo version' takes no options; got {sorted(options)[0]!r}")
     import torch
 
     for dist in ("libreyolo", "libreyolo-models", "libreyolo-cudagraph", "libreyolo-ddp", "libreyolo-cli"):
@@ -121,8 +123,38 @@ def cmd_version(options: dict[str, object]) -> int:
     return 0
 
 
-COMMANDS: dict[str, Callable[[dict[str, object]], int]] = {
+def cmd_cache(options: dict[str, object], action: str | None = None) -> int:
+    """``libreyolo cache [list]``: every image cache, its size and whether a run uses it.
+    ``libreyolo cache clean [dir=...]``: remove every unused one (RAM and disk, or ``dir``)."""
+    from pathlib import Path
+
+    from libreyolo_models.data import cache_store
+
+    folder = options.pop("dir", None)
+    if options:
+        raise UsageError(f"'libreyolo cache' takes dir=... only; unknown option {sorted(options)[0]!r}")
+    folders = [Path(str(folder)).expanduser()] if folder is not None else cache_store.default_folders()
+    if action == "clean":
+        removed, kept = cache_store.clean_image_caches(folders)
+        freed = sum(e.nbytes for e in removed) / 2**20
+        print(f"removed {len(removed)} image cache(s), {freed:.1f} MiB freed"
+              + (f"; {len(kept)} in use by a running process kept" if kept else ""))
+        return 0
+    total = 0
+    for place in folders:
+        entries = cache_store.list_cache_files(place)
+        print(f"{place}: {len(entries)} image cache(s)")
+        for e in entries:
+            total += e.nbytes
+            print(f"  {e.path.name}  {e.nbytes / 2**20:.1f} MiB  {'in use' if e.in_use else 'unused'}  "
+                  f"from {e.source or '?'}")
+    print(f"total {total / 2**20:.1f} MiB; 'libreyolo cache clean' removes every unused cache")
+    return 0
+
+
+COMMANDS: dict[str, Callable[..., int]] = {
     "predict": cmd_predict, "train": cmd_train, "val": cmd_val, "info": cmd_info, "version": cmd_version,
+    "cache": cmd_cache,
 }
 
 
@@ -143,7 +175,9 @@ def command_help(command: str) -> str:
 
     if command not in _SETTINGS:
         extra = {"info": "[model=...] [--json]   (without model=: every family)",
-                 "version": "(no options)"}.get(command, "")
+                 "version": "(no options)",
+                 "cache": "[list | clean] [dir=...]   (image caches: list them, or remove every unused one)"
+                 }.get(command, "")
         return f"libreyolo {command} {extra}".rstrip()
     module, name, own = _SETTINGS[command]
     settings = getattr(importlib.import_module(module), name)
@@ -166,4 +200,6 @@ def run_command(parsed: ParsedArgs) -> int:
     if parsed.command not in COMMANDS:
         raise UsageError(f"unknown command {parsed.command!r}{_suggest(parsed.command, list(COMMANDS))}; "
                          f"commands: {', '.join(sorted(COMMANDS))}")
+    if parsed.action is not None:
+        return COMMANDS[parsed.command](dict(parsed.options), parsed.action)
     return COMMANDS[parsed.command](dict(parsed.options))

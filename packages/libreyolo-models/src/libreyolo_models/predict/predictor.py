@@ -37,7 +37,8 @@ from ..graphs import forward_for_predict
 from ..rundir import next_run_dir
 from ..settings import PredictConfig
 from .prefetch import Prefetcher
-from .results import Results
+from .results import Results, ResultsList
+from .sources import SourceReport
 from .streams import Frame, SourcePlan, open_source
 from .timing import PhaseClock
 from .video import VideoWriter
@@ -80,18 +81,21 @@ def _batches(frames: Iterator[Frame], size: int, *, pin: bool) -> Iterator[Frame
             close()
 
 
-def run_prediction(model: LibreYOLO, source: object, cfg: PredictConfig) -> list[Results] | Iterator[Results]:
+def run_prediction(model: LibreYOLO, source: object, cfg: PredictConfig) -> ResultsList | Iterator[Results]:
     """Predict every image or frame of ``source``; batches of ``cfg.batch`` share one forward pass.
 
-    Returns a generator of ``Results`` with ``cfg.stream``, else a list.
+    Returns a generator of ``Results`` with ``cfg.stream``, else a ``ResultsList``. Unreadable
+    items of a folder, glob or list are skipped with a warning naming each (``predict.sources``),
+    listed on the list's ``skipped``.
     """
-    plan = open_source(source, vid_stride=cfg.vid_stride)
+    report = SourceReport()
+    plan = open_source(source, vid_stride=cfg.vid_stride, report=report)
     if plan.is_live and not cfg.stream:
         raise ConfigError(f"source={source!r} is a camera or network stream, which never ends, so a list of its "
                           "results would grow without bound; pass stream=True and iterate the results")
     predictor = Predictor(model, cfg)
-    results = predictor.stream(plan)
-    return results if cfg.stream else list(results)
+    results = predictor.stream(plan, report)
+    return results if cfg.stream else ResultsList(list(results), report.skipped)
 
 
 class Predictor:
@@ -121,8 +125,9 @@ class Predictor:
         self._writers: dict[str, VideoWriter] = {}
         self._saved_names: set[str] = set()
 
-    def stream(self, plan: SourcePlan) -> Iterator[Results]:
-        """Results of every frame of ``plan`` in order, one batch at a time."""
+    def stream(self, plan: SourcePlan, report: SourceReport | None = None) -> Iterator[Results]:
+        """Results of every frame of ``plan`` in order, one batch at a time (``report``: what the
+        source skipped, summarised at the end)."""
         device = self.model.device
         batches = Prefetcher(_batches(plan.frames, self.cfg.batch, pin=device.type == "cuda"),
                              depth=PREFETCH_BATCHES)
@@ -135,6 +140,9 @@ class Predictor:
                 writer.close()
             if self.save_dir is not None:
                 log.info("predictions saved to %s", self.save_dir)
+            if report is not None and report.skipped:
+                log.warning("%d input(s) skipped as unreadable (each named above); results for the rest",
+                            len(report.skipped))
 
     def run_batch(self, batch: FrameBatch) -> list[Results]:
         """One forward pass over ``batch``: upload, letterbox, network, post-process, results."""

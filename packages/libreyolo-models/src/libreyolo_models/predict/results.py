@@ -145,10 +145,22 @@ class Results:
         """Write the annotated image (format from the suffix); returns the path."""
         from PIL import Image
 
-        path = Path(filename)
+        path = Path(filename).expanduser()
         path.parent.mkdir(parents=True, exist_ok=True)
         Image.fromarray(self.plot()).save(path)
         return path
 
     def __repr__(self) -> str:
         return f"Results(path={self.path!r}, shape={self.orig_shape}, {self.summary()})"
+
+
+class ResultsList(list):
+    """What ``model(source)`` returns: one ``Results`` per readable image, in input order.
+
+    A plain list, plus ``skipped``: ``(name, reason)`` for each item of a folder, glob, list or
+    stream that could not be read (each was also logged as a warning).
+    """
+
+    def __init__(self, results: list[Results] | None = None, skipped: list[tuple[str, str]] | None = None) -> None:
+        super().__init__(results or [])
+        self.skipped: list[tuple[str, str]] = list(skipped or [])

@@ -45,8 +45,9 @@ from urllib.parse import urlsplit
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
+from ..data.decode import ImageDecodeError
 from ..errors import ConfigError, SourceError
-from .sources import IMAGE_SUFFIXES, expand_paths, iter_sources, read_image
+from .sources import IMAGE_SUFFIXES, SourceReport, expand_paths, iter_sources, read_image
 from .video import STREAM_SCHEMES, VIDEO_SUFFIXES, is_video_path, iter_video, webcam_target
 
 URL_TIMEOUT_S = 10.0
@@ -86,8 +87,11 @@ class SourcePlan:
     is_live: bool  # a camera or network stream: no end
 
 
-def open_source(source: object, *, vid_stride: int = 1) -> SourcePlan:
+def open_source(source: object, *, vid_stride: int = 1, report: SourceReport | None = None) -> SourcePlan:
     """Classify ``source`` now (so a missing file fails at the call) and decode it lazily.
+
+    Unreadable items of a folder, glob or list are skipped into ``report`` (``predict.sources``
+    rules: one input given alone that cannot be read is an error).
 
     Raises:
         ConfigError: ``vid_stride`` below 1.
@@ -96,18 +100,18 @@ def open_source(source: object, *, vid_stride: int = 1) -> SourcePlan:
     """
     if isinstance(vid_stride, bool) or not isinstance(vid_stride, int) or vid_stride < 1:
         raise ConfigError(f"vid_stride={vid_stride!r} must be a whole number >= 1 (keep every n-th video frame)")
+    report = report if report is not None else SourceReport()
     items = list(source) if isinstance(source, list | tuple) else [source]
     if not any(_special(item) for item in items):
         named = [item for item in items if isinstance(item, str | Path)]
         if items and len(named) == len(items):
-            paths = [path for item in named for path in expand_paths(item)]
-            return SourcePlan(decode_files(paths), is_live=False)
-        return SourcePlan(_still(source), is_live=False)
-    for item in items:
-        if _special(item) == "video" and not Path(str(item)).expanduser().is_file():
-            raise SourceError(f"video {str(item)!r} does not exist")
+            return SourcePlan(_files(named, report, listed=isinstance(source, list | tuple)), is_live=False)
+        return SourcePlan(_still(source, report), is_live=False)
+    if not isinstance(source, list | tuple) and _special(source) == "video" and not Path(
+            str(source)).expanduser().is_file():
+        raise SourceError(f"video {str(source)!r} does not exist")
     live = any(_special(item) == "live" for item in items)
-    return SourcePlan(_each(items, vid_stride, labelled=isinstance(source, list | tuple)), is_live=live)
+    return SourcePlan(_each(items, vid_stride, report, labelled=isinstance(source, list | tuple)), is_live=live)
 
 
 def _special(item: object) -> str | None:
@@ -127,6 +131,22 @@ def _special(item: object) -> str | None:
     return "video" if is_video_path(text) else None
 
 
+def _files(items: list[str | Path], report: SourceReport, *, listed: bool) -> Iterator[Frame]:
+    """Paths, folders and globs: expanded now (one given alone that is missing fails at the call;
+    in a list it is skipped), then decoded in parallel."""
+    paths: list[Path | ImageDecodeError] = []  # a list item that named nothing: skipped in its place
+    for idx, item in enumerate(items):
+        try:
+            paths += expand_paths(item)
+        except SourceError as err:
+            if not listed:
+                raise
+            paths.append(ImageDecodeError(f"source[{idx}]", str(err)))
+    alone = not listed and len(paths) == 1 and paths[0] == Path(str(items[0])).expanduser()
+    where = "inputs" if listed else f"images in {str(items[0])!r}"
+    return decode_files(paths, report=report, alone=alone, where=where)
+
+
 def decode_workers() -> int:
     """Threads decoding image files: the usable cores, at most ``MAX_DECODE_WORKERS``."""
     try:
@@ -136,59 +156,101 @@ def decode_workers() -> int:
     return max(1, min(MAX_DECODE_WORKERS, cores))
 
 
-def decode_files(paths: list[Path], workers: int | None = None) -> Iterator[Frame]:
+def decode_files(paths: list[Path | ImageDecodeError], workers: int | None = None, *, report: SourceReport | None = None,
+                 alone: bool = False, where: str = "images") -> Iterator[Frame]:
     """Image files decoded by a few threads (PIL and libjpeg release the GIL), yielded in order.
 
     At most ``2 * workers`` decodes are in flight, so memory stays bounded for any number of
-    files; closing the generator cancels the ones not started and waits for the rest.
+    files; closing the generator cancels the ones not started and waits for the rest. An
+    unreadable file is skipped into ``report`` unless it was given ``alone``; if none could be
+    read, that is an error naming the first.
     """
-    workers = min(workers or decode_workers(), len(paths))
+    report = report if report is not None else SourceReport()
+    produced = 0
+    for path, image in _decoded(paths, workers or decode_workers()):
+        report.seen += 1
+        if isinstance(image, ImageDecodeError):
+            if alone:
+                raise image
+            report.skip(image.name, image.reason)
+            continue
+        produced += 1
+        yield Frame(image, str(path), None, str(path))
+    if produced == 0 and report.skipped:
+        name, reason = report.skipped[0]
+        raise SourceError(f"none of the {report.seen} {where} could be read (first: {name}: {reason})")
+
+
+def _read_or_error(path: Path | ImageDecodeError) -> np.ndarray | ImageDecodeError:
+    if isinstance(path, ImageDecodeError):
+        return path
+    try:
+        return read_image(path)
+    except ImageDecodeError as err:
+        return err
+
+
+def _decoded(paths: list[Path | ImageDecodeError], workers: int
+             ) -> Iterator[tuple[Path | ImageDecodeError, np.ndarray | ImageDecodeError]]:
+    workers = min(workers, len(paths))
     if workers <= 1:  # one file (a batch-1 call): no pool to start and stop
         for path in paths:
-            yield Frame(read_image(path), str(path), None, str(path))
+            yield path, _read_or_error(path)
         return
     pool = ThreadPoolExecutor(workers, thread_name_prefix="libreyolo-decode")
-    pending: deque[tuple[Path, Future[np.ndarray]]] = deque()
+    pending: deque[tuple[Path | ImageDecodeError, Future[np.ndarray | ImageDecodeError]]] = deque()
     todo = iter(paths)
     try:
         for path in islice(todo, 2 * workers):
-            pending.append((path, pool.submit(read_image, path)))
+            pending.append((path, pool.submit(_read_or_error, path)))
         while pending:
             path, future = pending.popleft()
             following = next(todo, None)
             if following is not None:
-                pending.append((following, pool.submit(read_image, following)))
-            yield Frame(future.result(), str(path), None, str(path))
+                pending.append((following, pool.submit(_read_or_error, following)))
+            yield path, future.result()
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _still(source: object) -> Iterator[Frame]:
-    for item in iter_sources(source):
+def _still(source: object, report: SourceReport) -> Iterator[Frame]:
+    for item in iter_sources(source, report):
         yield Frame(item.image, item.name, None, item.name)
 
 
-def _each(items: list[object], vid_stride: int, *, labelled: bool) -> Iterator[Frame]:
+def _each(items: list[object], vid_stride: int, report: SourceReport, *, labelled: bool) -> Iterator[Frame]:
     for idx, item in enumerate(items):
-        kind = _special(item)
-        if kind is None:
-            for still in iter_sources(item):
-                name = still.name.replace("source", f"source[{idx}]", 1) if labelled and still.name.startswith(
-                    "source") else still.name
-                yield Frame(still.image, name, None, name)
-        elif kind == "live" and (isinstance(item, int) or str(item).isdigit()):
-            index = int(str(item))
-            url, fmt = webcam_target(index)
-            yield from _video(url, str(index), vid_stride, fmt=fmt, live=True, name=f"webcam{index}.mp4")
-        elif kind == "live":
-            yield from _video(str(item), str(item), vid_stride, live=True)
-        elif kind == "url":
-            yield from _url(str(item), vid_stride)
-        else:
-            path = Path(str(item)).expanduser()
-            if not path.is_file():
-                raise SourceError(f"video {str(item)!r} does not exist")
-            yield from _video(str(path), str(item), vid_stride)
+        try:
+            yield from _item(idx, item, vid_stride, report, labelled=labelled)
+        except SourceError as err:
+            if not labelled:
+                raise
+            named_file = isinstance(err, ImageDecodeError) and isinstance(item, str | Path)
+            report.skip(err.name if named_file else f"source[{idx}]",  # type: ignore[attr-defined]
+                        err.reason if isinstance(err, ImageDecodeError) else str(err))
+
+
+def _item(idx: int, item: object, vid_stride: int, report: SourceReport, *, labelled: bool) -> Iterator[Frame]:
+    """The frames of one item of a source list (a video, a stream, a URL or still images)."""
+    kind = _special(item)
+    if kind is None:
+        for still in iter_sources(item, report):
+            name = still.name.replace("source", f"source[{idx}]", 1) if labelled and still.name.startswith(
+                "source") else still.name
+            yield Frame(still.image, name, None, name)
+    elif kind == "live" and (isinstance(item, int) or str(item).isdigit()):
+        index = int(str(item))
+        url, fmt = webcam_target(index)
+        yield from _video(url, str(index), vid_stride, fmt=fmt, live=True, name=f"webcam{index}.mp4")
+    elif kind == "live":
+        yield from _video(str(item), str(item), vid_stride, live=True)
+    elif kind == "url":
+        yield from _url(str(item), vid_stride)
+    else:
+        path = Path(str(item)).expanduser()
+        if not path.is_file():
+            raise SourceError(f"video {str(item)!r} does not exist")
+        yield from _video(str(path), str(item), vid_stride)
 
 
 def _video(url: str, source: str, vid_stride: int, *, fmt: str | None = None, live: bool = False,
