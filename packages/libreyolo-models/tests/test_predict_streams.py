@@ -59,7 +59,7 @@ def test_stream_true_yields_results_lazily_with_source_and_frame(model, video) -
     results = model(video, stream=True, batch=4, conf=0.3)
     assert isinstance(results, types.GeneratorType)
     first = next(results)
-    assert (first.source, first.frame, first.orig_shape) == (str(video), 0, (48, 64))
+    assert (first.source, first.frame, first.orig_shape, first.fps) == (str(video), 0, (48, 64), 10.0)
     rest = list(results)
     assert [r.frame for r in [first, *rest]] == list(range(N_FRAMES))
     assert set(first.speed) == {"decode", "preprocess", "inference", "postprocess"}

@@ -42,6 +42,27 @@ def cmd_predict(options: dict[str, object]) -> int:
     return 0
 
 
+def cmd_track(options: dict[str, object]) -> int:
+    """Track objects through a video, stream or frame folder; one line per frame with the ids."""
+    if "source" not in options:
+        raise UsageError("'libreyolo track' needs source=... (a video file, a stream URL, a camera index "
+                         "or a folder of frames)")
+    if "persist" in options or "stream" in options:
+        key = "persist" if "persist" in options else "stream"
+        raise UsageError(f"'libreyolo track' does not take {key}=: it tracks one source per run, frame by "
+                         f"frame (use model.track(..., {key}=True) from Python)")
+    model = _take_model(options, "track")
+    source = str(options.pop("source"))
+    tracker = str(options.pop("tracker", "bytetrack"))
+    predict_and_tracker: dict[str, Any] = dict(options)   # checked and converted by model.track
+    for res in model.track(source, tracker=tracker, stream=True, **predict_and_tracker):
+        frame = getattr(res, "frame", None)
+        where = res.path if frame is None else f"{getattr(res, 'source', res.path)} frame {frame}"
+        ids = res.boxes.id.tolist() if res.boxes is not None and res.boxes.id is not None else []
+        print(f"{where}: {len(ids)} tracked, ids {ids} ({res.speed.get('inference', 0.0):.1f} ms)")
+    return 0
+
+
 def cmd_train(options: dict[str, object]) -> int:
     model = _take_model(options, "train")
     outcome = model.train(**options)
@@ -153,17 +174,20 @@ def cmd_cache(options: dict[str, object], action: str | None = None) -> int:
 
 
 COMMANDS: dict[str, Callable[..., int]] = {
-    "predict": cmd_predict, "train": cmd_train, "val": cmd_val, "info": cmd_info, "version": cmd_version,
+    "predict": cmd_predict, "track": cmd_track, "train": cmd_train, "val": cmd_val, "info": cmd_info, "version": cmd_version,
     "cache": cmd_cache,
 }
 
 
 # The options each command forwards to the model, as settings dataclasses (module, class), plus the
 # words the command itself takes.
-_SETTINGS = {
-    "predict": ("libreyolo_models.settings", "PredictConfig", "model=... source=... (default: the sample image)"),
-    "train": ("libreyolo_models.train.settings", "TrainConfig", "model=... (architecture, weights or last.pt)"),
-    "val": ("libreyolo_models.val.settings", "ValConfig", "model=..."),
+_PREDICT = ("libreyolo_models.settings", "PredictConfig")
+_SETTINGS: dict[str, tuple[list[tuple[str, str]], str]] = {
+    "predict": ([_PREDICT], "model=... source=... (default: the sample image)"),
+    "track": ([("libreyolo_models.track", "ByteTrackConfig"), _PREDICT],
+              "model=... source=... tracker=bytetrack (trackers: bytetrack)"),
+    "train": ([("libreyolo_models.train.settings", "TrainConfig")], "model=... (architecture, weights or last.pt)"),
+    "val": ([("libreyolo_models.val.settings", "ValConfig")], "model=..."),
 }
 
 
@@ -179,10 +203,10 @@ def command_help(command: str) -> str:
                  "cache": "[list | clean] [dir=...]   (image caches: list them, or remove every unused one)"
                  }.get(command, "")
         return f"libreyolo {command} {extra}".rstrip()
-    module, name, own = _SETTINGS[command]
-    settings = getattr(importlib.import_module(module), name)
+    classes, own = _SETTINGS[command]
     words = []
-    for field in dataclasses.fields(settings):
+    for field in (f for module, name in classes for f in dataclasses.fields(
+            getattr(importlib.import_module(module), name))):
         default = field.default if field.default is not dataclasses.MISSING else (
             field.default_factory() if field.default_factory is not dataclasses.MISSING else "...")
         if command == "train" and field.name == "sync_bn":

@@ -1,6 +1,7 @@
 """The ``libreyolo`` command.
 
     libreyolo predict model=LibreYOLO9t.pt source=img.jpg conf=0.3 --save
+    libreyolo track model=LibreYOLO9t.pt source=video.mp4 tracker=bytetrack --save
     libreyolo train model=LibreYOLO9t.yaml data=shapes epochs=10 imgsz=256 device=cpu
     libreyolo val model=runs/train/exp/weights/best.pt data=shapes
     libreyolo info model=LibreYOLO9t.pt

@@ -160,7 +160,7 @@ class Predictor:
         results = []
         for frame, prediction, info in zip(batch.frames, predictions, infos):
             res = task.make_results(frame.image, frame.name, self.names, prediction, info, dict(speed))
-            res.source, res.frame = frame.source, frame.frame
+            res.source, res.frame, res.fps = frame.source, frame.frame, frame.fps
             self._emit(res, frame)
             results.append(res)
         return results
