@@ -3,6 +3,8 @@
     python tools/bench_infer_graphs.py --extra bench_models:yolo9t_infer
     python tools/bench_infer_graphs.py --extra bench_models:yolo9t_infer_fused
     python tools/bench_train_graphs.py --extra bench_models:yolo9t_train
+    python tools/bench_infer_graphs.py --extra bench_models:yoloxs_infer --extra bench_models:yoloxn_infer
+    python tools/bench_train_graphs.py --extra bench_models:yoloxs_train
     python tools/bench_infer_graphs.py --extra bench_models:segformer_b0_infer
     python tools/bench_train_graphs.py --extra bench_models:segformer_b0_train
     python tools/bench_infer_graphs.py --batches 1,2,8 --extra bench_models:rtdetr_r18_infer
@@ -15,35 +17,35 @@ import torch
 from torch import nn
 
 
-def yolo9t_infer() -> tuple[str, nn.Module, int]:
-    from libreyolo_models import LibreYOLO9
+def _infer(family: str, size: str, label: str, imgsz: int = 640) -> tuple[str, nn.Module, int]:
+    from libreyolo_models import LibreYOLO
 
     torch.manual_seed(0)
-    return "yolov9-t", LibreYOLO9(size="t").inference_module(), 640
+    return label, LibreYOLO(family=family, size=size).inference_module(), imgsz
 
 
-def yolo9t_infer_fused() -> tuple[str, nn.Module, int]:
-    """YOLOv9-t after ``fuse()``. BatchNorm statistics are set from one random batch first (the
-    benchmark's own calibration finds no BatchNorm left to set)."""
-    from libreyolo_models import LibreYOLO9
+def _infer_fused(family: str, size: str, label: str, imgsz: int = 640) -> tuple[str, nn.Module, int]:
+    """After ``fuse()``. BatchNorm statistics are set from one random batch first (the benchmark's
+    own calibration finds no BatchNorm left to set)."""
+    from libreyolo_models import LibreYOLO
 
     torch.manual_seed(0)
-    model = LibreYOLO9(size="t")
+    model = LibreYOLO(family=family, size=size)
     norms = [m for m in model.net.modules() if isinstance(m, nn.BatchNorm2d)]
     for m in norms:
         m.momentum = 1.0
     model.net.train()
     with torch.no_grad():
-        model.net(torch.randn(2, 3, 640, 640))
-    return "yolov9-t fused", model.fuse().inference_module(), 640
+        model.net(torch.randn(2, 3, imgsz, imgsz))
+    return label, model.fuse().inference_module(), imgsz
 
 
-def _yolo9_train(size: str, device: torch.device, batch: int = 8, imgsz: int = 640):  # noqa: ANN202
-    from libreyolo_models import LibreYOLO9, LossContext
+def _train(family: str, size: str, label: str, device: torch.device, batch: int = 8, imgsz: int = 640):  # noqa: ANN202
+    from libreyolo_models import LibreYOLO, LossContext
     from libreyolo_models.layers.targets import random_box_targets
 
     torch.manual_seed(0)
-    model = LibreYOLO9(size=size)
+    model = LibreYOLO(family=family, size=size)
     g = torch.Generator().manual_seed(0)
     images = torch.rand(batch, 3, imgsz, imgsz, generator=g).to(device)
     targets = random_box_targets(batch, model.nc, g, per_image=6)
@@ -52,11 +54,36 @@ def _yolo9_train(size: str, device: torch.device, batch: int = 8, imgsz: int = 6
     def loss_fn(outputs, inputs):  # noqa: ANN001, ANN202, ARG001
         return model.family.compute_loss(outputs, targets, context).total
 
-    return f"yolov9-{size} (b{batch}, {imgsz}px)", model.training_module(), (images,), loss_fn
+    return f"{label} (b{batch}, {imgsz}px)", model.training_module(), (images,), loss_fn
+
+
+def yolo9t_infer() -> tuple[str, nn.Module, int]:
+    return _infer("yolo9", "t", "yolov9-t")
+
+
+def yolo9t_infer_fused() -> tuple[str, nn.Module, int]:
+    return _infer_fused("yolo9", "t", "yolov9-t fused")
 
 
 def yolo9t_train(device: torch.device):  # noqa: ANN201
-    return _yolo9_train("t", device)
+    return _train("yolo9", "t", "yolov9-t", device)
+
+
+def yoloxn_infer() -> tuple[str, nn.Module, int]:
+    return _infer("yolox", "n", "yolox-n", imgsz=416)  # n and t are served at 416, as upstream
+
+
+def yoloxs_infer() -> tuple[str, nn.Module, int]:
+    return _infer("yolox", "s", "yolox-s")
+
+
+def yoloxs_infer_fused() -> tuple[str, nn.Module, int]:
+    return _infer_fused("yolox", "s", "yolox-s fused")
+
+
+def yoloxs_train(device: torch.device):  # noqa: ANN201
+    """YOLOX-s forward + backward; the loss (SimOTA) stays eager. Epoch 0: the L1 term is off."""
+    return _train("yolox", "s", "yolox-s", device)
 
 
 def segformer_b0_infer() -> tuple[str, nn.Module, int]:
@@ -84,6 +111,8 @@ def segformer_b0_train(device: torch.device, batch: int = 8, imgsz: int = 512): 
         return model.family.compute_loss(outputs, masks, context).total
 
     return f"segformer-b0 (b{batch}, {imgsz}px)", model.training_module(), (images,), loss_fn
+
+
 def rtdetr_r18_infer() -> tuple[str, nn.Module, int]:
     """RT-DETR r18's whole inference network (no denoising at inference: it captures whole)."""
     from libreyolo_models import LibreRTDETR

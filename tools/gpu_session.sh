@@ -33,7 +33,11 @@ for what in "$@"; do
     tests_graph) step tests_graph 300 $PY -m pytest -p no:cacheprovider --import-mode=importlib -m "cuda or multigpu" -q -rfE \
              -n 3 -o addopts="" packages/libreyolo-cudagraph/tests/test_cg_gpu_train.py tests-integration/test_gpu_zoo.py \
              packages/libreyolo-ddp/tests/test_ddp_batch_autobatch.py ;;
-    parity) step parity ${PARITY_S:-200} $PY tools/parity_matrix.py --out "$OUT/parity-matrix.md" --json "$OUT/parity.json" ;;
+    parity) step parity ${PARITY_S:-200} $PY tools/parity_matrix.py ${ROWS:+--rows $ROWS} --out "$OUT/parity-matrix.md" --json "$OUT/parity.json" ;;
+    tests_gpu) step tests_gpu ${TESTS_S:-420} $PY -m pytest -p no:cacheprovider --import-mode=importlib -m "(cuda or multigpu) and not learning" \
+             -q -rfE -n ${TEST_PROCS:-3} --durations=20 -o addopts="" packages tests-integration ;;
+    learn_gpu) step learn_gpu ${LEARN_S:-420} $PY -m pytest -p no:cacheprovider --import-mode=importlib -m "cuda and learning" \
+             -q -rfE -s -n ${TEST_PROCS:-3} -o addopts="" packages tests-integration ;;
     bench_infer) step bench_infer 240 $PY tools/bench_infer_graphs.py --no-compile --extra bench_models:yolo9t_infer --out "$OUT/bench-infer.md" ;;
     compile) step compile 540 bash -c "$PY tools/bench_infer_graphs.py --compile --models '' --batches 1 --dtypes fp32,fp16 --extra bench_models:yolo9t_infer --out $OUT/bench-compile-yolo.md && $PY tools/bench_infer_graphs.py --compile --dtypes fp16 --out $OUT/bench-compile-tv.md" ;;
     bench_train) step bench_train 240 $PY tools/bench_train_graphs.py --deterministic --extra bench_models:yolo9t_train --out "$OUT/bench-train.md" ;;

@@ -8,6 +8,7 @@ control run classifying any difference. Writes ``docs/parity-matrix.md``.
 
     python tools/parity_matrix.py                      # all families, all sizes
     python tools/parity_matrix.py --sizes t --out /tmp/pm.md
+    python tools/parity_matrix.py --rows yolo9:t,rtdetr:r18 --out /tmp/pm.md
 
 A family's ``TaskDecl.inference_capture`` / ``train_capture`` declarations may be True only where
 its row here is green. Needs a CUDA GPU.
@@ -180,6 +181,8 @@ def main() -> int:
     parser.add_argument("--one", nargs=3, metavar=("FAMILY", "SIZE", "TASK"), help=argparse.SUPPRESS)
     parser.add_argument("--families", default=None, help="comma-separated (default: every registered family)")
     parser.add_argument("--sizes", default=None, help="comma-separated (default: every size of each family)")
+    parser.add_argument("--rows", default=None,
+                        help="exact rows instead: family:size[:task],... (e.g. yolo9:t,rtdetr:r18)")
     parser.add_argument("--imgsz", type=int, default=None, help="default: each family's own image size")
     parser.add_argument("--train-batch", type=int, default=8)
     parser.add_argument("--timeout-s", type=float, default=600)
@@ -196,6 +199,9 @@ def main() -> int:
     rows = []
     jobs = [(family, size, task) for family in chosen for task in families()[family].tasks
             for size in (args.sizes.split(",") if args.sizes else families()[family].sizes)]
+    if args.rows:
+        parts = [row.split(":") for row in args.rows.split(",")]
+        jobs = [(p[0], p[1], p[2] if len(p) > 2 else families()[p[0]].default_task) for p in parts]
     for family, size, task in (job for job in jobs if job[1] in families()[job[0]].sizes):
         print(f"certifying {family}-{size} {task} ...", file=sys.stderr, flush=True)
         row = _run_child(family, size, task, args)

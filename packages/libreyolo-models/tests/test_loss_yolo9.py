@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from rank_split import assert_two_ranks_average_to_one_process
 from torch import nn
 
 from libreyolo_models.errors import ConfigError
@@ -168,51 +169,13 @@ def test_an_empty_image_in_a_batch_adds_only_its_background_classification_loss(
     torch.testing.assert_close(both, first + second)
 
 
-def _rank_normalizers(loss_fn, halves, targets_by_rank):
-    seen = []
-    for outputs, targets in zip(halves, targets_by_rank):
-        loss_fn(outputs, targets, normalizer_sum=lambda n: seen.append(n.clone()) or n)
-    return seen
-
-
 @pytest.mark.parametrize("case", ["boxes_on_both_ranks", "all_background_rank"])
 def test_two_ranks_at_half_batch_average_to_the_one_process_gradient(case):
     targets = TARGETS if case == "boxes_on_both_ranks" else TARGETS[TARGETS[:, 0] < 2]
     gen = torch.Generator().manual_seed(11)
     base = _perfect_outputs(targets, 4)  # near-perfect, so the normalizer is well above 1
     full = _leaves([p + 0.5 * torch.randn(p.shape, generator=gen) for p in base])
-    loss_fn = Yolo9Loss(NC)
-
-    full_loss, full_items = loss_fn(full, targets)
-    full_loss.backward()
-
-    halves = [_leaves([o[2 * r:2 * r + 2] for o in full]) for r in range(2)]
-    rank_targets = []
-    for r in range(2):
-        mine = targets[(targets[:, 0] >= 2 * r) & (targets[:, 0] < 2 * r + 2)].clone()
-        mine[:, 0] -= 2 * r
-        rank_targets.append(mine)
-    local = _rank_normalizers(loss_fn, halves, rank_targets)
-    assert local[0] > 1 and (local[1] == 0) == (case == "all_background_rank")
-
-    losses, items = [], []
-    for r in range(2):
-        loss, its = loss_fn(halves[r], rank_targets[r], world_size=2,
-                            normalizer_sum=lambda n, r=r: n + local[1 - r])  # the all-reduce-sum
-        loss.backward()
-        losses.append(loss.detach())
-        items.append(its)
-
-    for level, out in enumerate(full):
-        averaged = torch.cat([halves[r][level].grad for r in range(2)]) / 2  # what DDP's mean does
-        torch.testing.assert_close(averaged, out.grad, rtol=1e-5, atol=1e-5 * out.grad.abs().max().item())
-    torch.testing.assert_close(sum(losses) / 2, full_loss.detach())
-    torch.testing.assert_close(sum(items) / 2, full_items)
-
-    # Control: normalizing per rank (no reduce) does NOT give the one-process gradient.
-    naive = _leaves([o[2:] for o in full])
-    loss_fn(naive, rank_targets[1], world_size=2)[0].backward()
-    assert not torch.allclose(naive[0].grad / 2, full[0].grad[2:], rtol=1e-3, atol=1e-6)
+    assert_two_ranks_average_to_one_process(Yolo9Loss(NC), full, targets, background_rank=case == "all_background_rank")
 
 
 def test_normalizer_is_clamped_to_one_only_after_the_cross_rank_sum():

@@ -70,6 +70,6 @@ def test_family_keyword_builds_any_registered_family() -> None:
     model = LibreYOLO(family="yolo9", size="s", nc=2, imgsz=320)
     assert (model.spec.name, model.size, model.nc, model.imgsz) == ("yolo9", "s", 2, 320)
     with pytest.raises(UnknownFamilyError, match="did you mean 'yolo9'"):
-        LibreYOLO(family="yolo8")
+        LibreYOLO(family="yolov9")
     with pytest.raises(ConfigError, match="multiple of 32; use 96 or 128"):
         LibreYOLO(family="yolo9", imgsz=100)

@@ -140,7 +140,7 @@ def test_cuda_graph_training_logs_that_the_decoder_stays_eager_and_why(caplog: p
     model.spec = replace(model.spec, tasks={"detect": replace(decl, train_capture=True)})  # as if verified
     with caplog.at_level(logging.INFO, logger="libreyolo_models.train.graph_forward"):
         graphed = graph_forward(model, model.training_module(), TrainConfig(data="shapes", cuda_graph=True),
-                                device=torch.device("cuda"), world_size=1)
+                                world_size=1)
     lines = [r.getMessage() for r in caplog.records if "cuda_graph=True" in r.getMessage()]
     assert len(lines) == 1 and type(graphed).__name__ == "GraphedTraining"
     assert "the decoder and the loss stay eager" in lines[0] and "denoising queries" in lines[0]

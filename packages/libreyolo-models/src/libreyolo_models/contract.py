@@ -42,8 +42,9 @@ class LossContext:
     """What a loss may depend on beyond outputs and targets.
 
     Attributes:
-        epoch, epochs: 0-based current epoch and the run's total (YOLOX switches its L1 term on
-            for the last epochs).
+        epoch, epochs: 0-based current epoch and the run's total.
+        close_mosaic: the run's last epochs trained without mosaic (``TrainConfig.close_mosaic``);
+            YOLOX switches its L1 term on for them.
         gains: the resolved weight of each loss term (family defaults, then the user's).
         world_size: ranks whose gradients DDP averages.
         global_batch: images per optimizer step over all ranks.
@@ -54,6 +55,7 @@ class LossContext:
 
     epoch: int = 0
     epochs: int = 1
+    close_mosaic: int = 0
     gains: Mapping[str, float] = field(default_factory=dict)
     world_size: int = 1
     global_batch: int | None = None
@@ -144,9 +146,10 @@ class Family(abc.ABC):
         """
         return default_parameter_groups(net, weight_decay=weight_decay)
 
-    def epoch_start(self, epoch: int, epochs: int) -> str | None:
-        """Called before each training epoch. Return a reason when what ``training_forward``
-        returns changes from this epoch on (the trainer then drops captured graphs), else None."""
+    def epoch_start(self, epoch: int, epochs: int, close_mosaic: int = 0) -> str | None:
+        """Called before each training epoch (``close_mosaic``: the run's last epochs without
+        mosaic). Return a reason when what ``training_forward`` returns, or how the loss reads it,
+        changes from this epoch on (the trainer then drops captured graphs), else None."""
         return None
 
     def check_state(self, net: nn.Module, state: Mapping[str, Tensor], source: str) -> None:

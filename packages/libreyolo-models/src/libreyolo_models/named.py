@@ -1,5 +1,5 @@
 """Per-family shortcuts users of upstream LibreYOLO know: ``LibreYOLO9(size="s", nc=3)``,
-``LibreRTDETR(size="r18")``.
+``LibreRTDETR(size="r18")``, ``LibreYOLOX(size="n")``.
 
 Each is ``LibreYOLO(..., family=<name>)``; the object returned is a plain ``LibreYOLO``.
 """
@@ -20,6 +20,13 @@ def LibreYOLO9(model: str | Path | None = None, **kwargs: Any) -> LibreYOLO:  # 
 def LibreSegFormer(model: str | Path | None = None, **kwargs: Any) -> LibreYOLO:  # noqa: N802 - a class-like name
     """SegFormer: ``LibreSegFormer(size="b0", nc=19)`` (untrained) or ``LibreSegFormer("best.pt")``."""
     return LibreYOLO(model, family="segformer", **kwargs)
+
+
 def LibreRTDETR(model: str | Path | None = None, **kwargs: Any) -> LibreYOLO:  # noqa: N802 - upstream's name
     """RT-DETR: ``LibreRTDETR(size="r18", nc=3)`` (untrained) or ``LibreRTDETR("LibreRTDETRr18.pt")``."""
     return LibreYOLO(model, family="rtdetr", **kwargs)
+
+
+def LibreYOLOX(model: str | Path | None = None, **kwargs: Any) -> LibreYOLO:  # noqa: N802 - upstream's name
+    """YOLOX: ``LibreYOLOX(size="s", nc=3)`` (untrained) or ``LibreYOLOX("LibreYOLOXs.pt")``."""
+    return LibreYOLO(model, family="yolox", **kwargs)

@@ -17,9 +17,10 @@ from .errors import ConfigError, UnknownFamilyError
 from .families.rtdetr.spec import SPEC as RTDETR
 from .families.segformer.spec import SPEC as SEGFORMER
 from .families.yolo9.spec import SPEC as YOLO9
+from .families.yolox.spec import SPEC as YOLOX
 from .family_spec import TASK_SUFFIXES, FamilySpec
 
-BUILTIN: dict[str, FamilySpec] = {spec.name: spec for spec in (YOLO9, RTDETR, SEGFORMER)}
+BUILTIN: dict[str, FamilySpec] = {spec.name: spec for spec in (YOLO9, YOLOX, RTDETR, SEGFORMER)}
 
 _extra: dict[str, FamilySpec] = {}
 

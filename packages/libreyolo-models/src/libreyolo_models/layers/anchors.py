@@ -1,7 +1,8 @@
 """Anchor points and distance-based box coding for anchor-free heads.
 
-Anchors sit at cell centres, ``(x + 0.5, y + 0.5)`` in grid units, flattened row-major (y, then
-x) with levels in stride order: the layout upstream checkpoints and their post-processing assume.
+Anchors sit at cell centres, ``(x + 0.5, y + 0.5)`` in grid units (YOLOX: at the corners, offset 0),
+flattened row-major (y, then x) with levels in stride order: the layout upstream checkpoints and
+their post-processing assume.
 """
 
 from __future__ import annotations
@@ -11,15 +12,16 @@ from torch import Tensor
 
 
 def make_anchors(shapes: list[tuple[int, int]], strides: list[int] | tuple[int, ...], *,
-                 device: torch.device, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-    """Anchor centres ``[A, 2]`` (grid units) and per-anchor strides ``[A, 1]`` for level shapes.
+                 device: torch.device, dtype: torch.dtype, offset: float = 0.5) -> tuple[Tensor, Tensor]:
+    """Anchor points ``[A, 2]`` (grid units) and per-anchor strides ``[A, 1]`` for level shapes.
 
+    ``offset`` 0.5 puts the points at cell centres; YOLOX decodes from cell corners (0.0).
     Built with ``arange`` on ``device`` (no host-to-device copy), so it is safe inside a CUDA graph.
     """
     points, stride_col = [], []
     for (h, w), s in zip(shapes, strides):
-        ys = torch.arange(h, device=device, dtype=dtype) + 0.5
-        xs = torch.arange(w, device=device, dtype=dtype) + 0.5
+        ys = torch.arange(h, device=device, dtype=dtype) + offset
+        xs = torch.arange(w, device=device, dtype=dtype) + offset
         gy, gx = torch.meshgrid(ys, xs, indexing="ij")
         points.append(torch.stack((gx, gy), -1).view(-1, 2))
         stride_col.append(torch.full((h * w, 1), s, device=device, dtype=dtype))

@@ -113,8 +113,8 @@ class Trainer:
         if cfg.profile and self.world > 1:
             log.warning("profile=True is ignored under multi-GPU training (it synchronizes every phase)")
         forward = self._training_forward()
-        context = LossContext(epoch=self.start_epoch, epochs=cfg.epochs, gains=self.plan.gains, world_size=self.world,
-                              global_batch=self.batch * self.world,
+        context = LossContext(epoch=self.start_epoch, epochs=cfg.epochs, close_mosaic=cfg.close_mosaic,
+                              gains=self.plan.gains, world_size=self.world, global_batch=self.batch * self.world,
                               normalizer_sum=libreyolo_ddp.all_reduce_sum if self.world > 1 else None)
         self.loss_names = model.spec.task(model.task).loss_names
         self.step = TrainStep(model.family, forward, model.net, self.optimizer, self.scaler, self.ema, amp=cfg.amp,
@@ -228,7 +228,7 @@ class Trainer:
         if epoch == cfg.epochs - cfg.close_mosaic and cfg.close_mosaic > 0:
             log.info("closing mosaic for the last %d epochs", cfg.close_mosaic)
         self.train_data.set_epoch(epoch, mosaic=mosaic)
-        reason = self.model.family.epoch_start(epoch, cfg.epochs)
+        reason = self.model.family.epoch_start(epoch, cfg.epochs, cfg.close_mosaic)
         if reason:
             self.model.invalidate_cuda_graph(reason)
         self.step.start_epoch(epoch)

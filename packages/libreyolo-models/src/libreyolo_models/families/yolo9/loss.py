@@ -26,7 +26,6 @@ element of every head output, so every parameter gets a gradient and DDP's colle
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Sequence
 
 import torch
@@ -35,10 +34,11 @@ from torch import Tensor
 
 from ...errors import ConfigError
 from ...layers.anchors import boxes_to_distances, dfl_expectation, distances_to_boxes, make_anchors
-from ...layers.assign import Assignment, TaskAlignedAssigner, pad_targets
+from ...layers.assign import Assignment, TaskAlignedAssigner
 from ...layers.boxes import aligned_ciou, xywh_to_xyxy
-
-log = logging.getLogger(__name__)
+from ...layers.ground_truth import padded_ground_truths
+from ...layers.head_maps import flatten_levels
+from ...layers.loss_scale import check_scaling, global_normalizer
 
 
 class Yolo9Loss:
@@ -65,7 +65,6 @@ class Yolo9Loss:
         self.nc, self.reg_max, self.strides = nc, reg_max, tuple(int(s) for s in strides)
         self.box, self.cls, self.dfl = box, cls, dfl
         self.assigner = TaskAlignedAssigner(topk=topk, alpha=alpha, beta=beta)
-        self._logged_device_targets = False
 
     @property
     def channels(self) -> int:
@@ -105,7 +104,7 @@ class Yolo9Loss:
         """
         box_logits, cls_logits, anchors, anchor_strides, image_hw = self._flatten(raw_outputs)
         batch = cls_logits.shape[0]
-        global_batch = self._check_scaling(batch, world_size, global_batch)
+        global_batch = check_scaling(batch, world_size, global_batch)
         gt_labels, gt_boxes, gt_mask = self._ground_truths(targets, batch, image_hw, cls_logits.device)
 
         pred_dist = dfl_expectation(box_logits, self.reg_max).transpose(1, 2)  # [B, A, 4] grid units
@@ -118,70 +117,23 @@ class Yolo9Loss:
         box_sum = self._box_sum(pred_boxes, assigned, weight)
         dfl_sum = self._dfl_sum(box_logits, assigned, anchors, anchor_strides, weight)
 
-        normalizer = self._global_normalizer(assigned.scores.sum(), normalizer_sum)
+        normalizer = global_normalizer(assigned.scores.sum(), normalizer_sum)
         items = torch.stack((box_sum * self.box, cls_sum * self.cls, dfl_sum * self.dfl)) * (world_size / normalizer)
         return items.sum() * global_batch, items.detach()
 
     def _flatten(self, raw_outputs: Sequence[Tensor]) -> tuple[Tensor, Tensor, Tensor, Tensor, tuple[int, int]]:
         """Concatenate levels: box logits ``[B, 4R, A]``, class logits ``[B, A, nc]``, anchors, strides."""
-        if len(raw_outputs) != len(self.strides):
-            raise ValueError(f"got {len(raw_outputs)} head outputs for strides {self.strides}; pass one "
-                             "output per level, or build the loss with strides= matching the head")
-        batch = raw_outputs[0].shape[0]
-        for level, out in enumerate(raw_outputs):
-            if out.dim() != 4 or out.shape[0] != batch or out.shape[1] != self.channels:
-                raise ValueError(
-                    f"head output {level} has shape {tuple(out.shape)}; expected [{batch}, {self.channels}, H, W] "
-                    f"(4 * reg_max={self.reg_max} + nc={self.nc}); check that nc matches the model's head")
-        flat = torch.cat([out.float().flatten(2) for out in raw_outputs], 2)  # [B, no, A]
-        shapes = [(out.shape[2], out.shape[3]) for out in raw_outputs]
+        flat, shapes, image_hw = flatten_levels(raw_outputs, self.strides, self.channels,
+                                                f"4 * reg_max={self.reg_max} + nc={self.nc}")  # [B, no, A]
         anchors, anchor_strides = make_anchors(shapes, self.strides, device=flat.device, dtype=flat.dtype)
-        image_hw = (shapes[0][0] * self.strides[0], shapes[0][1] * self.strides[0])
         split = 4 * self.reg_max
         return flat[:, :split], flat[:, split:].transpose(1, 2), anchors, anchor_strides, image_hw
-
-    @staticmethod
-    def _check_scaling(batch: int, world_size: int, global_batch: int | None) -> int:
-        if world_size < 1:
-            raise ConfigError(f"world_size={world_size} must be >= 1 (the number of DDP ranks)")
-        global_batch = batch * world_size if global_batch is None else global_batch
-        if global_batch < 1:
-            raise ConfigError(f"global_batch={global_batch} must be >= 1 (images per optimizer step, all ranks)")
-        return global_batch
 
     def _ground_truths(self, targets: Tensor, batch: int, image_hw: tuple[int, int],
                        device: torch.device) -> tuple[Tensor, Tensor, Tensor]:
         """Padded ground truths on ``device``: labels ``[B, G]``, xyxy pixel boxes ``[B, G, 4]``, mask."""
-        if targets.numel() == 0:
-            targets = targets.reshape(0, 6)
-        if targets.dim() != 2 or targets.shape[1] != 6:
-            raise ValueError(f"targets has shape {tuple(targets.shape)}; expected [M, 6] rows of "
-                             "(image index, class, cx, cy, w, h) with normalized boxes")
-        if targets.device.type == "cpu":
-            self._check_classes(targets)
-        elif not self._logged_device_targets:
-            self._logged_device_targets = True
-            log.debug("targets on %s: padding to M=%d columns per image; pass CPU targets to pad to the "
-                      "per-image maximum", targets.device, targets.shape[0])
-        padded, mask = pad_targets(targets.float(), batch)
-        packed = torch.cat((padded, mask[..., None].float()), -1)  # one transfer for both
-        if packed.device != device:
-            if device.type == "cuda":
-                packed = packed.pin_memory()  # a pageable source would make the copy wait for the GPU
-            packed = packed.to(device, non_blocking=device.type == "cuda")
-        height, width = image_hw
-        cx, cy, w, h = packed[..., 1] * width, packed[..., 2] * height, packed[..., 3] * width, packed[..., 4] * height
-        boxes = xywh_to_xyxy(torch.stack((cx, cy, w, h), -1))
-        return packed[..., 0].long(), boxes, packed[..., 5] > 0.5
-
-    def _check_classes(self, targets: Tensor) -> None:
-        """Reject class ids outside [0, nc) while the rows are still on the host (free to read)."""
-        classes = targets[:, 1]
-        bad = (classes < 0) | (classes >= self.nc) | (classes != classes.floor())
-        if bad.any():
-            row = int(bad.long().argmax())
-            raise ValueError(f"targets row {row} has class {float(classes[row]):g} but nc={self.nc}; "
-                             f"classes must be integers in [0, {self.nc}): check the labels or nc")
+        gt = padded_ground_truths(targets, batch, image_hw, device, nc=self.nc)
+        return gt.labels, xywh_to_xyxy(gt.boxes), gt.mask
 
     @staticmethod
     def _box_sum(pred_boxes: Tensor, assigned: Assignment, weight: Tensor) -> Tensor:
@@ -207,14 +159,3 @@ class Yolo9Loss:
         upper_logp = log_probs.gather(2, (lower + 1)[:, :, None]).squeeze(2)
         per_side = -(lower_logp * (1.0 - upper_weight) + upper_logp * upper_weight)
         return (per_side.mean(1) * weight).sum()
-
-    @staticmethod
-    def _global_normalizer(local: Tensor, normalizer_sum: Callable[[Tensor], Tensor] | None) -> Tensor:
-        """Sum of soft targets over all ranks, clamped to >= 1 only after the reduce (else ranks disagree)."""
-        local = local.detach().float().reshape(())
-        total = local if normalizer_sum is None else normalizer_sum(local)
-        if not isinstance(total, Tensor) or total.numel() != 1:
-            raise TypeError(f"normalizer_sum returned {type(total).__name__} "
-                            f"{tuple(total.shape) if isinstance(total, Tensor) else ''}; it must return a "
-                            "one-element tensor, the sum of its argument over ranks (all-reduce-sum)")
-        return total.detach().reshape(()).to(local.device, local.dtype).clamp(min=1.0)

@@ -1,0 +1,61 @@
+"""YOLOX's declaration: data only (no torch import), read by the registry and the CLI."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ...family_spec import FamilySpec, TaskDecl
+
+if TYPE_CHECKING:
+    from ...contract import Family
+
+
+def _implementation() -> type[Family]:
+    from .family import YoloxFamily
+
+    return YoloxFamily
+
+
+# Upstream YOLOX's training recipe as TrainConfig values. Translations (why a number looks odd):
+# - lr0: YOLOX trains at 0.01 per 64 images on a loss averaged over positives. Our losses are a
+#   per-image sum (x global batch, see layers/loss_scale.py) accumulated to nbs=64 images per
+#   step, so 0.01 / 64 gives YOLOX's update for any batch, above or below 64.
+# - weight_decay: the trainer's decay rides on the same small lr0; 5e-4 * 64 keeps YOLOX's decay
+#   per image seen (lr 0.01 x 5e-4 per 64 images).
+# - warmup_bias_lr 0 / warmup_momentum 0.9: YOLOX warms every group up from 0 and keeps momentum.
+# - scale 0.9: YOLOX scales mosaics by U(0.1, 2.0); ours is 1 +/- scale, at most 0.95.
+# - hsv: YOLOX shifts hue by up to 5/180 and saturation/value by up to 30/255 (additively);
+#   ours are a hue shift and multiplicative gains, the nearest equivalents.
+# Not expressible here: quadratic (not linear) warmup, the cosine ending on a flat minimum for the
+# close_mosaic epochs, MixUp, EMA decay 0.9998 (ours 0.9999), multiscale of +/-5 strides.
+RECIPE: dict[str, object] = {
+    "optimizer": "SGD", "lr0": 0.01 / 64, "nbs": 64, "momentum": 0.9, "weight_decay": 5e-4 * 64,
+    "warmup_epochs": 5.0, "warmup_bias_lr": 0.0, "warmup_momentum": 0.9, "cos_lr": True, "lrf": 0.05,
+    "close_mosaic": 15, "mosaic": 1.0, "degrees": 10.0, "translate": 0.1, "scale": 0.9, "shear": 2.0,
+    "fliplr": 0.5, "hsv_h": 5 / 180, "hsv_s": 30 / 255, "hsv_v": 30 / 255,
+}
+
+SPEC = FamilySpec(
+    name="yolox",
+    display_name="YOLOX",
+    weight_prefix="LibreYOLOX",
+    sizes=("n", "t", "s", "m", "l", "x"),
+    default_size="s",
+    tasks={
+        "detect": TaskDecl(
+            loss_names=("iou", "obj", "cls", "l1"),
+            loss_gains={"iou": 5.0, "obj": 1.0, "cls": 1.0, "l1": 1.0},
+            default_imgsz=640,
+            imgsz_by_size={"n": 416, "t": 416},
+            # False until the family's rows in docs/parity-matrix.md are green on a GPU.
+            inference_capture=False,
+            train_capture=False,
+            recipe=RECIPE,
+        ),
+    },
+    implementation=_implementation,
+    stride=32,
+    ddp_autospawn=True,
+    sync_bn_default=True,
+    summary="CSPDarknet + PAFPN detector (YOLOX), decoupled anchor-free head with objectness; SimOTA assignment",
+)

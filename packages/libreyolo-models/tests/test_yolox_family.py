@@ -1,0 +1,74 @@
+"""YOLOX through the facade: predictions, checkpoints (save, load, bare state dicts), the recipe."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from libreyolo_models import SAMPLE_IMAGE, LibreYOLO, LibreYOLOX
+from libreyolo_models.config import load_config
+from libreyolo_models.train.settings import TrainConfig
+
+IMGSZ = 128
+
+
+@pytest.fixture(scope="module")
+def model() -> LibreYOLO:
+    torch.manual_seed(0)
+    m = LibreYOLOX(size="n", nc=3, names=["circle", "square", "triangle"], imgsz=IMGSZ)
+    with torch.no_grad():  # the prior (0.01 x 0.01) scores nothing; lift it so NMS has work
+        for obj, cls in zip(m.net.head.obj_preds, m.net.head.cls_preds):
+            obj.bias.fill_(2.0)
+            cls.bias.copy_(torch.tensor([0.3, 0.7, 0.2]))
+    return m.eval()
+
+
+def _detections(model: LibreYOLO) -> list[torch.Tensor]:
+    return [r.boxes.data for r in model(SAMPLE_IMAGE, conf=0.3, max_det=30)]
+
+
+def test_predict_returns_boxes_in_original_pixels_with_obj_times_cls_scores(model) -> None:
+    (res,) = model(SAMPLE_IMAGE, conf=0.3, max_det=30)
+    assert res.orig_shape == (360, 480) and 0 < len(res) <= 30
+    boxes = res.boxes.data
+    assert (boxes[:, 2] >= boxes[:, 0]).all() and (boxes[:, 3] >= boxes[:, 1]).all()  # clipped: may be flat
+    assert boxes[:, :4].min() >= 0 and boxes[:, [0, 2]].max() <= 480 and boxes[:, [1, 3]].max() <= 360
+    assert boxes[:, 4].max() <= torch.sigmoid(torch.tensor(2.0)) + 1e-6  # obj x cls, both below 1
+
+
+def test_checkpoint_round_trip_gives_the_same_predictions(model, tmp_path) -> None:
+    path = model.save(tmp_path / "yolox.pt")
+    ckpt = torch.load(path, weights_only=True)
+    assert (ckpt["model_family"], ckpt["size"], ckpt["nc"], ckpt["imgsz"]) == ("yolox", "n", 3, IMGSZ)
+    loaded = LibreYOLO(path)
+    assert (loaded.spec.name, loaded.size, loaded.names[1]) == ("yolox", "n", "square")
+    before, after = _detections(model), _detections(loaded.eval())
+    assert len(before[0]) > 0 and all(torch.equal(a, b) for a, b in zip(before, after))
+
+
+def test_bare_upstream_state_dict_loads_with_size_and_classes_read_from_the_weights(model, tmp_path) -> None:
+    path = tmp_path / "LibreYOLOXn.pt"
+    torch.save({"model": model.net.state_dict()}, path)  # an upstream-style file without metadata
+    loaded = LibreYOLO(path, imgsz=IMGSZ)
+    assert (loaded.spec.name, loaded.size, loaded.nc) == ("yolox", "n", 3)
+    assert all(torch.equal(a, b) for a, b in zip(_detections(model), _detections(loaded.eval())))
+
+
+def test_fused_yolox_predicts_what_the_unfused_one_does(model) -> None:
+    fused = LibreYOLOX(size="n", nc=3, imgsz=IMGSZ)
+    fused.net.load_state_dict(model.net.state_dict())
+    fused.eval().fuse()
+    plain, merged = _detections(model), _detections(fused)
+    assert len(plain[0]) == len(merged[0]) > 0
+    torch.testing.assert_close(merged[0], plain[0], rtol=1e-4, atol=1e-3)
+
+
+def test_recipe_translates_upstream_yolox_into_train_config_values() -> None:
+    decl = LibreYOLOX(size="n").spec.task("detect")
+    cfg = load_config(TrainConfig, {**decl.recipe, "data": "shapes"}, "recipe")
+    assert (cfg.optimizer, cfg.momentum, cfg.cos_lr, cfg.close_mosaic, cfg.mosaic) == ("SGD", 0.9, True, 15, 1.0)
+    # 0.01 per 64 images on a per-image-sum loss accumulated to 64 images; YOLOX's decay per step.
+    assert cfg.lr0 * cfg.nbs == pytest.approx(0.01) and cfg.lr0 * cfg.weight_decay == pytest.approx(0.01 * 5e-4)
+    assert cfg.warmup_epochs == 5 and cfg.warmup_bias_lr == 0.0 and cfg.lrf == 0.05
+    assert decl.loss_gains == {"iou": 5.0, "obj": 1.0, "cls": 1.0, "l1": 1.0}
+    assert not decl.inference_capture and not decl.train_capture  # set from a green GPU parity row only
