@@ -3,7 +3,9 @@
     libreyolo predict model=LibreYOLO9t.pt source=img.jpg conf=0.3 --save
     libreyolo train model=LibreYOLO9t.yaml data=shapes epochs=10 imgsz=256 device=cpu
     libreyolo val model=runs/train/exp/weights/best.pt data=shapes
+    libreyolo export model=best.pt format=onnx imgsz=640 --dynamic   (then model=best.onnx predicts)
     libreyolo info model=LibreYOLO9t.pt
+    libreyolo checks           (versions, CUDA, GPUs, NCCL, extras, cache folder)
     libreyolo version
     libreyolo train --help     (every option of a command, with its default)
 

@@ -62,7 +62,7 @@ def write_onnx(module: nn.Module, example: torch.Tensor, path: Path, meta: Expor
 def write_torchscript(module: nn.Module, example: torch.Tensor, path: Path, meta: ExportMetadata) -> Path:
     with _quiet_tracing(), torch.no_grad():
         traced = torch.jit.trace(module, (example,), check_trace=False)
-    torch.jit.save(traced, str(path), _extra_files={METADATA_FILE: meta.to_json()})
+        torch.jit.save(traced, str(path), _extra_files={METADATA_FILE: meta.to_json()})
     return path
 
 

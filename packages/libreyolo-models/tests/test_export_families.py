@@ -1,0 +1,46 @@
+"""Every family in the registry exports: the ONNX graph of its inference seam gives PyTorch's
+outputs, and the exported model predicts through the same task code (YOLOv9 is checked in full,
+every format, in test_export.py; OpenVINO converts the same ONNX graph, so ONNX parity covers
+what is family-specific)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from libreyolo_models import SAMPLE_IMAGE, LibreYOLO, families
+
+# family -> (size, imgsz): the smallest of each, at the smallest size its layout accepts.
+CASES = {"yolo9": ("t", 64), "yolox": ("n", 64), "rtdetr": ("r18", 64), "segformer": ("b0", 64)}
+
+
+def test_every_registered_family_has_an_export_case() -> None:
+    """A family that lands without a line here fails, so it cannot skip the export check."""
+    missing = sorted(set(families()) - set(CASES))
+    assert not missing, f"add export cases (or exportable=False with a reason) for {missing}"
+
+
+@pytest.mark.parametrize("family", [
+    "yolox", "segformer",
+    pytest.param("rtdetr", marks=pytest.mark.slow),
+])
+def test_onnx_export_matches_pytorch(family: str, tmp_path: Path) -> None:
+    size, imgsz = CASES[family]
+    torch.manual_seed(0)
+    model = LibreYOLO(family=family, size=size, nc=3, imgsz=imgsz).eval()
+    path = model.export(format="onnx", batch=2, file=str(tmp_path / f"{family}.onnx"))
+    runtime = LibreYOLO(path)
+    images = torch.rand(2, 3, imgsz, imgsz, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        expected = model.inference_forward(images)
+    got = runtime.inference_forward(images)
+    assert got.shape == expected.shape and got.dtype == expected.dtype
+    if expected.dtype.is_floating_point:
+        scale = expected.abs().max().item()
+        assert (got - expected).abs().max().item() <= 1e-4 * max(1.0, scale)
+    else:  # class maps: an arg-max may flip where two logits tie to rounding
+        assert (got == expected).float().mean().item() >= 0.999
+    ours, theirs = model.predict(SAMPLE_IMAGE, conf=0.0), runtime.predict(SAMPLE_IMAGE, conf=0.0)
+    assert theirs[0].summary() == ours[0].summary()
