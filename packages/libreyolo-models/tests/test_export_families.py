@@ -13,7 +13,7 @@ import torch
 from libreyolo_models import SAMPLE_IMAGE, LibreYOLO, families
 
 # family -> (size, imgsz): the smallest of each, at the smallest size its layout accepts.
-CASES = {"yolo9": ("t", 64), "yolox": ("n", 64), "rtdetr": ("r18", 64), "segformer": ("b0", 64)}
+CASES = {"yolo9": ("t", 64), "yolox": ("n", 64), "rtdetr": ("r18", 64), "segformer": ("b0", 64), "rtmdet": ("t", 64)}
 
 
 def test_every_registered_family_has_an_export_case() -> None:
@@ -23,7 +23,7 @@ def test_every_registered_family_has_an_export_case() -> None:
 
 
 @pytest.mark.parametrize("family", [
-    "yolox", "segformer",
+    "yolox", "segformer", "rtmdet",
     pytest.param("rtdetr", marks=pytest.mark.slow),
 ])
 def test_onnx_export_matches_pytorch(family: str, tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ installed (export runtimes, loggers), and where the cache folder is.
 
 from __future__ import annotations
 
+import importlib
 import platform
 import sys
 from typing import Any
@@ -44,9 +45,7 @@ def environment_report() -> dict[str, Any]:
     onnx_providers = None
     if extras["onnx"]:
         try:
-            import onnxruntime
-
-            onnx_providers = list(onnxruntime.get_available_providers())
+            onnx_providers = list(importlib.import_module("onnxruntime").get_available_providers())
         except ImportError:  # listed by metadata but not importable (a broken install)
             onnx_providers = []
     root = cache_dir()

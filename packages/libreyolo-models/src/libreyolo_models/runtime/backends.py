@@ -13,6 +13,7 @@ pads the last one, so a batch-1 ONNX file still validates with ``batch=16``.
 from __future__ import annotations
 
 import logging
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -149,7 +150,9 @@ class TorchScriptNetwork(RuntimeNetwork):
     def __init__(self, path: Path) -> None:
         files = {METADATA_FILE: ""}
         try:
-            script = torch.jit.load(str(path), map_location="cpu", _extra_files=files)
+            with warnings.catch_warnings():  # torch.jit's deprecation notice is not the user's to act on
+                warnings.simplefilter("ignore", FutureWarning)
+                script = torch.jit.load(str(path), map_location="cpu", _extra_files=files)
         except RuntimeError as err:
             raise CheckpointError(f"{path}: not a TorchScript file ({str(err).splitlines()[0]})") from None
         if not files[METADATA_FILE]:
