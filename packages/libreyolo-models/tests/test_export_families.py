@@ -12,8 +12,9 @@ import torch
 
 from libreyolo_models import SAMPLE_IMAGE, LibreYOLO, families
 
-# family -> (size, imgsz): the smallest of each, at the smallest size its layout accepts.
-CASES = {"yolo9": ("t", 64), "yolox": ("n", 64), "rtdetr": ("r18", 64), "segformer": ("b0", 64), "rtmdet": ("t", 64)}
+# family -> (size, imgsz): the smallest of each, at the smallest size its layout accepts
+# (RT-DETR selects 300 queries from the encoder tokens: 128 px and up).
+CASES = {"yolo9": ("t", 64), "yolox": ("n", 64), "rtdetr": ("r18", 128), "segformer": ("b0", 64), "rtmdet": ("t", 64)}
 
 
 def test_every_registered_family_has_an_export_case() -> None:
@@ -37,9 +38,15 @@ def test_onnx_export_matches_pytorch(family: str, tmp_path: Path) -> None:
         expected = model.inference_forward(images)
     got = runtime.inference_forward(images)
     assert got.shape == expected.shape and got.dtype == expected.dtype
-    if expected.dtype.is_floating_point:
-        scale = expected.abs().max().item()
-        assert (got - expected).abs().max().item() <= 1e-4 * max(1.0, scale)
+    tolerance = 1e-4 * max(1.0, expected.abs().max().item()) if expected.dtype.is_floating_point else 0
+    if family == "rtdetr":
+        # Queries come out in the order of the encoder's top-k, which orders near-tied scores of an
+        # untrained model freely: compare them as sets (every query has a twin within tolerance).
+        for e, g in zip(expected, got):
+            nearest = torch.cdist(e, g, p=float("inf")).min(1).values
+            assert (nearest <= tolerance).float().mean().item() >= 0.98, nearest.max()
+    elif expected.dtype.is_floating_point:
+        assert (got - expected).abs().max().item() <= tolerance
     else:  # class maps: an arg-max may flip where two logits tie to rounding
         assert (got == expected).float().mean().item() >= 0.999
     ours, theirs = model.predict(SAMPLE_IMAGE, conf=0.0), runtime.predict(SAMPLE_IMAGE, conf=0.0)
