@@ -165,6 +165,7 @@ def test_a_missing_runtime_names_its_extra(exported: dict[str, Path], monkeypatc
         LibreYOLO(exported["openvino"])
 
 
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
 def test_an_onnx_file_without_our_metadata_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "plain.onnx"
     torch.onnx.export(torch.nn.Conv2d(3, 4, 3), (torch.rand(1, 3, 8, 8),), str(path), dynamo=False)
