@@ -209,3 +209,11 @@ def test_onnx_on_the_gpu_matches_pytorch_and_half_exports(model: LibreYOLO, expo
     half = LibreYOLO(path).to(0)
     assert_same_detections(gpu.predict(SAMPLE_IMAGE, conf=0.01)[0].boxes.data.cpu(),
                            half.predict(SAMPLE_IMAGE, conf=0.01)[0].boxes.data.cpu(), iou=0.95, score=1e-2)
+
+
+def test_a_torchscript_file_runs_only_where_it_was_traced(exported: dict[str, Path]) -> None:
+    runtime = LibreYOLO(exported["torchscript"])
+    assert runtime.runtime is not None and runtime.runtime.meta.extra["traced_on"] == "cpu"
+    runtime.runtime.meta = replace(runtime.runtime.meta, extra={"traced_on": "cuda"})  # as if traced on a GPU
+    with pytest.raises(ConfigError, match=r"traced on cuda.*model\.to\(0\).*re-export from the \.pt with device=cpu"):
+        runtime.predict(SAMPLE_IMAGE)

@@ -26,7 +26,8 @@ class ExportConfig:
             OpenVINO compresses its weights to fp16 on any device.
         simplify: run onnxslim over the ONNX graph (ONNX and OpenVINO).
         opset: ONNX opset.
-        device: where the network is traced (default: the model's device).
+        device: where the network is traced (default: the model's device). A TorchScript file
+            runs on that device type only (the trace records where anchor grids are made).
         file: output path (default: next to the checkpoint, or the weights name in the working
             folder; OpenVINO writes a folder ``<stem>_openvino_model``).
     """

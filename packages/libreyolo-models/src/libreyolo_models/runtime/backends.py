@@ -162,6 +162,12 @@ class TorchScriptNetwork(RuntimeNetwork):
         self.script = script
 
     def run(self, images: Tensor) -> list[Tensor]:
+        traced_on = str(self.meta.extra.get("traced_on", "cpu"))
+        if traced_on != self.anchor.device.type:
+            # A trace records tensors made inside the network (anchor grids) on the device it ran on.
+            raise ConfigError(f"{self.path} was traced on {traced_on} and runs only there; "
+                              + ("move it with model.to(0)" if traced_on == "cuda" else "keep it on the CPU")
+                              + f", or re-export from the .pt with device={'cpu' if traced_on == 'cuda' else 0}")
         with torch.no_grad():
             out = self.script(images.to(self.anchor.device, DTYPES[self.meta.input_dtype]))
         return list(out) if isinstance(out, tuple | list) else [out]
