@@ -14,7 +14,8 @@ from libreyolo_models import SAMPLE_IMAGE, LibreYOLO, families
 
 # family -> (size, imgsz): the smallest of each, at the smallest size its layout accepts
 # (RT-DETR selects 300 queries from the encoder tokens: 128 px and up).
-CASES = {"yolo9": ("t", 64), "yolox": ("n", 64), "rtdetr": ("r18", 128), "segformer": ("b0", 64), "rtmdet": ("t", 64)}
+CASES = {"yolo9": ("t", 64), "yolox": ("n", 64), "rtdetr": ("r18", 128), "segformer": ("b0", 64), "rtmdet": ("t", 64),
+         "resnet": ("18", 64), "efficientnetv2": ("b0", 64), "convnext": ("tiny", 64), "mobilenetv4": ("small", 64)}
 
 
 def test_every_registered_family_has_an_export_case() -> None:
@@ -24,8 +25,8 @@ def test_every_registered_family_has_an_export_case() -> None:
 
 
 @pytest.mark.parametrize("family", [
-    "yolox", "segformer", "rtmdet",
-    pytest.param("rtdetr", marks=pytest.mark.slow),
+    "yolox", "segformer", "rtmdet", "resnet", "efficientnetv2", "mobilenetv4",
+    pytest.param("rtdetr", marks=pytest.mark.slow), pytest.param("convnext", marks=pytest.mark.slow),
 ])
 def test_onnx_export_matches_pytorch(family: str, tmp_path: Path) -> None:
     size, imgsz = CASES[family]

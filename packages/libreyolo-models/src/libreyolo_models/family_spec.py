@@ -45,6 +45,9 @@ class TaskDecl:
             TorchScript and OpenVINO; the family's ``postprocess`` (NMS, thresholds) always stays
             outside the exported graph and runs in Python on the runtime's outputs.
         export_note: why the task does not export, when ``exportable`` is False (shown to users).
+        default_nc: classes of an untrained model when neither ``nc`` nor ``names`` is given
+            (80, COCO, for detectors; 1000, ImageNet, for classifiers, so a fresh model has the
+            reference architecture's shapes).
     """
 
     loss_names: tuple[str, ...]
@@ -56,6 +59,7 @@ class TaskDecl:
     recipe: Mapping[str, object] = field(default_factory=dict)
     exportable: bool = True
     export_note: str = ""
+    default_nc: int = 80
 
     def __post_init__(self) -> None:
         if not self.exportable and not self.export_note:
@@ -149,7 +153,7 @@ class FamilySpec:
 
     def weight_name(self, size: str, task: str | None = None, suffix: str = ".pt") -> str:
         """``<prefix><size>[-<task suffix>]<suffix>``; the default task has no task suffix
-        (``LibreYOLO9t.pt`` detects, ``LibreSegFormerb0.pt`` segments)."""
+        (``LibreYOLO9t.pt`` detects, ``LibreSegFormerb0.pt`` segments, ``LibreResNet50.pt`` classifies)."""
         task = task or self.default_task
         return f"{self.weight_prefix}{size}{'' if task == self.default_task else TASK_SUFFIXES[task]}{suffix}"
 

@@ -11,18 +11,30 @@ import torch
 from torch import Tensor
 
 from ..layers.boxes import xyxy_to_xywh
-from .plotting import draw_detections
+from .plotting import draw_detections, draw_top_classes
+from .probs import Probs
 
 
 class Boxes:
     """Detections of one image, in original-image pixels.
 
     ``data`` is ``float [N, 6]``: x1, y1, x2, y2, confidence, class id, sorted by confidence.
+    ``id`` is None unless the boxes come from ``model.track``: then ``int64 [N]`` track ids, one
+    per box, stable across the frames of a source.
     """
 
-    def __init__(self, data: Tensor, orig_shape: tuple[int, int]) -> None:
+    def __init__(self, data: Tensor, orig_shape: tuple[int, int], id: Tensor | None = None) -> None:
+        if id is not None and id.shape != (data.shape[0],):
+            raise ValueError(f"Boxes: {data.shape[0]} boxes but track ids of shape {tuple(id.shape)}; "
+                             "give one id per box")
         self.data = data
         self.orig_shape = orig_shape
+        self.id = None if id is None else id.to(torch.int64)
+
+    @property
+    def is_track(self) -> bool:
+        """Whether these boxes carry track ids (``model.track``)."""
+        return self.id is not None
 
     def __len__(self) -> int:
         return self.data.shape[0]
@@ -61,13 +73,14 @@ class Boxes:
         return self.data[:, 5]
 
     def cpu(self) -> Boxes:
-        return Boxes(self.data.cpu(), self.orig_shape)
+        return Boxes(self.data.cpu(), self.orig_shape, None if self.id is None else self.id.cpu())
 
     def numpy(self) -> np.ndarray:
         return self.data.cpu().numpy()
 
     def __repr__(self) -> str:
-        return f"Boxes(n={len(self)}, orig_shape={self.orig_shape})"
+        ids = "" if self.id is None else f", ids={self.id.tolist()}"
+        return f"Boxes(n={len(self)}, orig_shape={self.orig_shape}{ids})"
 
 
 @dataclass
@@ -80,8 +93,11 @@ class Results:
     names: dict[int, str]
     boxes: Boxes | None = None
     speed: dict[str, float] = field(default_factory=dict)  # ms per image: preprocess, inference, postprocess
-    probs: Any = None
+    probs: Probs | None = None    # classify: class probabilities (``probs.top1``, ``probs.top5``...)
     masks: Any = None
+    # model.track only: recent box centres per track id, ``float [K, 2]`` (x, y pixels, oldest
+    # first), for the ids in ``boxes.id``; drawn as trails by ``plot``.
+    trails: dict[int, np.ndarray] | None = None
 
     @property
     def orig_shape(self) -> tuple[int, int]:
@@ -92,21 +108,32 @@ class Results:
 
     def to_list(self) -> list[dict[str, object]]:
         """One dict per detection: name, class, confidence, box (x1, y1, x2, y2 pixels); for a
-        semantic model, one per class present: name, class, share of the image's pixels."""
+        semantic model, one per class present: name, class, share of the image's pixels; for a
+        classification, one per top-5 class: name, class, confidence."""
         rows: list[dict[str, object]] = []
+        if self.probs is not None:
+            return [{"name": self.probs.name(c), "class": c, "confidence": float(self.probs.data[c])}
+                    for c in self.probs.top5]
         if self.masks is not None:
             return [{"name": self.names.get(c, str(c)), "class": c, "share": share}
                     for c, share in self.masks.pixel_shares().items()]
         if self.boxes is None:
             return rows
-        for x1, y1, x2, y2, conf, cls in self.boxes.data.tolist():
-            rows.append({"name": self.names.get(int(cls), str(int(cls))), "class": int(cls),
-                         "confidence": conf, "box": {"x1": x1, "y1": y1, "x2": x2, "y2": y2}})
+        ids = self.boxes.id.tolist() if self.boxes.id is not None else [None] * len(self.boxes)
+        for (x1, y1, x2, y2, conf, cls), track_id in zip(self.boxes.data.tolist(), ids):
+            row: dict[str, object] = {"name": self.names.get(int(cls), str(int(cls))), "class": int(cls),
+                                      "confidence": conf, "box": {"x1": x1, "y1": y1, "x2": x2, "y2": y2}}
+            if track_id is not None:
+                row["track_id"] = track_id
+            rows.append(row)
         return rows
 
     def summary(self) -> str:
         """``"2 circles, 1 square"`` style count of detections per class; for a semantic model the
-        classes present with their share of the pixels (``"background 81%, circle 12%"``)."""
+        classes present with their share of the pixels (``"background 81%, circle 12%"``); for a
+        classification, the top-5 classes with their probabilities."""
+        if self.probs is not None:
+            return self.probs.summary()
         if self.masks is not None:
             return ", ".join(f"{self.names.get(c, str(c))} {share:.0%}" for c, share in self.masks.pixel_shares().items())
         if self.boxes is None or not len(self):
@@ -119,22 +146,40 @@ class Results:
 
     def plot(self, *, labels: bool = True, conf: bool = True, line_width: int | None = None) -> np.ndarray:
         """A copy of the original image with boxes and labels drawn (semantic: each pixel tinted
-        with its class colour); RGB uint8 ``[H, W, 3]``."""
+        with its class colour; a classification: its top-5 classes and probabilities, written
+        top-left; tracking: ids in the labels, a colour per id, and trails of the recent
+        centres); RGB uint8 ``[H, W, 3]``."""
+        if self.probs is not None:
+            lines = [f"{self.probs.name(c)} {float(self.probs.data[c]):.2f}" for c in self.probs.top5]
+            return draw_top_classes(self.orig_img, lines if conf else [line.rsplit(" ", 1)[0] for line in lines])
         if self.masks is not None:
             return self.masks.overlay(self.orig_img)
         if self.boxes is None:
             return self.orig_img.copy()
+        ids = None if self.boxes.id is None else self.boxes.id.tolist()
         return draw_detections(self.orig_img, self.boxes.data.cpu(), self.names, labels=labels,
-                               conf=conf, line_width=line_width)
+                               conf=conf, line_width=line_width, ids=ids, trails=self.trails)
 
     def save(self, filename: str | Path) -> Path:
         """Write the annotated image (format from the suffix); returns the path."""
         from PIL import Image
 
-        path = Path(filename)
+        path = Path(filename).expanduser()
         path.parent.mkdir(parents=True, exist_ok=True)
         Image.fromarray(self.plot()).save(path)
         return path
 
     def __repr__(self) -> str:
         return f"Results(path={self.path!r}, shape={self.orig_shape}, {self.summary()})"
+
+
+class ResultsList(list):
+    """What ``model(source)`` returns: one ``Results`` per readable image, in input order.
+
+    A plain list, plus ``skipped``: ``(name, reason)`` for each item of a folder, glob, list or
+    stream that could not be read (each was also logged as a warning).
+    """
+
+    def __init__(self, results: list[Results] | None = None, skipped: list[tuple[str, str]] | None = None) -> None:
+        super().__init__(results or [])
+        self.skipped: list[tuple[str, str]] = list(skipped or [])
