@@ -224,8 +224,9 @@ class LibreYOLO:
     def predict(self, source: object, **options: Any) -> list[Any]:
         """Predict on ``source`` (see ``predict.sources`` for what it may be).
 
-        Options (``PredictConfig``): conf, iou, imgsz, classes, max_det, batch, save, device,
-        half, fuse (see ``fuse()``), cuda_graph (False | True | "auto"), project, name, verbose.
+        Options (``PredictConfig``): conf, iou, imgsz, classes, max_det, agnostic_nms, batch, save,
+        save_txt, save_conf, save_crop, show, device, half, fuse (see ``fuse()``), cuda_graph
+        (False | True | "auto"), project, name, verbose.
         Returns one ``Results`` per image.
         """
         from .predict.predictor import run_prediction

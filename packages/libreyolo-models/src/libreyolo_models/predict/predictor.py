@@ -7,7 +7,6 @@ import logging
 import time
 from collections.abc import Iterable, Iterator
 from itertools import islice
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
@@ -16,6 +15,7 @@ from ..errors import ConfigError
 from ..graphs import forward_for_predict
 from ..rundir import next_run_dir
 from ..settings import PredictConfig
+from .outputs import PredictOutputs, wants_run_dir
 from .results import Results
 from .sources import SourceImage, iter_sources
 
@@ -54,7 +54,8 @@ def run_prediction(model: LibreYOLO, source: object, cfg: PredictConfig) -> list
                               f"{model.nc} classes (0..{model.nc - 1})")
     model.net.eval()
     forward = forward_for_predict(model, cfg.cuda_graph)
-    save_dir = next_run_dir(cfg.project, cfg.name) if cfg.save else None
+    save_dir = next_run_dir(cfg.project, cfg.name) if wants_run_dir(cfg) else None
+    outputs = PredictOutputs(cfg, save_dir)
     device, dtype = model.device, model.dtype
     results: list[Results] = []
     for chunk in _chunks(iter_sources(source), cfg.batch):
@@ -74,8 +75,7 @@ def run_prediction(model: LibreYOLO, source: object, cfg: PredictConfig) -> list
                  "postprocess": (t3 - t2) * 1e3 / n}
         for item, prediction, prep in zip(chunk, predictions, prepared):
             res = task.make_results(item.image, item.name, dict(model.names), prediction, prep.info, dict(speed))
-            if save_dir is not None:
-                res.save(save_dir / (Path(item.name).stem + ".jpg"))
+            outputs.handle(res, item.name)
             if cfg.verbose:
                 log.info("%s: %s (%.1f ms)", item.name, res.summary(), speed["inference"])
             results.append(res)
