@@ -9,6 +9,9 @@
     python tools/bench_train_graphs.py --extra bench_models:segformer_b0_train
     python tools/bench_infer_graphs.py --batches 1,2,8 --extra bench_models:rtdetr_r18_infer
     python tools/bench_train_graphs.py --extra bench_models:rtdetr_r18_train
+    python tools/bench_infer_graphs.py --extra bench_models:rtmdett_infer --extra bench_models:rtmdets_infer
+    python tools/bench_infer_graphs.py --extra bench_models:rtmdets_infer_fused
+    python tools/bench_train_graphs.py --extra bench_models:rtmdett_train --extra bench_models:rtmdets_train
 """
 
 from __future__ import annotations
@@ -140,3 +143,24 @@ def rtdetr_r18_train(device: torch.device, batch: int = 8, imgsz: int = 640):  #
         return model.family.compute_loss(head, targets, context).total
 
     return f"rt-detr-r18 split (b{batch}, {imgsz}px)", model.training_module(), (images,), loss_fn
+
+
+def rtmdett_infer() -> tuple[str, nn.Module, int]:
+    return _infer("rtmdet", "t", "rtmdet-t")
+
+
+def rtmdets_infer() -> tuple[str, nn.Module, int]:
+    return _infer("rtmdet", "s", "rtmdet-s")
+
+
+def rtmdets_infer_fused() -> tuple[str, nn.Module, int]:
+    return _infer_fused("rtmdet", "s", "rtmdet-s fused")
+
+
+def rtmdett_train(device: torch.device):  # noqa: ANN201
+    """RTMDet-t forward + backward; the loss (dynamic soft-label assigner, QFL + GIoU) stays eager."""
+    return _train("rtmdet", "t", "rtmdet-t", device)
+
+
+def rtmdets_train(device: torch.device):  # noqa: ANN201
+    return _train("rtmdet", "s", "rtmdet-s", device)

@@ -30,3 +30,8 @@ def LibreRTDETR(model: str | Path | None = None, **kwargs: Any) -> LibreYOLO:  #
 def LibreYOLOX(model: str | Path | None = None, **kwargs: Any) -> LibreYOLO:  # noqa: N802 - upstream's name
     """YOLOX: ``LibreYOLOX(size="s", nc=3)`` (untrained) or ``LibreYOLOX("LibreYOLOXs.pt")``."""
     return LibreYOLO(model, family="yolox", **kwargs)
+
+
+def LibreRTMDet(model: str | Path | None = None, **kwargs: Any) -> LibreYOLO:  # noqa: N802 - upstream's name
+    """RTMDet: ``LibreRTMDet(size="s", nc=3)`` (untrained) or ``LibreRTMDet("LibreRTMDets.pt")``."""
+    return LibreYOLO(model, family="rtmdet", **kwargs)

@@ -15,12 +15,13 @@ from pathlib import Path
 from .config import suggest
 from .errors import ConfigError, UnknownFamilyError
 from .families.rtdetr.spec import SPEC as RTDETR
+from .families.rtmdet.spec import SPEC as RTMDET
 from .families.segformer.spec import SPEC as SEGFORMER
 from .families.yolo9.spec import SPEC as YOLO9
 from .families.yolox.spec import SPEC as YOLOX
 from .family_spec import TASK_SUFFIXES, FamilySpec
 
-BUILTIN: dict[str, FamilySpec] = {spec.name: spec for spec in (YOLO9, YOLOX, RTDETR, SEGFORMER)}
+BUILTIN: dict[str, FamilySpec] = {spec.name: spec for spec in (YOLO9, YOLOX, RTMDET, RTDETR, SEGFORMER)}
 
 _extra: dict[str, FamilySpec] = {}
 

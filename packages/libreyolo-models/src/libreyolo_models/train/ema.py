@@ -34,7 +34,13 @@ class ModelEMA:
         if self._pairs is None or self._pairs[0] != id(net):
             source = net.state_dict()
             floats_e, floats_s, other_e, other_s = [], [], [], []
+            seen: set[int] = set()
             for key, value in self.ema.state_dict().items():
+                # A tensor shared under several keys (RTMDet's head convs) is averaged once, not
+                # once per key (which would decay it at d**n).
+                if value.numel() and value.data_ptr() in seen:
+                    continue
+                seen.add(value.data_ptr())
                 src = source[key].detach()
                 if value.dtype.is_floating_point and src.dtype == value.dtype:
                     floats_e.append(value)
