@@ -114,3 +114,18 @@ def test_an_unreachable_mlflow_server_is_one_warning_not_a_crash_or_a_long_wait(
     (record,) = [r for r in caplog.records if "mlflow" in r.getMessage()]
     assert "not reachable" in record.getMessage() and f"127.0.0.1:{port}" in record.getMessage()
     assert "training goes on" in record.getMessage() and logger.disabled
+
+
+@pytest.mark.parametrize(("rank", "expected"), [(0, ["TensorBoardLogger", "MLflowLogger", "WandbLogger"]), (1, [])])
+def test_only_rank_zero_builds_loggers(rank, expected, monkeypatch) -> None:
+    import libreyolo_ddp
+    from libreyolo_models.train.plan import resolve_plan
+    from libreyolo_models.train.trainer import Trainer
+
+    model = LibreYOLO("LibreYOLO9t.yaml")
+    plan = resolve_plan(model, {"data": "shapes", "device": "cpu", "tensorboard": True, "mlflow": True,
+                                "wandb": True}, "test")
+    monkeypatch.setattr(libreyolo_ddp, "dist_env", lambda: libreyolo_ddp.DistEnv(rank=rank, world_size=2))
+    trainer = Trainer(model, plan, callbacks=[print])
+    assert [type(cb).__name__ for cb in trainer.callbacks.callbacks[1:]] == expected
+    assert trainer.callbacks.enabled is (rank == 0)
