@@ -214,3 +214,24 @@ def test_predictions_json_loads_in_pycocotools_and_scores_like_our_metrics(confi
     # (boxes touching the border are clipped differently, hence the small tolerance).
     assert evaluator.stats[1] == pytest.approx(result.map50, abs=0.02)
     assert evaluator.stats[0] == pytest.approx(result.map50_95, abs=0.03)
+
+
+def test_semantic_validation_draws_its_confusion_matrix_without_a_background_row(tmp_path, monkeypatch) -> None:
+    from types import SimpleNamespace
+
+    from libreyolo_models.tasks import semantic
+    from libreyolo_models.tasks.base import EvalSettings
+    from libreyolo_models.val.semantic_metrics import semantic_result
+
+    confusion = torch.tensor([[50, 2, 1], [3, 40, 0], [0, 5, 30]])
+    monkeypatch.setattr(semantic, "evaluate_semantic",
+                        lambda *a, **k: semantic_result(confusion, 4, {0: "bg", 1: "circle", 2: "square"}))
+    model = SimpleNamespace(names={0: "bg", 1: "circle", 2: "square"})
+    result = semantic.SemanticTask().evaluate(model, lambda x: x, [], progress=False,  # type: ignore[arg-type]
+                                              settings=EvalSettings(save_dir=tmp_path, plots=True))
+    assert result.confusion.equal(confusion)
+    assert _decodes(tmp_path / "confusion_matrix.png")[0] > 50
+    assert _decodes(tmp_path / "confusion_matrix_normalized.png")[0] > 50
+    off = semantic.SemanticTask().evaluate(model, lambda x: x, [], progress=False,  # type: ignore[arg-type]
+                                           settings=EvalSettings(save_dir=tmp_path / "off", plots=False))
+    assert off.miou == result.miou and not (tmp_path / "off").exists()
