@@ -26,11 +26,14 @@ def test_predict_prints_one_line_per_image(capsys: pytest.CaptureFixture[str], t
     from libreyolo_models import SAMPLE_IMAGE
 
     code = main(["predict", "model=LibreYOLO9t.yaml", f"source={SAMPLE_IMAGE}", "imgsz=64", "--save",
-                 f"project={tmp_path}"])
+                 "--save-txt", "--save-conf", "--save-crop", "--agnostic-nms", f"project={tmp_path}"])
     assert code == EXIT_OK
     out = capsys.readouterr().out.strip().splitlines()
     assert len(out) == 1 and out[0].startswith(str(SAMPLE_IMAGE))
     assert (tmp_path / "exp" / "sample.jpg").is_file()
+    # An untrained model finds nothing: the label file exists and is empty, no crops are cut.
+    assert (tmp_path / "exp" / "labels" / "sample.txt").read_text() == ""
+    assert not (tmp_path / "exp" / "crops").exists()
 
 
 def test_info_without_a_model_lists_every_family(capsys: pytest.CaptureFixture[str]) -> None:
