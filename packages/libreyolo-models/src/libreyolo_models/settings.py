@@ -9,9 +9,26 @@ stride) happen where the model is known: ``LibreYOLO.resolve_imgsz``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from .errors import ConfigError
+
+DeviceSpec = Any
+"""``device=`` as users write it: ``"cpu"``, ``"cuda:0"``, ``"0,1"``, ``0``, ``[0, 1]``, a
+``torch.device`` or None (auto). ``Any`` because one validator owns the rule and its message:
+``libreyolo_ddp.parse_devices`` (called before any work), not the generic type conversion."""
+
+
+def device_text(device: object) -> object:
+    """``device=`` as configs, ``args.yaml`` and checkpoints keep it: a list or tuple becomes ``"0,1"``,
+    a ``torch.device`` its text; anything else is left for ``parse_devices`` to judge."""
+    import torch  # loaded already wherever a device is used; not needed to import the settings
+
+    if isinstance(device, list | tuple):
+        return ",".join(str(d) for d in device)
+    if isinstance(device, torch.device):
+        return str(device)
+    return device
 
 
 def check_positive_imgsz(imgsz: int | None, source: str = "imgsz") -> None:
@@ -35,7 +52,7 @@ class PredictConfig:
     save_conf: bool = False     # with save_txt: each line ends with the confidence
     save_crop: bool = False     # crops/<class>/<image>.jpg: every box cut from the original image
     show: bool = False          # a window per image; a warning and nothing else without a display
-    device: str | None = None
+    device: DeviceSpec = None
     half: bool = False
     fuse: bool = False
     cuda_graph: bool | Literal["auto"] = False
@@ -44,6 +61,7 @@ class PredictConfig:
     verbose: bool = False
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "device", device_text(self.device))
         if not 0.0 <= self.conf <= 1.0:
             raise ConfigError(f"conf={self.conf} must be between 0 and 1 (a score threshold)")
         if not 0.0 <= self.iou <= 1.0:

@@ -32,6 +32,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -39,6 +40,7 @@ import numpy as np
 import yaml
 from PIL import Image, ImageDraw
 
+from ..atomic_write import umask_mode
 from ..cache_dir import cache_dir
 
 log = logging.getLogger(__name__)
@@ -74,24 +76,35 @@ def ensure_shapes(root: Path | None = None) -> Path:
     """
     root = Path(root) if root is not None else cache_dir() / "datasets"
     final = root / SHAPES_DIRNAME
+    return generate_once(final, lambda tmp: generate_shapes(tmp, yaml_root=final))
+
+
+def generate_once(final: Path, generate: Callable[[Path], None]) -> Path:
+    """``final / "data.yaml"``, running ``generate(tmp)`` into a temporary sibling folder first
+    when it does not exist yet, then renaming that folder to ``final`` (atomic: readers see all
+    or nothing; of two racing processes one wins and the other uses its copy).
+
+    ``generate`` must write ``data.yaml`` last. Raises OSError naming ``final`` when a folder of
+    that name exists without a ``data.yaml`` (an interrupted copy made by hand).
+    """
     yaml_path = final / "data.yaml"
     if yaml_path.is_file():
         return yaml_path
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{SHAPES_DIRNAME}.", suffix=".tmp", dir=root))
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent))
     try:
         start = time.perf_counter()
-        generate_shapes(tmp, yaml_root=final)
-        os.chmod(tmp, 0o755)  # mkdtemp makes it owner-only
+        generate(tmp)
+        os.chmod(tmp, umask_mode(0o777))  # mkdtemp makes it owner-only
         try:
             os.rename(tmp, final)  # atomic; fails if another process got there first
         except OSError as err:
             if not yaml_path.is_file():
                 raise OSError(f"{final} exists but holds no data.yaml (an interrupted copy?); delete "
                               f"that folder and try again ({err.strerror or err})") from err
-            log.debug("shapes: another process generated %s first; using it", final)
+            log.debug("%s: another process generated it first; using it", final)
         else:
-            log.info("shapes: generated %s in %.1f s", final, time.perf_counter() - start)
+            log.info("generated %s in %.1f s", final, time.perf_counter() - start)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return yaml_path
@@ -123,10 +136,16 @@ def generate_shapes(dest: Path, *, yaml_root: Path | None = None,
     (dest / "data.yaml").write_text(_data_yaml(yaml_root or dest), encoding="utf-8")
 
 
-def _write_image(dest: Path, split: str, index: int) -> None:
-    """Render and save one image and its labels; depends only on (split, index), not on order."""
+def render_shapes_image(split: str, index: int) -> tuple[np.ndarray, list[str]]:
+    """Image ``index`` of ``split`` before JPEG encoding (``uint8 [H, W, 3]``) and its YOLO label
+    rows; depends only on (split, index), not on order. ``shapes-cls`` crops these pixels."""
     rng = np.random.default_rng([_SEED, _SPLIT_IDS[split], index])
-    pixels, rows = _render(rng, is_background=(index * 37) % 100 < 3)  # exactly 3 in every 100
+    return _render(rng, is_background=(index * 37) % 100 < 3)  # exactly 3 in every 100
+
+
+def _write_image(dest: Path, split: str, index: int) -> None:
+    """Render and save one image and its labels."""
+    pixels, rows = render_shapes_image(split, index)
     name = f"{split}_{index:04d}"
     Image.fromarray(pixels).save(dest / "images" / split / f"{name}.jpg", "JPEG", quality=_JPEG_QUALITY)
     (dest / "labels" / split / f"{name}.txt").write_text("".join(f"{row}\n" for row in rows), encoding="utf-8")
@@ -204,6 +223,12 @@ def _draw_shape(rng: np.random.Generator, cls: int, width: int, height: int
     radius = rng.uniform(*_OBJECT_FRACTION) * min(width, height) / 2
     cx = rng.uniform(radius + 1, width - radius - 1)
     cy = rng.uniform(radius + 1, height - radius - 1)
+    return _shape_at(rng, cls, cx, cy, radius, width, height)
+
+
+def _shape_at(rng: np.random.Generator, cls: int, cx: float, cy: float, radius: float, width: int,
+              height: int) -> tuple[np.ndarray, tuple[int, int]]:
+    """Coverage of shape ``cls`` of circumradius ``radius`` centred at ``(cx, cy)``, and its box's corner."""
     x0, y0 = int(cx - radius) - 1, int(cy - radius) - 1
     x1, y1 = min(width, math.ceil(cx + radius) + 2), min(height, math.ceil(cy + radius) + 2)
     x0, y0 = max(0, x0), max(0, y0)
@@ -235,6 +260,43 @@ def _outline(rng: np.random.Generator, shape: str, cx: float, cy: float, r: floa
         polar = [(math.hypot(x, y), math.degrees(math.atan2(y, x))) for x, y in corners]
     return [(cx + rho * math.cos(math.radians(deg + turn)), cy + rho * math.sin(math.radians(deg + turn)))
             for rho, deg in polar]
+
+
+SAMPLE_SEED = 5
+"""Seed of the sample picture's background, colours and rotations (see ``render_sample``)."""
+
+SAMPLE_LAYOUT = {"circle": (0.19, 0.28), "square": (0.5, 0.28), "triangle": (0.81, 0.3),
+                 "star": (0.33, 0.72), "cross": (0.67, 0.72)}
+"""Where each shape of the sample picture is centred, as fractions of its width and height."""
+
+
+def render_sample(width: int = 480, height: int = 360, seed: int = SAMPLE_SEED) -> tuple[np.ndarray, list[str]]:
+    """The bundled sample picture (``SAMPLE_IMAGE``): one shape of each class, well apart.
+
+    Drawn like the training set (its textures, colours, grain and shape sizes) so that a model
+    trained briefly on ``shapes`` labels every shape right on any machine. CPU training is not
+    bit-reproducible across machines (the thread count and the CPU's vector unit change the order
+    of floating-point sums in convolutions, so gradients differ in the last bits and 15 epochs
+    later the models differ), and the first sample (a flat background unlike any training image,
+    a triangle covering a corner of the square) sat on a decision boundary: it was labelled
+    differently on different machines. Isolated in-distribution shapes leave every such model a
+    wide margin. ``tools/make_sample_image.py`` writes the asset.
+
+    Returns:
+        ``uint8 [height, width, 3]`` pixels and the YOLO label rows of the five shapes.
+    """
+    rng = np.random.default_rng([_SEED, len(_SPLIT_IDS), seed])
+    image = _background(rng, height, width)
+    radius = 0.34 * min(width, height) / 2  # mid-range of _OBJECT_FRACTION
+    rows = []
+    for name, (fx, fy) in SAMPLE_LAYOUT.items():
+        cls = CLASS_NAMES.index(name)
+        alpha, (x0, y0) = _shape_at(rng, cls, fx * width, fy * height, radius, width, height)
+        _paint(rng, image, alpha, alpha >= 0.5, x0, y0)
+        rows.append(_label_row(cls, alpha >= 0.5, x0, y0, width, height))
+    image += rng.integers(-4, 5, (height, width, 1), dtype=np.int8)
+    np.clip(image, 0, 255, out=image)
+    return (image + np.float32(0.5)).astype(np.uint8), rows
 
 
 def _hides_too_much(owner: np.ndarray, mask: np.ndarray, x0: int, y0: int,

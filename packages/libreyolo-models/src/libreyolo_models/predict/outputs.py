@@ -74,13 +74,14 @@ class PredictOutputs:
         self.cfg, self.save_dir = cfg, save_dir
         self.show = cfg.show and has_display()
         self._warned: set[str] = set()
+        self._stems: set[str] = set()
         if cfg.show and not self.show:
             log.warning("show=True: no display found (DISPLAY / WAYLAND_DISPLAY unset), so no window opens; "
                         "use save=True to write the annotated images instead")
 
     def handle(self, res: Results, name: str) -> None:
         """Everything asked for one image's results (``name``: its source name, for file stems)."""
-        stem = Path(name).stem or "image"
+        stem = self._unique_stem(Path(name).stem or "image")
         if self.save_dir is not None:
             if self.cfg.save:
                 res.save(self.save_dir / f"{stem}.jpg")
@@ -90,6 +91,16 @@ class PredictOutputs:
                 self._save_crops(res, stem)
         if self.show:
             res.show()
+
+    def _unique_stem(self, stem: str) -> str:
+        """``stem``, or ``stem_2``, ``stem_3``... when inputs share a name, so no output overwrites
+        another (image, label file and crops of one input share the stem)."""
+        unique, n = stem, 1
+        while unique in self._stems:
+            n += 1
+            unique = f"{stem}_{n}"
+        self._stems.add(unique)
+        return unique
 
     def _save_txt(self, res: Results, stem: str) -> None:
         if res.boxes is None:

@@ -16,8 +16,8 @@ from ..graphs import forward_for_predict
 from ..rundir import next_run_dir
 from ..settings import PredictConfig
 from .outputs import PredictOutputs, wants_run_dir
-from .results import Results
-from .sources import SourceImage, iter_sources
+from .results import ResultsList
+from .sources import SourceImage, SourceReport, iter_sources
 
 if TYPE_CHECKING:
     from ..facade import LibreYOLO
@@ -36,8 +36,12 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def run_prediction(model: LibreYOLO, source: object, cfg: PredictConfig) -> list[Results]:
-    """Predict every image of ``source``; batches of ``cfg.batch`` share one forward pass."""
+def run_prediction(model: LibreYOLO, source: object, cfg: PredictConfig) -> ResultsList:
+    """Predict every readable image of ``source``; batches of ``cfg.batch`` share one forward pass.
+
+    Unreadable items of a folder, glob, list or stream are skipped (see ``sources``) and listed
+    on the returned list's ``skipped``.
+    """
     if cfg.device is not None:
         model.to(cfg.device)
     if cfg.half:
@@ -57,8 +61,9 @@ def run_prediction(model: LibreYOLO, source: object, cfg: PredictConfig) -> list
     save_dir = next_run_dir(cfg.project, cfg.name) if wants_run_dir(cfg) else None
     outputs = PredictOutputs(cfg, save_dir)
     device, dtype = model.device, model.dtype
-    results: list[Results] = []
-    for chunk in _chunks(iter_sources(source), cfg.batch):
+    results = ResultsList()
+    report = SourceReport()
+    for chunk in _chunks(iter_sources(source, report), cfg.batch):
         t0 = time.perf_counter()
         prepared = [task.prepare(item.image, imgsz) for item in chunk]
         x = torch.stack([p.tensor for p in prepared]).to(device=device, dtype=dtype, non_blocking=True)
@@ -79,6 +84,10 @@ def run_prediction(model: LibreYOLO, source: object, cfg: PredictConfig) -> list
             if cfg.verbose:
                 log.info("%s: %s (%.1f ms)", item.name, res.summary(), speed["inference"])
             results.append(res)
+    results.skipped = report.skipped
     if save_dir is not None:
         log.info("predictions saved to %s", save_dir)
+    if report.skipped:
+        log.warning("%d input(s) skipped as unreadable (each named above); results for the rest",
+                    len(report.skipped))
     return results

@@ -15,7 +15,8 @@ import torch
 from torch import Tensor
 
 from ..layers.boxes import xyxy_to_xywh
-from .plotting import draw_detections
+from .plotting import draw_detections, draw_top_classes
+from .probs import Probs
 
 log = logging.getLogger(__name__)
 
@@ -25,11 +26,22 @@ class Boxes:
 
     ``data`` is ``float [N, 6]``: x1, y1, x2, y2, confidence, class id, sorted by confidence. It is
     a tensor, or a NumPy array after ``Results.numpy()``; every property works on both.
+    ``id`` is None unless the boxes come from ``model.track``: then ``int64 [N]`` track ids, one
+    per box, stable across the frames of a source.
     """
 
-    def __init__(self, data: Tensor | np.ndarray, orig_shape: tuple[int, int]) -> None:
+    def __init__(self, data: Tensor | np.ndarray, orig_shape: tuple[int, int], id: Tensor | None = None) -> None:
+        if id is not None and id.shape != (data.shape[0],):
+            raise ValueError(f"Boxes: {data.shape[0]} boxes but track ids of shape {tuple(id.shape)}; "
+                             "give one id per box")
         self.data = data
         self.orig_shape = orig_shape
+        self.id = None if id is None else id.to(torch.int64)
+
+    @property
+    def is_track(self) -> bool:
+        """Whether these boxes carry track ids (``model.track``)."""
+        return self.id is not None
 
     def __len__(self) -> int:
         return self.data.shape[0]
@@ -79,16 +91,17 @@ class Boxes:
         return self.to("cuda")
 
     def to(self, device: str | torch.device) -> Boxes:
-        """A copy on ``device`` (NumPy-backed boxes become tensors again)."""
+        """A copy on ``device`` (NumPy-backed boxes become tensors again; track ids follow)."""
         data = torch.from_numpy(self.data) if isinstance(self.data, np.ndarray) else self.data
-        return Boxes(data.to(device), self.orig_shape)
+        return Boxes(data.to(device), self.orig_shape, None if self.id is None else self.id.to(device))
 
     def numpy(self) -> np.ndarray:
         """``data`` as a NumPy ``[N, 6]`` array."""
         return self.data if isinstance(self.data, np.ndarray) else self.data.cpu().numpy()
 
     def __repr__(self) -> str:
-        return f"Boxes(n={len(self)}, orig_shape={self.orig_shape})"
+        ids = "" if self.id is None else f", ids={self.id.tolist()}"
+        return f"Boxes(n={len(self)}, orig_shape={self.orig_shape}{ids})"
 
 
 @dataclass
@@ -101,8 +114,11 @@ class Results:
     names: dict[int, str]
     boxes: Boxes | None = None
     speed: dict[str, float] = field(default_factory=dict)  # ms per image: preprocess, inference, postprocess
-    probs: Any = None
+    probs: Probs | None = None    # classify: class probabilities (``probs.top1``, ``probs.top5``...)
     masks: Any = None
+    # model.track only: recent box centres per track id, ``float [K, 2]`` (x, y pixels, oldest
+    # first), for the ids in ``boxes.id``; drawn as trails by ``plot``.
+    trails: dict[int, np.ndarray] | None = None
 
     @property
     def orig_shape(self) -> tuple[int, int]:
@@ -113,16 +129,24 @@ class Results:
 
     def to_list(self) -> list[dict[str, object]]:
         """One dict per detection: name, class, confidence, box (x1, y1, x2, y2 pixels); for a
-        semantic model, one per class present: name, class, share of the image's pixels."""
+        semantic model, one per class present: name, class, share of the image's pixels; for a
+        classification, one per top-5 class: name, class, confidence."""
         rows: list[dict[str, object]] = []
+        if self.probs is not None:
+            return [{"name": self.probs.name(c), "class": c, "confidence": float(self.probs.data[c])}
+                    for c in self.probs.top5]
         if self.masks is not None:
             return [{"name": self.names.get(c, str(c)), "class": c, "share": share}
                     for c, share in self.masks.pixel_shares().items()]
         if self.boxes is None:
             return rows
-        for x1, y1, x2, y2, conf, cls in self.boxes.data.tolist():
-            rows.append({"name": self.names.get(int(cls), str(int(cls))), "class": int(cls),
-                         "confidence": conf, "box": {"x1": x1, "y1": y1, "x2": x2, "y2": y2}})
+        ids = self.boxes.id.tolist() if self.boxes.id is not None else [None] * len(self.boxes)
+        for (x1, y1, x2, y2, conf, cls), track_id in zip(self.boxes.data.tolist(), ids):
+            row: dict[str, object] = {"name": self.names.get(int(cls), str(int(cls))), "class": int(cls),
+                                      "confidence": conf, "box": {"x1": x1, "y1": y1, "x2": x2, "y2": y2}}
+            if track_id is not None:
+                row["track_id"] = track_id
+            rows.append(row)
         return rows
 
     def to_json(self, *, normalize: bool = False, decimals: int = 5) -> str:
@@ -142,12 +166,19 @@ class Results:
         return json.dumps(rows)
 
     def to_csv(self, *, normalize: bool = False, decimals: int = 5) -> str:
-        """One CSV row per detection (``name,class,confidence,x1,y1,x2,y2``) or, for a semantic model,
-        per class present (``name,class,share``), with a header line."""
+        """One CSV row per detection (``name,class,confidence,x1,y1,x2,y2``, then ``track_id`` for
+        tracked boxes), per class present for a semantic model (``name,class,share``), or per top-5
+        class for a classification (``name,class,confidence``); with a header line."""
         rows = json.loads(self.to_json(normalize=normalize, decimals=decimals))
         flat = [{**{k: v for k, v in row.items() if k != "box"}, **row.get("box", {})} for row in rows]
-        columns = ["name", "class", "share"] if self.masks is not None else [
-            "name", "class", "confidence", "x1", "y1", "x2", "y2"]
+        if self.probs is not None:
+            columns = ["name", "class", "confidence"]
+        elif self.masks is not None:
+            columns = ["name", "class", "share"]
+        else:
+            columns = ["name", "class", "confidence", "x1", "y1", "x2", "y2"]
+            if self.boxes is not None and self.boxes.id is not None:
+                columns.append("track_id")
         buf = io.StringIO()
         writer = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
         writer.writeheader()
@@ -155,10 +186,11 @@ class Results:
         return buf.getvalue()
 
     def to(self, device: str | torch.device) -> Results:
-        """A copy whose boxes (or masks) live on ``device``; the image stays a NumPy array."""
+        """A copy whose boxes (masks, probabilities) live on ``device``; the image stays a NumPy array."""
         boxes = self.boxes.to(device) if self.boxes is not None else None
         masks = type(self.masks)(_tensor(self.masks.data).to(device)) if self.masks is not None else None
-        return replace(self, boxes=boxes, masks=masks)
+        probs = Probs(_tensor(self.probs.data).to(device), self.probs.names) if self.probs is not None else None
+        return replace(self, boxes=boxes, masks=masks, probs=probs)
 
     def cpu(self) -> Results:
         return self.to("cpu")
@@ -167,10 +199,13 @@ class Results:
         return self.to("cuda")
 
     def numpy(self) -> Results:
-        """A copy whose ``boxes.data`` (or ``masks.data``) is a NumPy array (on the CPU)."""
-        boxes = Boxes(self.boxes.numpy(), self.boxes.orig_shape) if self.boxes is not None else None
+        """A copy whose ``boxes.data`` (or ``masks.data``) is a NumPy array; probabilities move to the
+        CPU (``probs.numpy()`` gives their array)."""
+        boxes = Boxes(self.boxes.numpy(), self.boxes.orig_shape,
+                      None if self.boxes.id is None else self.boxes.id.cpu()) if self.boxes is not None else None
         masks = type(self.masks)(self.masks.numpy()) if self.masks is not None else None
-        return replace(self, boxes=boxes, masks=masks)
+        probs = self.probs.cpu() if self.probs is not None else None  # Probs' ranking needs a tensor
+        return replace(self, boxes=boxes, masks=masks, probs=probs)
 
     def show(self, title: str | None = None) -> None:
         """Open the annotated image in a window; without a display, a warning and nothing else."""
@@ -186,7 +221,10 @@ class Results:
 
     def summary(self) -> str:
         """``"2 circles, 1 square"`` style count of detections per class; for a semantic model the
-        classes present with their share of the pixels (``"background 81%, circle 12%"``)."""
+        classes present with their share of the pixels (``"background 81%, circle 12%"``); for a
+        classification, the top-5 classes with their probabilities."""
+        if self.probs is not None:
+            return self.probs.summary()
         if self.masks is not None:
             return ", ".join(f"{self.names.get(c, str(c))} {share:.0%}" for c, share in self.masks.pixel_shares().items())
         if self.boxes is None or not len(self):
@@ -199,19 +237,25 @@ class Results:
 
     def plot(self, *, labels: bool = True, conf: bool = True, line_width: int | None = None) -> np.ndarray:
         """A copy of the original image with boxes and labels drawn (semantic: each pixel tinted
-        with its class colour); RGB uint8 ``[H, W, 3]``."""
+        with its class colour; a classification: its top-5 classes and probabilities, written
+        top-left; tracking: ids in the labels, a colour per id, and trails of the recent
+        centres); RGB uint8 ``[H, W, 3]``."""
+        if self.probs is not None:
+            lines = [f"{self.probs.name(c)} {float(self.probs.data[c]):.2f}" for c in self.probs.top5]
+            return draw_top_classes(self.orig_img, lines if conf else [line.rsplit(" ", 1)[0] for line in lines])
         if self.masks is not None:
             return self.masks.overlay(self.orig_img)
         if self.boxes is None:
             return self.orig_img.copy()
+        ids = None if self.boxes.id is None else self.boxes.id.tolist()
         return draw_detections(self.orig_img, _tensor(self.boxes.data).cpu(), self.names, labels=labels,
-                               conf=conf, line_width=line_width)
+                               conf=conf, line_width=line_width, ids=ids, trails=self.trails)
 
     def save(self, filename: str | Path) -> Path:
         """Write the annotated image (format from the suffix); returns the path."""
         from PIL import Image
 
-        path = Path(filename)
+        path = Path(filename).expanduser()
         path.parent.mkdir(parents=True, exist_ok=True)
         Image.fromarray(self.plot()).save(path)
         return path
@@ -222,3 +266,15 @@ class Results:
 
 def _tensor(data: Tensor | np.ndarray) -> Tensor:
     return torch.from_numpy(data) if isinstance(data, np.ndarray) else data
+
+
+class ResultsList(list):
+    """What ``model(source)`` returns: one ``Results`` per readable image, in input order.
+
+    A plain list, plus ``skipped``: ``(name, reason)`` for each item of a folder, glob, list or
+    stream that could not be read (each was also logged as a warning).
+    """
+
+    def __init__(self, results: list[Results] | None = None, skipped: list[tuple[str, str]] | None = None) -> None:
+        super().__init__(results or [])
+        self.skipped: list[tuple[str, str]] = list(skipped or [])

@@ -14,11 +14,14 @@ from typing import TYPE_CHECKING, Any
 
 import libreyolo_ddp
 
+from ..building import rebuild_source
 from ..errors import ConfigError
 from .adapt import initialize_from_seed
 from .autobatch import resolve_batch
 from .checkpoints import is_training_checkpoint
+from .elastic import restart_checkpoint
 from .plan import TrainPlan, resolve_plan
+from .pretrained import load_pretrained
 from .resume import merge_resume_options
 from .trainer import Trainer, TrainOutcome
 
@@ -49,6 +52,8 @@ def train_model(model: LibreYOLO, options: Mapping[str, Any]) -> TrainOutcome:
             "(auto-spawn is not verified for this family). Run the same script under torchrun instead: "
             f"torchrun --nproc_per_node={plan.world_size} your_script.py")
     initialize_from_seed(model, plan.cfg.seed)
+    if plan.cfg.pretrained and resume is None:
+        load_pretrained(model, plan.cfg.pretrained)
     outcome: TrainOutcome = libreyolo_ddp.launch(
         train_rank, (model, plan, callbacks, resume), devices=plan.devices, entry="model.train()",
         arg_names=("model", "plan", "callbacks", "resume"))
@@ -63,6 +68,13 @@ def train_rank(model: LibreYOLO, plan: TrainPlan, callbacks: list[Callable[..., 
     env = libreyolo_ddp.dist_env()
     if env.world_size > 1:
         libreyolo_ddp.configure_rank_logging(env.rank)
+    restart = restart_checkpoint(plan.cfg.project) if resume is None else None
+    if restart is not None:  # torchrun restarted the job after a rank died: carry on from last.pt
+        model._assemble(rebuild_source(restart, restart.pop("_path")))
+        model.checkpoint = resume = restart
+        given = {k: v for k, v in plan.cfg.as_dict().items() if k != "resume"}  # this attempt's options
+        plan = resolve_plan(model, merge_resume_options(restart, given, "train() (restart)"), "train() (restart)",
+                            resumed=True)
     plan = resolve_batch(model, plan)
     outcome = Trainer(model, plan, callbacks=callbacks, resume=resume).run()
     libreyolo_ddp.barrier()  # rank 0 has written best.pt before anyone reads it

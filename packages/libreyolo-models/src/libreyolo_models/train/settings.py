@@ -6,9 +6,13 @@ from dataclasses import dataclass, fields
 from typing import Literal
 
 from ..data.augment_draws import AugmentConfig
+from ..data.cache_store import CacheSetting, parse_cache_setting
+from ..data.classify_augment import ClassifyAugment
 from ..errors import ConfigError
+from ..settings import DeviceSpec, device_text
 
 _AUG = AugmentConfig()
+_CLS = ClassifyAugment()
 
 
 @dataclass(frozen=True)
@@ -23,7 +27,7 @@ class TrainConfig:
     epochs: int = 100
     imgsz: int | None = None
     batch: int = 16
-    device: str | None = None
+    device: DeviceSpec = None           # "cpu", 0, "0,1", [0, 1], "cuda:0"...; None: auto
     workers: int | None = None          # None: sized from the CPU count (logged)
     optimizer: Literal["auto", "SGD", "AdamW", "Adam"] = "auto"
     lr0: float = 0.01
@@ -47,12 +51,23 @@ class TrainConfig:
     hsv_s: float = _AUG.hsv_s
     hsv_v: float = _AUG.hsv_v
     fliplr: float = _AUG.fliplr
+    # Classification only (``ClassifyAugment`` checks them; detection never reads them): the random
+    # resized crop's smallest area share, RandAugment's magnitude (0 off, 0-30), the mixup and
+    # CutMix Beta(alpha, alpha) parameters (0 off), and label smoothing of the targets.
+    crop_min_area: float = _CLS.crop_min_area
+    randaugment: float = _CLS.randaugment
+    mixup: float = _CLS.mixup
+    cutmix: float = _CLS.cutmix
+    label_smoothing: float = 0.0
     # Loss gains: None keeps the family's own (``TaskDecl.loss_gains``); ``gains`` sets any term by
     # name (``gains="obj:2,l1:1"`` on the command line). A name the family lacks is an error.
     box: float | None = None
     cls: float | None = None
     dfl: float | None = None
     gains: dict[str, float] | None = None
+    # Start from this state dict (a file: a torchvision model's, or a LibreYOLO checkpoint of the
+    # same architecture); the class outputs stay freshly initialised for the dataset's classes.
+    pretrained: str | None = None
     patience: int = 100
     seed: int = 0
     deterministic: bool = False
@@ -69,7 +84,7 @@ class TrainConfig:
     log_every: int = 50                 # loggers get the losses every this many batches
     cuda_graph: bool = False
     multi_scale: bool = False
-    cache: Literal["auto", "ram", "disk"] = "auto"
+    cache: CacheSetting = "auto"        # "auto", "ram", "disk", "off" or a folder (see data.cache_store)
     gpu_augment: bool | Literal["auto"] = "auto"
     sync_bn: bool | None = None         # Python argument; None: the family's default
     profile: bool = False
@@ -82,6 +97,8 @@ class TrainConfig:
     verbose: bool = True
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "device", device_text(self.device))  # [0, 1] -> "0,1": saved and resumed as text
+        parse_cache_setting(self.cache)
         if not self.data:
             raise ConfigError("train needs data=...: a data.yaml path, a dataset folder, or the bundled 'shapes'")
         if self.epochs < 1:
@@ -98,10 +115,17 @@ class TrainConfig:
             raise ConfigError("cudnn_benchmark=True contradicts deterministic=True (cuDNN's autotuner picks kernels "
                               "run by run); drop one of them")
         self.augment()  # AugmentConfig checks each augmentation value's range
+        self.classify_augment()
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise ConfigError(f"label_smoothing={self.label_smoothing} must be in [0, 1) (0.1 is usual)")
 
     def augment(self) -> AugmentConfig:
         """The augmentation settings as the data pipeline takes them."""
         return AugmentConfig(**{f.name: getattr(self, f.name) for f in fields(AugmentConfig)})
+
+    def classify_augment(self) -> ClassifyAugment:
+        """The classification augmentation settings (``hsv_*`` and ``fliplr`` shared with detection)."""
+        return ClassifyAugment(**{f.name: getattr(self, f.name) for f in fields(ClassifyAugment)})
 
     def as_dict(self) -> dict[str, object]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
