@@ -34,7 +34,8 @@ class Boxes:
         if id is not None and id.shape != (data.shape[0],):
             raise ValueError(f"Boxes: {data.shape[0]} boxes but track ids of shape {tuple(id.shape)}; "
                              "give one id per box")
-        self.data = data
+        # Typed as a tensor, which it is except after ``Results.numpy()`` (the properties check).
+        self.data = cast(Tensor, data)
         self.orig_shape = orig_shape
         self.id = None if id is None else id.to(torch.int64)
 
@@ -49,21 +50,21 @@ class Boxes:
     @property
     def xyxy(self) -> Tensor:
         """``[N, 4]`` corners in pixels."""
-        return cast(Tensor, self.data[:, :4])
+        return self.data[:, :4]
 
     @property
     def xywh(self) -> Tensor:
         """``[N, 4]`` centre and size in pixels."""
         if isinstance(self.data, np.ndarray):
             xyxy = self.data[:, :4]
-            return np.concatenate(((xyxy[:, :2] + xyxy[:, 2:]) / 2, xyxy[:, 2:] - xyxy[:, :2]), axis=1)  # type: ignore[return-value]
+            return np.concatenate(((xyxy[:, :2] + xyxy[:, 2:]) / 2, xyxy[:, 2:] - xyxy[:, :2]), axis=1)
         return xyxy_to_xywh(self.xyxy)
 
     @property
     def _scale(self) -> Tensor:
         h, w = self.orig_shape
         if isinstance(self.data, np.ndarray):
-            return np.array([w, h, w, h], dtype=self.data.dtype)  # type: ignore[return-value]
+            return np.array([w, h, w, h], dtype=self.data.dtype)
         return torch.tensor([w, h, w, h], dtype=self.data.dtype, device=self.data.device)
 
     @property
@@ -78,11 +79,11 @@ class Boxes:
 
     @property
     def conf(self) -> Tensor:
-        return cast(Tensor, self.data[:, 4])
+        return self.data[:, 4]
 
     @property
     def cls(self) -> Tensor:
-        return cast(Tensor, self.data[:, 5])
+        return self.data[:, 5]
 
     def cpu(self) -> Boxes:
         return self.to("cpu")
