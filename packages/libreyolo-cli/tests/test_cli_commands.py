@@ -129,6 +129,11 @@ def test_cache_lists_and_cleans_image_caches(capsys, tmp_path, monkeypatch) -> N
 
     from libreyolo_models.data.image_cache import open_image_cache
 
+    # Cache folders of its own (disk and RAM): other tests of the session (validation, training)
+    # leave caches in the shared ones, and this test counts what "clean" removes.
+    monkeypatch.setenv("LIBREYOLO_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "shm").mkdir()
+    monkeypatch.setenv("LIBREYOLO_SHM_DIR", str(tmp_path / "shm"))
     Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(tmp_path / "a.png")
     path = open_image_cache([tmp_path / "a.png"], 8, mode="disk").path
     assert main(["cache"]) == EXIT_OK
