@@ -35,6 +35,7 @@ def cmd_predict(options: dict[str, object]) -> int:
 
     model = _take_model(options, "predict")
     source = options.pop("source", str(SAMPLE_IMAGE))
+    options.setdefault("stream", True)  # print each result as it comes (videos, cameras)
     results = model.predict(str(source), **options)
     for res in results:
         print(f"{res.path}: {res.summary()} ({res.speed['inference']:.1f} ms)")

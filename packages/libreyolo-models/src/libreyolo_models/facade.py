@@ -226,13 +226,15 @@ class LibreYOLO:
         return (_unpickle, (self.state_for_checkpoint(), str(self.ckpt_path) if self.ckpt_path else None))
 
     # ----------------------------------------------------------------- user verbs
-    def predict(self, source: object, **options: Any) -> list[Any]:
-        """Predict on ``source`` (see ``predict.sources`` for what it may be).
+    def predict(self, source: object, **options: Any) -> Any:
+        """Predict on ``source``: images, folders, globs, arrays, videos, cameras, URLs (see
+        ``predict.streams`` for the list and the stream API).
 
         Options (``PredictConfig``): conf, iou, imgsz, classes, max_det, agnostic_nms, batch, save,
-        save_txt, save_conf, save_crop, show, device, half, fuse (see ``fuse()``), cuda_graph
-        (False | True | "auto"), project, name, verbose.
-        Returns one ``Results`` per image.
+        save_txt, save_conf, save_crop, show, device (default: cuda:0 when there is a GPU and the
+        model is on the CPU), half (fp16 weights), fuse (see ``fuse()``), cuda_graph (False | True |
+        "auto"), stream, vid_stride, project, name, verbose. Returns one ``Results`` per image or
+        frame: a list, or with ``stream=True`` a generator.
         """
         from .predict.predictor import run_prediction
 

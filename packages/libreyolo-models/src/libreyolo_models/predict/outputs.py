@@ -1,4 +1,4 @@
-"""What ``predict`` writes besides annotated images: YOLO-format labels, crops per class, and a
+"""What ``predict`` writes besides annotated images and videos: YOLO-format labels, crops per class, and a
 window per image when there is a display.
 
 ``PredictOutputs`` is built once per ``predict`` call from its settings and handles each
@@ -74,33 +74,20 @@ class PredictOutputs:
         self.cfg, self.save_dir = cfg, save_dir
         self.show = cfg.show and has_display()
         self._warned: set[str] = set()
-        self._stems: set[str] = set()
         if cfg.show and not self.show:
             log.warning("show=True: no display found (DISPLAY / WAYLAND_DISPLAY unset), so no window opens; "
                         "use save=True to write the annotated images instead")
 
-    def handle(self, res: Results, name: str) -> None:
-        """Everything asked for one image's results (``name``: its source name, for file stems)."""
-        stem = self._unique_stem(Path(name).stem or "image")
+    def handle(self, res: Results, stem: str) -> None:
+        """Labels, crops and the window one result asks for; ``stem`` names its files (the
+        predictor makes it unique and saves the annotated image or video itself)."""
         if self.save_dir is not None:
-            if self.cfg.save:
-                res.save(self.save_dir / f"{stem}.jpg")
             if self.cfg.save_txt:
                 self._save_txt(res, stem)
             if self.cfg.save_crop:
                 self._save_crops(res, stem)
         if self.show:
             res.show()
-
-    def _unique_stem(self, stem: str) -> str:
-        """``stem``, or ``stem_2``, ``stem_3``... when inputs share a name, so no output overwrites
-        another (image, label file and crops of one input share the stem)."""
-        unique, n = stem, 1
-        while unique in self._stems:
-            n += 1
-            unique = f"{stem}_{n}"
-        self._stems.add(unique)
-        return unique
 
     def _save_txt(self, res: Results, stem: str) -> None:
         if res.boxes is None:
