@@ -26,11 +26,14 @@ def test_predict_prints_one_line_per_image(capsys: pytest.CaptureFixture[str], t
     from libreyolo_models import SAMPLE_IMAGE
 
     code = main(["predict", "model=LibreYOLO9t.yaml", f"source={SAMPLE_IMAGE}", "imgsz=64", "--save",
-                 f"project={tmp_path}"])
+                 "--save-txt", "--save-conf", "--save-crop", "--agnostic-nms", f"project={tmp_path}"])
     assert code == EXIT_OK
     out = capsys.readouterr().out.strip().splitlines()
     assert len(out) == 1 and out[0].startswith(str(SAMPLE_IMAGE))
     assert (tmp_path / "exp" / "sample.jpg").is_file()
+    # An untrained model finds nothing: the label file exists and is empty, no crops are cut.
+    assert (tmp_path / "exp" / "labels" / "sample.txt").read_text() == ""
+    assert not (tmp_path / "exp" / "crops").exists()
 
 
 def test_info_without_a_model_lists_every_family(capsys: pytest.CaptureFixture[str]) -> None:
@@ -44,9 +47,12 @@ def test_info_without_a_model_lists_every_family(capsys: pytest.CaptureFixture[s
 
 
 @pytest.mark.parametrize(("words", "expected"), [
-    (["train", "--help"], ["libreyolo train model=", "epochs=100", "channels_last=auto", "cuda_graph=False"]),
-    (["predict", "-h"], ["libreyolo predict model=", "conf=0.25", "fuse=False"]),
-    (["val", "data=shapes", "--help"], ["libreyolo val model=", "batch=16", "fuse=False"]),
+    (["train", "--help"], ["libreyolo train model=", "epochs=100", "channels_last=auto", "cuda_graph=False",
+                           "tensorboard=False", "mlflow=False", "wandb=False", "log_every=50", "plots=True"]),
+    (["predict", "-h"], ["libreyolo predict model=", "conf=0.25", "fuse=False", "save_txt=False",
+                         "save_conf=False", "save_crop=False", "show=False", "agnostic_nms=False"]),
+    (["val", "data=shapes", "--help"], ["libreyolo val model=", "batch=16", "fuse=False", "plots=False",
+                                        "save_json=False"]),
     (["info", "--help"], ["libreyolo info [model=...] [--json]"]),
 ])
 def test_command_help_lists_every_option_with_its_default(words, expected, capsys) -> None:
@@ -152,6 +158,11 @@ def test_cache_lists_and_cleans_image_caches(capsys, tmp_path, monkeypatch) -> N
 
     from libreyolo_models.data.image_cache import open_image_cache
 
+    # Cache folders of its own (disk and RAM): other tests of the session (validation, training)
+    # leave caches in the shared ones, and this test counts what "clean" removes.
+    monkeypatch.setenv("LIBREYOLO_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "shm").mkdir()
+    monkeypatch.setenv("LIBREYOLO_SHM_DIR", str(tmp_path / "shm"))
     Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(tmp_path / "a.png")
     # A folder of this test's own: the default folders are shared with every other test and run.
     folder = tmp_path / "caches"

@@ -43,6 +43,24 @@ def test_training_writes_the_run_folder(trained) -> None:
         assert (run / name).is_file(), name
 
 
+def test_training_leaves_label_batch_and_validation_plots_that_decode(trained) -> None:
+    import numpy as np
+    from PIL import Image
+
+    _, outcome, _ = trained
+    run = outcome.run_dir
+    # 24 images at batch 8: three batches in the first epoch, each drawn once.
+    assert sorted(p.name for p in run.glob("train_batch*.jpg")) == ["train_batch0.jpg", "train_batch1.jpg",
+                                                                     "train_batch2.jpg"]
+    for name in ("labels.jpg", "train_batch0.jpg", "results.png", "confusion_matrix.png",
+                 "confusion_matrix_normalized.png", "PR_curve.png", "F1_curve.png", "P_curve.png", "R_curve.png"):
+        with Image.open(run / name) as im:
+            pixels = np.asarray(im.convert("L"))
+        assert pixels.size > 0 and pixels.std() > 0, name
+    with Image.open(run / "train_batch0.jpg") as im:
+        assert im.size == (192, 192)  # 8 tiles of 64 px on a 3 x 3 grid
+
+
 def test_results_csv_has_losses_metrics_throughput_and_data_wait(trained) -> None:
     _, outcome, _ = trained
     with (outcome.run_dir / "results.csv").open() as fh:

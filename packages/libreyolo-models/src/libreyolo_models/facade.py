@@ -277,11 +277,11 @@ class LibreYOLO:
         """Predict on ``source``: images, folders, globs, arrays, videos, cameras, URLs (see
         ``predict.streams`` for the list and the stream API).
 
-        Options (``PredictConfig``): conf, iou, imgsz, classes, max_det, batch, save, device
-        (default: cuda:0 when there is a GPU and the model is on the CPU), half (fp16 weights),
-        fuse (see ``fuse()``), cuda_graph (False | True | "auto"), stream, vid_stride, project,
-        name, verbose. Returns one ``Results`` per image or frame: a list, or with
-        ``stream=True`` a generator.
+        Options (``PredictConfig``): conf, iou, imgsz, classes, max_det, agnostic_nms, batch, save,
+        save_txt, save_conf, save_crop, show, device (default: cuda:0 when there is a GPU and the
+        model is on the CPU), half (fp16 weights), fuse (see ``fuse()``), cuda_graph (False | True |
+        "auto"), stream, vid_stride, project, name, verbose. Returns one ``Results`` per image or
+        frame: a list, or with ``stream=True`` a generator.
         """
         from .predict.predictor import run_prediction
 

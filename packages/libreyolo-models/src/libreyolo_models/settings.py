@@ -48,6 +48,10 @@ class PredictConfig:
     agnostic_nms: bool = False
     batch: int = 1
     save: bool = False
+    save_txt: bool = False      # labels/<image>.txt in YOLO format (class cx cy w h, normalised)
+    save_conf: bool = False     # with save_txt: each line ends with the confidence
+    save_crop: bool = False     # crops/<class>/<image>.jpg: every box cut from the original image
+    show: bool = False          # a window per image; a warning and nothing else without a display
     device: DeviceSpec = None
     half: bool = False
     fuse: bool = False

@@ -36,6 +36,7 @@ from ..errors import ConfigError
 from ..graphs import forward_for_predict
 from ..rundir import next_run_dir
 from ..settings import PredictConfig
+from .outputs import PredictOutputs, wants_run_dir
 from .prefetch import Prefetcher
 from .results import Results, ResultsList
 from .sources import SourceReport
@@ -120,7 +121,8 @@ class Predictor:
                                   f"{model.nc} classes (0..{model.nc - 1})")
         model.net.eval()
         self.forward = forward_for_predict(model, cfg.cuda_graph)
-        self.save_dir = next_run_dir(cfg.project, cfg.name) if cfg.save else None
+        self.save_dir = next_run_dir(cfg.project, cfg.name) if wants_run_dir(cfg) else None
+        self.outputs = PredictOutputs(cfg, self.save_dir)  # labels, crops, windows (predict.outputs)
         self.names = dict(model.names)
         self._writers: dict[str, VideoWriter] = {}
         self._saved_names: set[str] = set()
@@ -166,17 +168,25 @@ class Predictor:
         return results
 
     def _emit(self, res: Results, frame: Frame) -> None:
-        """Side effects of one result: save it (image, or a frame of the source's video) and log it."""
+        """Side effects of one result: save it (image, or a frame of the source's video), its labels,
+        crops and window (``predict.outputs``), and log it."""
+        stem = Path(frame.name).stem or "stream"
         if self.save_dir is not None:
             if frame.frame is None:
-                res.save(self.save_dir / _unique_name(Path(frame.name).stem, self._saved_names, ".jpg"))
+                name = _unique_name(stem, self._saved_names, ".jpg")
+                stem = name[: -len(".jpg")]  # labels and crops share the image's (unique) name
+                if self.cfg.save:
+                    res.save(self.save_dir / name)
             else:
-                writer = self._writers.get(frame.source)
-                if writer is None:
-                    stem = Path(frame.name).stem or "stream"
-                    writer = VideoWriter(self.save_dir / _unique_name(stem, self._saved_names, ".mp4"), frame.fps)
-                    self._writers[frame.source] = writer
-                writer.write(res.plot())
+                if self.cfg.save:
+                    writer = self._writers.get(frame.source)
+                    if writer is None:
+                        path = self.save_dir / _unique_name(stem, self._saved_names, ".mp4")
+                        writer = VideoWriter(path, frame.fps)
+                        self._writers[frame.source] = writer
+                    writer.write(res.plot())
+                stem = f"{stem}_{frame.frame}"  # one label file per frame: video_12.txt
+        self.outputs.handle(res, stem)
         if self.cfg.verbose:
             where = res.source if res.frame is None else f"{res.source} frame {res.frame}"
             log.info("%s: %s (%.1f ms)", where, res.summary(), res.speed.get("inference", 0.0))

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import csv
+import io
+import json
+import logging
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -14,20 +18,24 @@ from ..layers.boxes import xyxy_to_xywh
 from .plotting import draw_detections, draw_top_classes
 from .probs import Probs
 
+log = logging.getLogger(__name__)
+
 
 class Boxes:
     """Detections of one image, in original-image pixels.
 
-    ``data`` is ``float [N, 6]``: x1, y1, x2, y2, confidence, class id, sorted by confidence.
+    ``data`` is ``float [N, 6]``: x1, y1, x2, y2, confidence, class id, sorted by confidence. It is
+    a tensor, or a NumPy array after ``Results.numpy()``; every property works on both.
     ``id`` is None unless the boxes come from ``model.track``: then ``int64 [N]`` track ids, one
     per box, stable across the frames of a source.
     """
 
-    def __init__(self, data: Tensor, orig_shape: tuple[int, int], id: Tensor | None = None) -> None:
+    def __init__(self, data: Tensor | np.ndarray, orig_shape: tuple[int, int], id: Tensor | None = None) -> None:
         if id is not None and id.shape != (data.shape[0],):
             raise ValueError(f"Boxes: {data.shape[0]} boxes but track ids of shape {tuple(id.shape)}; "
                              "give one id per box")
-        self.data = data
+        # Typed as a tensor, which it is except after ``Results.numpy()`` (the properties check).
+        self.data = cast(Tensor, data)
         self.orig_shape = orig_shape
         self.id = None if id is None else id.to(torch.int64)
 
@@ -47,11 +55,16 @@ class Boxes:
     @property
     def xywh(self) -> Tensor:
         """``[N, 4]`` centre and size in pixels."""
+        if isinstance(self.data, np.ndarray):
+            xyxy = self.data[:, :4]
+            return np.concatenate(((xyxy[:, :2] + xyxy[:, 2:]) / 2, xyxy[:, 2:] - xyxy[:, :2]), axis=1)
         return xyxy_to_xywh(self.xyxy)
 
     @property
     def _scale(self) -> Tensor:
         h, w = self.orig_shape
+        if isinstance(self.data, np.ndarray):
+            return np.array([w, h, w, h], dtype=self.data.dtype)
         return torch.tensor([w, h, w, h], dtype=self.data.dtype, device=self.data.device)
 
     @property
@@ -73,10 +86,19 @@ class Boxes:
         return self.data[:, 5]
 
     def cpu(self) -> Boxes:
-        return Boxes(self.data.cpu(), self.orig_shape, None if self.id is None else self.id.cpu())
+        return self.to("cpu")
+
+    def cuda(self) -> Boxes:
+        return self.to("cuda")
+
+    def to(self, device: str | torch.device) -> Boxes:
+        """A copy on ``device`` (NumPy-backed boxes become tensors again; track ids follow)."""
+        data = torch.from_numpy(self.data) if isinstance(self.data, np.ndarray) else self.data
+        return Boxes(data.to(device), self.orig_shape, None if self.id is None else self.id.to(device))
 
     def numpy(self) -> np.ndarray:
-        return self.data.cpu().numpy()
+        """``data`` as a NumPy ``[N, 6]`` array."""
+        return self.data if isinstance(self.data, np.ndarray) else self.data.cpu().numpy()
 
     def __repr__(self) -> str:
         ids = "" if self.id is None else f", ids={self.id.tolist()}"
@@ -131,6 +153,76 @@ class Results:
             rows.append(row)
         return rows
 
+    def to_json(self, *, normalize: bool = False, decimals: int = 5) -> str:
+        """``to_list()`` as a JSON array; ``normalize``: box coordinates in [0, 1] of the original
+        image instead of pixels; values rounded to ``decimals``."""
+        h, w = self.orig_shape
+        rows = self.to_list()
+        for row in rows:
+            if "box" in row:
+                box = cast(dict[str, float], row["box"])
+                if normalize:
+                    box.update(x1=box["x1"] / w, y1=box["y1"] / h, x2=box["x2"] / w, y2=box["y2"] / h)
+                row["box"] = {k: round(v, decimals) for k, v in box.items()}
+            for key in ("confidence", "share"):
+                if key in row:
+                    row[key] = round(float(row[key]), decimals)  # type: ignore[arg-type]
+        return json.dumps(rows)
+
+    def to_csv(self, *, normalize: bool = False, decimals: int = 5) -> str:
+        """One CSV row per detection (``name,class,confidence,x1,y1,x2,y2``, then ``track_id`` for
+        tracked boxes), per class present for a semantic model (``name,class,share``), or per top-5
+        class for a classification (``name,class,confidence``); with a header line."""
+        rows = json.loads(self.to_json(normalize=normalize, decimals=decimals))
+        flat = [{**{k: v for k, v in row.items() if k != "box"}, **row.get("box", {})} for row in rows]
+        if self.probs is not None:
+            columns = ["name", "class", "confidence"]
+        elif self.masks is not None:
+            columns = ["name", "class", "share"]
+        else:
+            columns = ["name", "class", "confidence", "x1", "y1", "x2", "y2"]
+            if self.boxes is not None and self.boxes.id is not None:
+                columns.append("track_id")
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(flat)
+        return buf.getvalue()
+
+    def to(self, device: str | torch.device) -> Results:
+        """A copy whose boxes (masks, probabilities) live on ``device``; the image stays a NumPy array."""
+        boxes = self.boxes.to(device) if self.boxes is not None else None
+        masks = type(self.masks)(_tensor(self.masks.data).to(device)) if self.masks is not None else None
+        probs = Probs(_tensor(self.probs.data).to(device), self.probs.names) if self.probs is not None else None
+        return replace(self, boxes=boxes, masks=masks, probs=probs)
+
+    def cpu(self) -> Results:
+        return self.to("cpu")
+
+    def cuda(self) -> Results:
+        return self.to("cuda")
+
+    def numpy(self) -> Results:
+        """A copy whose ``boxes.data`` (or ``masks.data``) is a NumPy array; probabilities move to the
+        CPU (``probs.numpy()`` gives their array)."""
+        boxes = Boxes(self.boxes.numpy(), self.boxes.orig_shape,
+                      None if self.boxes.id is None else self.boxes.id.cpu()) if self.boxes is not None else None
+        masks = type(self.masks)(self.masks.numpy()) if self.masks is not None else None
+        probs = self.probs.cpu() if self.probs is not None else None  # Probs' ranking needs a tensor
+        return replace(self, boxes=boxes, masks=masks, probs=probs)
+
+    def show(self, title: str | None = None) -> None:
+        """Open the annotated image in a window; without a display, a warning and nothing else."""
+        from .outputs import has_display
+
+        if not has_display():
+            log.warning("show(): no display found (DISPLAY / WAYLAND_DISPLAY unset); "
+                                                "use save() to write the annotated image instead")
+            return
+        from PIL import Image
+
+        Image.fromarray(self.plot()).show(title=title or self.path)
+
     def summary(self) -> str:
         """``"2 circles, 1 square"`` style count of detections per class; for a semantic model the
         classes present with their share of the pixels (``"background 81%, circle 12%"``); for a
@@ -160,7 +252,7 @@ class Results:
         if self.boxes is None:
             return self.orig_img.copy()
         ids = None if self.boxes.id is None else self.boxes.id.tolist()
-        return draw_detections(self.orig_img, self.boxes.data.cpu(), self.names, labels=labels,
+        return draw_detections(self.orig_img, _tensor(self.boxes.data).cpu(), self.names, labels=labels,
                                conf=conf, line_width=line_width, ids=ids, trails=self.trails)
 
     def save(self, filename: str | Path) -> Path:
@@ -174,6 +266,10 @@ class Results:
 
     def __repr__(self) -> str:
         return f"Results(path={self.path!r}, shape={self.orig_shape}, {self.summary()})"
+
+
+def _tensor(data: Tensor | np.ndarray) -> Tensor:
+    return torch.from_numpy(data) if isinstance(data, np.ndarray) else data
 
 
 class ResultsList(list):

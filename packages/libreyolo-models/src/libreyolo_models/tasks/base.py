@@ -12,6 +12,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import numpy as np
@@ -57,12 +58,18 @@ class Batch(Protocol):
 
 @dataclass(frozen=True)
 class EvalSettings:
-    """Validation settings; a task uses those that mean something for it (conf/iou: detect)."""
+    """Validation settings; a task uses those that mean something for it (conf/iou: detect).
+
+    ``save_dir``: where plots (``plots``) and ``predictions.json`` (``save_json``) go; None: no files.
+    """
 
     conf: float = 0.001
     iou: float = 0.7
     max_det: int = 300
     half: bool = False
+    save_dir: Path | None = None
+    plots: bool = False
+    save_json: bool = False
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from ..data.pipeline import TrainPipeline, ValPipeline
 from ..layers.nms import scale_to_original
 from ..predict.letterbox import letterbox
 from ..predict.results import Boxes, Results
+from ..val.artefacts import DetectArtefacts
 from ..val.validator import evaluate_detections
 from .base import Batch, EvalSettings, Prepared, Task, TaskMetrics
 
@@ -67,8 +68,12 @@ class DetectTask(Task):
     def evaluate(self, model: LibreYOLO, forward: Callable[[Tensor], Any], pipeline: Iterable[Batch], *,
                  settings: EvalSettings, progress: bool) -> TaskMetrics:
         options = DetectOptions(conf=settings.conf, iou=settings.iou, max_det=settings.max_det)
+        artefacts = None
+        if settings.save_dir is not None and (settings.plots or settings.save_json):
+            artefacts = DetectArtefacts(model.nc, model.names, settings.save_dir, plots=settings.plots,
+                                        save_json=settings.save_json)
         return evaluate_detections(model, forward, pipeline, options=options, half=settings.half,
-                                   progress=progress)
+                                   progress=progress, artefacts=artefacts)
 
     def empty_best(self) -> dict[str, float]:
         return {"mAP50": 0.0, "mAP50_95": 0.0}

@@ -20,6 +20,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+import libreyolo_ddp
+
 from ..data.augment_draws import AugmentConfig
 from ..data.data_config import DataConfig, load_data_config
 from ..data.errors import DataConfigError
@@ -32,6 +34,7 @@ from ..errors import ConfigError
 from ..predict.letterbox import letterbox
 from ..predict.masks import SemanticMask, map_to_original
 from ..predict.results import Results
+from ..val.plots import plot_confusion
 from ..val.semantic_validator import evaluate_semantic
 from .base import Batch, EvalSettings, Prepared, Task, TaskMetrics
 
@@ -86,7 +89,12 @@ class SemanticTask(Task):
 
     def evaluate(self, model: LibreYOLO, forward: Callable[[Tensor], Any], pipeline: Iterable[Batch], *,
                  settings: EvalSettings, progress: bool) -> TaskMetrics:
-        return evaluate_semantic(model, forward, pipeline, half=settings.half, progress=progress)
+        result = evaluate_semantic(model, forward, pipeline, half=settings.half, progress=progress)
+        if settings.save_dir is not None and settings.plots and libreyolo_ddp.dist_env().rank == 0:
+            for normalize, name in ((False, "confusion_matrix.png"), (True, "confusion_matrix_normalized.png")):
+                plot_confusion(result.confusion.cpu().numpy(), model.names, settings.save_dir / name,
+                               normalize=normalize, background=False)
+        return result
 
     def empty_best(self) -> dict[str, float]:
         return {"mIoU": 0.0, "pixel_accuracy": 0.0}

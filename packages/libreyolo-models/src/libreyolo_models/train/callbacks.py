@@ -9,6 +9,11 @@ A callback is any callable taking one event; dispatch on its type::
 
 Under multi-GPU training callbacks travel to the worker processes, so they must be picklable:
 module-level functions or classes, not lambdas or closures.
+
+``StepEnd`` comes every ``log_every`` batches (reading the step's losses costs a device sync, so
+it is only built when a callback is registered). ``PredictionImages`` comes once per epoch, only
+when a callback sets the attribute ``wants_prediction_images = True`` (the built-in TensorBoard
+and W&B loggers do): it costs one forward pass over a few validation images.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +44,20 @@ class EpochEnd:
 
 
 @dataclass(frozen=True)
+class StepEnd:
+    epoch: int                    # 0-based
+    step: int                     # 0-based batch index since the first epoch of the run
+    losses: dict[str, float]      # this batch's loss terms, under results.csv names ("train/box_loss")
+    lr: dict[str, float]          # learning rate per parameter group ("lr/pg0")
+
+
+@dataclass(frozen=True)
+class PredictionImages:
+    epoch: int                    # 0-based epoch just validated
+    images: dict[str, Any]        # image name -> RGB uint8 [H, W, 3] with the EMA model's predictions
+
+
+@dataclass(frozen=True)
 class TrainEnd:
     run_dir: Path
     best: Path | None
@@ -54,7 +74,7 @@ class TrainException:
     error: str                    # "TypeName: message"
 
 
-TrainEvent = TrainStart | EpochEnd | TrainEnd | TrainException
+TrainEvent = TrainStart | StepEnd | PredictionImages | EpochEnd | TrainEnd | TrainException
 
 
 class CallbackRunner:
@@ -63,6 +83,15 @@ class CallbackRunner:
     def __init__(self, callbacks: Sequence[Callable[[TrainEvent], object]] | None, *, enabled: bool) -> None:
         self.callbacks = list(callbacks or [])
         self.enabled = enabled
+
+    @property
+    def active(self) -> bool:
+        """Whether any callback will receive events (so building an event is worth its cost)."""
+        return self.enabled and bool(self.callbacks)
+
+    def wants(self, flag: str) -> bool:
+        """Whether a callback asks for an optional event (``wants_prediction_images``)."""
+        return self.enabled and any(getattr(cb, flag, False) for cb in self.callbacks)
 
     def emit(self, event: TrainEvent) -> None:
         if not self.enabled:

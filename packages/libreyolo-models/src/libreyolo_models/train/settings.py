@@ -77,7 +77,11 @@ class TrainConfig:
     resume: bool = False
     save_period: int = -1
     val: bool = True
-    plots: bool = True
+    plots: bool = True                  # results.png, labels.jpg, train_batch*.jpg, confusion matrix, curves
+    tensorboard: bool = False           # event files in the run folder (extra: libreyolo-models[tensorboard])
+    mlflow: bool = False                # MLFLOW_TRACKING_URI, else <project>/mlflow (extra: [mlflow])
+    wandb: bool = False                 # Weights & Biases; WANDB_MODE=offline works without login (extra: [wandb])
+    log_every: int = 50                 # loggers get the losses every this many batches
     cuda_graph: bool = False
     multi_scale: bool = False
     cache: CacheSetting = "auto"        # "auto", "ram", "disk", "off" or a folder (see data.cache_store)
@@ -103,6 +107,8 @@ class TrainConfig:
             raise ConfigError(f"batch={self.batch} must be a positive global batch, or -1 to fit the GPU memory")
         if self.workers is not None and self.workers < 0:
             raise ConfigError(f"workers={self.workers} must be 0 or more")
+        if self.log_every < 1:
+            raise ConfigError(f"log_every={self.log_every} must be at least 1 (batches between logged losses)")
         if self.nbs < 1:
             raise ConfigError(f"nbs={self.nbs} must be at least 1 (the nominal batch for gradient accumulation)")
         if self.deterministic and self.cudnn_benchmark is True:
@@ -133,4 +139,5 @@ class TrainConfig:
 # Options whose change on resume is allowed and handled (others are reported, then the saved value wins).
 RESUME_MAY_CHANGE = frozenset({"epochs", "device", "workers", "patience", "verbose", "plots", "cache",
                                "gpu_augment", "resume", "profile", "cuda_graph", "save_period",
-                               "channels_last", "cudnn_benchmark"})
+                               "channels_last", "cudnn_benchmark", "tensorboard", "mlflow", "wandb",
+                               "log_every"})

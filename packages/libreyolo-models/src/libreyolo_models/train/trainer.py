@@ -29,15 +29,26 @@ from ..rundir import next_run_dir
 from ..tasks import EvalSettings
 from ..workers import default_workers
 from .adapt import adapt_to_classes
-from .callbacks import CallbackRunner, EpochEnd, TrainEnd, TrainException, TrainStart
+from .callbacks import (
+    CallbackRunner,
+    EpochEnd,
+    PredictionImages,
+    StepEnd,
+    TrainEnd,
+    TrainException,
+    TrainStart,
+)
 from .checkpoints import build_training_checkpoint, write_epoch_checkpoints
 from .elastic import forget_run, record_run_dir
 from .ema import ModelEMA
 from .graph_forward import graph_forward, wants_graphs
+from .loggers import enabled_loggers
+from .loggers.images import first_images, prediction_images
 from .optim import align_state_layout, build_optimizer
 from .plan import TrainPlan
 from .results_log import ResultsLog
 from .schedule import accumulate_steps, apply_lr, warmup_iterations
+from .start_plots import plot_start_of_training, plot_train_batch
 from .step import SeamThenHead, StepTimer, TrainStep
 
 if TYPE_CHECKING:
@@ -72,7 +83,9 @@ class Trainer:
         self.env = libreyolo_ddp.dist_env()
         self.rank0 = self.env.rank == 0
         self.world = self.env.world_size
-        self.callbacks = CallbackRunner(callbacks, enabled=self.rank0)
+        loggers = enabled_loggers(plan.cfg) if self.rank0 else []  # rank 0 only: one run per experiment
+        self.callbacks = CallbackRunner([*(callbacks or []), *loggers], enabled=self.rank0)
+        self._logged_images: tuple[torch.Tensor, list[str]] | None = None
 
     # ------------------------------------------------------------------ setup
     def _setup(self) -> None:
@@ -89,7 +102,7 @@ class Trainer:
         if cfg.val and not has_val:
             raise ConfigError(f"train(): data={cfg.data!r} has no val split, so val=True cannot validate; add a "
                               "`val:` entry to the dataset, or pass val=False to train without validation")
-        train_index = task.load_split(data, "train")
+        self.train_index = train_index = task.load_split(data, "train")
         val_index = task.load_split(data, "val") if has_val else None
         model.net.to(self.device).float()
         self.channels_last = self.device.type == "cuda" and cfg.channels_last in (True, "auto")
@@ -208,6 +221,8 @@ class Trainer:
             self._setup()
             if self.rank0:
                 self._write_args()
+                if self.cfg.plots and not self.resume:
+                    plot_start_of_training(self.train_index, self.model.names, self.run_dir)
             self.callbacks.emit(TrainStart(self.run_dir, self.cfg.epochs, self.start_epoch, self.cfg.as_dict()))
             for epoch in range(self.start_epoch, self.cfg.epochs):
                 row, is_best, last = self._one_epoch(epoch)
@@ -256,7 +271,8 @@ class Trainer:
         is_best = False
         if self.val_data is not None and (cfg.val or final):
             ema_net = self.ema.ema
-            settings = EvalSettings(conf=cfg.val_conf, iou=cfg.val_iou, max_det=cfg.max_det)
+            settings = EvalSettings(conf=cfg.val_conf, iou=cfg.val_iou, max_det=cfg.max_det,
+                                    save_dir=self.run_dir if final else None, plots=cfg.plots and final)
             result = self.task.evaluate(self.model, lambda x: self.model.inference_forward(x, net=ema_net),
                                         self.val_data, settings=settings, progress=self.rank0 and cfg.verbose)
             row.update(result.as_dict())
@@ -274,6 +290,8 @@ class Trainer:
         if self.rank0:
             log.info("epoch %d/%d: %s%s", epoch + 1, cfg.epochs, summary, self._skipped_note())
         row.update({f"lr/pg{i}": g["lr"] for i, g in enumerate(self.optimizer.param_groups)})
+        if self.val_data is not None and self.callbacks.wants("wants_prediction_images"):
+            self.callbacks.emit(PredictionImages(epoch, self._prediction_images()))
         last = None
         if self.rank0:
             ckpt = build_training_checkpoint(
@@ -308,6 +326,8 @@ class Trainer:
                 batch = next(batches)
             wait_s += time.perf_counter() - t0
             ni = i + nb * epoch
+            if self.rank0 and cfg.plots and epoch == self.start_epoch and i < 3 and not self.resume:
+                plot_train_batch(batch, self.model.names, self.run_dir / f"train_batch{i}.jpg")
             accumulate = accumulate_steps(ni, warmup, cfg.nbs, self.global_batch)
             apply_lr(self.optimizer, iteration=ni, warmup_iters=warmup, epoch=epoch, epochs=cfg.epochs, lrf=cfg.lrf,
                      cosine=cfg.cos_lr, warmup_bias_lr=cfg.warmup_bias_lr, warmup_momentum=cfg.warmup_momentum,
@@ -315,7 +335,12 @@ class Trainer:
             images = self._multi_scale(batch.images) if cfg.multi_scale else batch.images
             if self.channels_last:
                 images = images.contiguous(memory_format=torch.channels_last)
-            sums += step.forward_backward(images, batch.targets)
+            items = step.forward_backward(images, batch.targets)
+            sums += items
+            if self.callbacks.active and (ni + 1) % cfg.log_every == 0:
+                self.callbacks.emit(StepEnd(epoch, ni, {f"train/{n}_loss": v for n, v in
+                                                        zip(self.loss_names, items.tolist())},
+                                            {f"lr/pg{j}": g["lr"] for j, g in enumerate(self.optimizer.param_groups)}))
             if ni - last_opt >= accumulate or i == nb - 1:
                 step.optimizer_step()
                 last_opt = ni
@@ -336,6 +361,12 @@ class Trainer:
         if self.timer.enabled:
             stats.update({f"profile/{k}_s": v for k, v in self.timer.totals.items()})
         return stats
+
+    def _prediction_images(self) -> dict[str, Any]:
+        """The EMA model's predictions on the first few validation images (for loggers)."""
+        if self._logged_images is None:
+            self._logged_images = first_images(self.val_data)
+        return prediction_images(self.model, self.ema.ema, *self._logged_images)
 
     def _multi_scale(self, images: torch.Tensor) -> torch.Tensor:
         """A random size in [0.5, 1.5] x imgsz (multiple of the stride) per batch; graphs never capture these."""

@@ -6,9 +6,12 @@ import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+import libreyolo_ddp
+
 from ..config import load_config
 from ..devices import default_device, describe_device
 from ..errors import ConfigError
+from ..rundir import next_run_dir
 from ..tasks import EvalSettings, TaskMetrics
 from ..workers import default_workers
 from .settings import ValConfig
@@ -41,9 +44,15 @@ def validate_model(model: LibreYOLO, options: Mapping[str, Any]) -> TaskMetrics:
     if cfg.half:
         model.half()
     model.net.eval()
-    settings = EvalSettings(conf=cfg.conf, iou=cfg.iou, max_det=cfg.max_det, half=cfg.half)
+    save_dir = None
+    if cfg.plots or cfg.save_json:
+        save_dir = libreyolo_ddp.resolve_on_rank_zero(lambda: next_run_dir(cfg.project, cfg.name))
+    settings = EvalSettings(conf=cfg.conf, iou=cfg.iou, max_det=cfg.max_det, half=cfg.half, save_dir=save_dir,
+                            plots=cfg.plots, save_json=cfg.save_json)
     result = task.evaluate(model, model.inference_forward, pipeline, settings=settings, progress=cfg.verbose)
     model.metrics = result
+    if save_dir is not None:
+        log.info("validation plots and files in %s", save_dir)
     if cfg.verbose:
         log.info("%s", result.table())
     return result

@@ -263,6 +263,17 @@ class DetectionMetrics:
             names={c: self.names.get(c, str(c)) for c in range(self.nc)},
         )
 
+    def class_curves(self) -> dict[int, tuple[np.ndarray, np.ndarray, int]]:
+        """Per class with ground truth: (scores in descending order, TP at IoU 0.50 in that order,
+        number of ground-truth boxes): what precision / recall / F1 / PR curves are drawn from."""
+        images = _canonical_images(self._stats)
+        gt_cls = np.concatenate([s.gt_cls for s in images]) if images else np.zeros(0, np.int64)
+        n_gt = np.bincount(gt_cls, minlength=self.nc)
+        cls, conf, tp = _detections_by_class(images, len(self.iou_thresholds))
+        starts = np.searchsorted(cls, np.arange(self.nc + 1), side="left")
+        return {c: (conf[starts[c]:starts[c + 1]], tp[starts[c]:starts[c + 1], self._index_50], int(n_gt[c]))
+                for c in range(self.nc) if n_gt[c] > 0}
+
     def _check(self, item: ImageStats) -> None:
         if not isinstance(item, ImageStats):
             raise TypeError(

@@ -24,6 +24,10 @@ class ValConfig:
     half: bool = False
     fuse: bool = False
     cache: CacheSetting = "auto"
+    plots: bool = False        # confusion matrices and P/R/F1/PR curves into project/name
+    save_json: bool = False    # predictions.json in the COCO results format, into project/name
+    project: str = "runs/val"
+    name: str = "exp"
     verbose: bool = True
 
     def __post_init__(self) -> None:

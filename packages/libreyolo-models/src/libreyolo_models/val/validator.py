@@ -26,16 +26,19 @@ from .metrics import DetectionMetrics, MetricsResult
 if TYPE_CHECKING:
     from ..facade import LibreYOLO
     from ..tasks.detect import DetectOptions
+    from .artefacts import DetectArtefacts
 
 log = logging.getLogger(__name__)
 
 
 @torch.no_grad()
 def evaluate_detections(model: LibreYOLO, forward: Callable[[Tensor], Any], pipeline: Iterable[Any], *,
-                        options: DetectOptions, half: bool = False, progress: bool = True) -> MetricsResult:
+                        options: DetectOptions, half: bool = False, progress: bool = True,
+                        artefacts: DetectArtefacts | None = None) -> MetricsResult:
     """mAP of ``forward`` (images -> the family's inference outputs) over ``pipeline``'s split.
 
     ``half``: the network holds fp16 weights, so images are cast to fp16 on the way in.
+    ``artefacts``: also collect and write plots / ``predictions.json`` (see ``val.artefacts``).
     Returns the same ``MetricsResult`` on every rank.
     """
     env = libreyolo_ddp.dist_env()
@@ -51,6 +54,9 @@ def evaluate_detections(model: LibreYOLO, forward: Callable[[Tensor], Any], pipe
             gt = xywh_to_xyxy(rows[:, 2:6]) * size
             metrics.update(match_image(det[:, :4].cpu(), det[:, 4].cpu(), det[:, 5].long().cpu(),
                                        gt.cpu(), rows[:, 1].long().cpu()))
+            if artefacts is not None:
+                artefacts.update(det, gt, rows[:, 1], path=batch.paths[i], orig_shape=batch.ori_sizes[i],
+                                 ratio_pad=batch.ratio_pad[i] if batch.ratio_pad else None)
     if env.world_size > 1:
         gathered = libreyolo_ddp.gather_to_rank_zero(metrics.image_stats)
         result = None
@@ -58,8 +64,11 @@ def evaluate_detections(model: LibreYOLO, forward: Callable[[Tensor], Any], pipe
             merged = DetectionMetrics(model.nc, model.names)
             merged.merge(*(gathered or []))
             result = merged.compute()
+            metrics = merged
         result = libreyolo_ddp.broadcast_object(result, src=0)
     else:
         result = metrics.compute()
+    if artefacts is not None:
+        artefacts.finish(metrics if env.rank == 0 else None)
     log.debug("validation of %d images in %.1f s", result.n_images, time.perf_counter() - started)
     return result
