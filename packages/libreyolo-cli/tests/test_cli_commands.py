@@ -164,7 +164,6 @@ def test_cache_lists_and_cleans_image_caches(capsys, tmp_path, monkeypatch) -> N
     (tmp_path / "shm").mkdir()
     monkeypatch.setenv("LIBREYOLO_SHM_DIR", str(tmp_path / "shm"))
     Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(tmp_path / "a.png")
-    # A folder of this test's own: the default folders are shared with every other test and run.
     folder = tmp_path / "caches"
     path = open_image_cache([tmp_path / "a.png"], 8, mode="disk", cache_dir=folder).path
     assert path.parent == folder
