@@ -34,13 +34,17 @@ from .graph_forward import graph_forward, wants_graphs
 from .optim import align_state_layout, build_optimizer
 from .plan import TrainPlan
 from .results_log import ResultsLog
-from .schedule import accumulate_steps, apply_lr, warmup_iterations
+from .schedule import accumulate_steps, apply_lr, nominal_accumulation, warmup_iterations
 from .step import SeamThenHead, StepTimer, TrainStep
 
 if TYPE_CHECKING:
     from ..facade import LibreYOLO
 
 log = logging.getLogger(__name__)
+
+LOG_EVERY = 10
+"""Iterations between progress-bar updates: the loss sums stay on the device and are read back
+(one host sync) only this often, never per step."""
 
 
 @dataclass
@@ -94,7 +98,7 @@ class Trainer:
         self.val_data = (task.val_pipeline(val_index, imgsz=self.imgsz, batch_size=self.batch * 2, device=self.device,
                                            workers=workers, cache=cfg.cache) if val_index is not None else None)
         self.n_batches = len(self.train_data)
-        self.accumulate = max(round(cfg.nbs / self.global_batch), 1)
+        self.accumulate = nominal_accumulation(cfg.nbs, self.global_batch, self.n_batches)
         weight_decay = cfg.weight_decay * self.global_batch * self.accumulate / cfg.nbs
         iterations = math.ceil(self.n_batches / self.accumulate) * cfg.epochs
         groups = model.family.parameter_groups(model.net, weight_decay=weight_decay)
@@ -268,7 +272,7 @@ class Trainer:
         cfg, step, nb = self.cfg, self.step, self.n_batches
         self.forward_module.train()
         self.timer.reset()
-        warmup = warmup_iterations(cfg.warmup_epochs, nb)
+        warmup = warmup_iterations(cfg.warmup_epochs, nb, cfg.epochs)
         sums = torch.zeros(len(self.loss_names), device=self.device)
         last_opt = (epoch * nb) - 1
         wait_s, started = 0.0, time.perf_counter()
@@ -282,7 +286,7 @@ class Trainer:
                 batch = next(batches)
             wait_s += time.perf_counter() - t0
             ni = i + nb * epoch
-            accumulate = accumulate_steps(ni, warmup, cfg.nbs, self.global_batch)
+            accumulate = accumulate_steps(ni, warmup, cfg.nbs, self.global_batch, nb)
             apply_lr(self.optimizer, iteration=ni, warmup_iters=warmup, epoch=epoch, epochs=cfg.epochs, lrf=cfg.lrf,
                      cosine=cfg.cos_lr, warmup_bias_lr=cfg.warmup_bias_lr, warmup_momentum=cfg.warmup_momentum,
                      momentum=cfg.momentum)
@@ -293,12 +297,14 @@ class Trainer:
             if ni - last_opt >= accumulate or i == nb - 1:
                 step.optimizer_step()
                 last_opt = ni
-            if self.rank0 and cfg.verbose and (i % 10 == 0 or i == nb - 1):
-                mean = (sums / (i + 1)).tolist()
-                elapsed = time.perf_counter() - started
-                losses = " ".join(f"{n} {v:.3f}" for n, v in zip(self.loss_names, mean))
-                bar.set_postfix_str(f"{losses} | {(i + 1) * self.global_batch / elapsed:.0f} img/s, "
-                                    f"data {wait_s / elapsed:.0%}")
+            if self.rank0 and cfg.verbose and (i % LOG_EVERY == 0 or i == nb - 1):
+                with self.timer.phase("log"):
+                    mean = (sums / (i + 1)).tolist()  # the loop's only read-back of a device value
+                    elapsed = time.perf_counter() - started
+                    losses = " ".join(f"{n} {v:.3f}" for n, v in zip(self.loss_names, mean))
+                    bar.set_postfix_str(f"{losses} | {(i + 1) * self.global_batch / elapsed:.0f} img/s, "
+                                        f"data {wait_s / elapsed:.0%}")
+            self.timer.steps += 1
             bar.update(1)
         bar.close()
         elapsed = time.perf_counter() - started
@@ -309,6 +315,7 @@ class Trainer:
                       "train/data_wait_share": wait_s / elapsed, "train/epoch_s": elapsed})
         if self.timer.enabled:
             stats.update({f"profile/{k}_s": v for k, v in self.timer.totals.items()})
+            stats["profile/steps"] = float(self.timer.steps)
         return stats
 
     def _multi_scale(self, images: torch.Tensor) -> torch.Tensor:
