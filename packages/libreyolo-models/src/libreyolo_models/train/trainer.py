@@ -275,7 +275,7 @@ class Trainer:
         warmup = warmup_iterations(cfg.warmup_epochs, nb, cfg.epochs)
         sums = torch.zeros(len(self.loss_names), device=self.device)
         last_opt = (epoch * nb) - 1
-        wait_s, started = 0.0, time.perf_counter()
+        wait_s, first_step_s, started = 0.0, 0.0, time.perf_counter()
         bar = tqdm(total=nb, desc=f"epoch {epoch + 1}/{cfg.epochs}", disable=not (self.rank0 and cfg.verbose),
                    leave=False, dynamic_ncols=True)
         batches = iter(self.train_data)
@@ -305,6 +305,10 @@ class Trainer:
                     bar.set_postfix_str(f"{losses} | {(i + 1) * self.global_batch / elapsed:.0f} img/s, "
                                         f"data {wait_s / elapsed:.0%}")
             self.timer.steps += 1
+            if i == 0:  # one sync an epoch, so the figure is the step's end and not its launch
+                if self.device.type == "cuda":
+                    torch.cuda.synchronize(self.device)
+                first_step_s = time.perf_counter() - started
             bar.update(1)
         bar.close()
         elapsed = time.perf_counter() - started
@@ -312,7 +316,8 @@ class Trainer:
         mean = libreyolo_ddp.all_reduce_mean(sums / nb).tolist()
         stats = {f"train/{name}_loss": value for name, value in zip(self.loss_names, mean)}
         stats.update({"train/loss": sum(mean), "train/images_per_s": nb * self.global_batch / elapsed,
-                      "train/data_wait_share": wait_s / elapsed, "train/epoch_s": elapsed})
+                      "train/data_wait_share": wait_s / elapsed, "train/epoch_s": elapsed,
+                      "train/first_step_s": first_step_s})
         if self.timer.enabled:
             stats.update({f"profile/{k}_s": v for k, v in self.timer.totals.items()})
             stats["profile/steps"] = float(self.timer.steps)
