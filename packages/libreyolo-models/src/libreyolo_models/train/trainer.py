@@ -34,7 +34,7 @@ from .graph_forward import graph_forward, wants_graphs
 from .optim import align_state_layout, build_optimizer
 from .plan import TrainPlan
 from .results_log import ResultsLog
-from .schedule import accumulate_steps, apply_lr, nominal_accumulation, warmup_iterations
+from .schedule import MIN_STEPS_PER_EPOCH, accumulate_steps, apply_lr, nominal_accumulation, warmup_iterations
 from .step import SeamThenHead, StepTimer, TrainStep
 
 if TYPE_CHECKING:
@@ -99,6 +99,10 @@ class Trainer:
                                            workers=workers, cache=cfg.cache) if val_index is not None else None)
         self.n_batches = len(self.train_data)
         self.accumulate = nominal_accumulation(cfg.nbs, self.global_batch, self.n_batches)
+        if self.accumulate < nominal_accumulation(cfg.nbs, self.global_batch):
+            log.info("small dataset: %d batches an epoch, so gradients accumulate over %d batches instead of "
+                     "nbs/batch = %d (every epoch keeps at least %d optimizer steps)", self.n_batches,
+                     self.accumulate, nominal_accumulation(cfg.nbs, self.global_batch), MIN_STEPS_PER_EPOCH)
         weight_decay = cfg.weight_decay * self.global_batch * self.accumulate / cfg.nbs
         iterations = math.ceil(self.n_batches / self.accumulate) * cfg.epochs
         groups = model.family.parameter_groups(model.net, weight_decay=weight_decay)
