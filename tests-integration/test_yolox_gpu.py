@@ -1,9 +1,8 @@
 """YOLOX on GPUs: graphed inference replays eager bit for bit (cuda), and ``device="0,1"`` trains
 YOLOX-s with spawned NCCL workers (multigpu).
 
-YOLOX's ``inference_capture`` declaration stays False until its parity rows are green; the
-predict-level test declares it for the test's own model only, so it checks the behaviour the
-declaration would unlock.
+The predict-level test declares ``inference_capture`` for the test's own model whatever the
+family declares, so it checks the behaviour the declaration unlocks.
 """
 
 from __future__ import annotations

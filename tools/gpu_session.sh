@@ -28,7 +28,7 @@ step() {  # step NAME SECONDS COMMAND...
 PY=python3
 for what in "$@"; do
   case $what in
-    env) step env 60 bash -c "nvidia-smi --query-gpu=name,memory.total --format=csv; $PY -c 'import torch,sys;print(sys.version, torch.__version__, torch.cuda.device_count())'; nproc" ;;
+    env) step env 60 bash -c "nvidia-smi --query-gpu=name,memory.total --format=csv; $PY -c 'import torch,sys;print(sys.version, torch.__version__, torch.cuda.device_count())'; nproc; $PY tools/probe_modules.py" ;;
     tests) step tests ${TESTS_S:-330} $PY -m pytest -p no:cacheprovider --import-mode=importlib -m "cuda or multigpu" -q -rfE \
              -n ${TEST_PROCS:-4} --durations=15 -o addopts="" packages tests-integration ;;
     tests_graph) step tests_graph 300 $PY -m pytest -p no:cacheprovider --import-mode=importlib -m "cuda or multigpu" -q -rfE \
