@@ -101,9 +101,14 @@ def test_small_set_run_steps_every_batch_after_a_capped_warmup(mini_shapes, tmp_
     model = LibreYOLO9(size="t")
     outcome = model.train(data=str(mini_shapes), project=str(tmp_path), imgsz=64, batch=8, epochs=2, workers=0,
                           close_mosaic=0, val=False, plots=False, verbose=False, optimizer="SGD", lr0=0.01,
-                          warmup_epochs=0.5, lrf=0.5, cos_lr=False)
+                          warmup_epochs=0.5, lrf=0.5, cos_lr=False, profile=True)
+    row = outcome.metrics
     # warmup: max(0.5 * 3, min(100, 0.3 * 6)) = 2 iterations; epoch 2's lr is the schedule's
-    assert outcome.metrics["lr/pg0"] == pytest.approx(0.01 * (1 - 0.5 * 0.5), rel=1e-9)
+    assert row["lr/pg0"] == pytest.approx(0.01 * (1 - 0.5 * 0.5), rel=1e-9)
+    # The profile counts the epoch's 3 steps and times the EMA and logging apart from the optimizer.
+    assert row["profile/steps"] == 3
+    assert row["profile/optimizer_s"] > 0 and row["profile/ema_s"] > 0 and "profile/log_s" in row
+    assert 0 < row["train/first_step_s"] <= row["train/epoch_s"]
 
 
 def _fake_plan(graph: bool) -> TrainPlan:
