@@ -48,3 +48,18 @@ def test_all_background_rank_and_sharded_validation_under_nccl(tmp_path: Path, m
     assert sharded["n_images"] == single["n_images"] == 32 and single["metrics/mAP50"] > 0
     for key in ("metrics/mAP50", "metrics/mAP50-95"):
         assert sharded[key] == pytest.approx(single[key], abs=1e-6)
+
+
+def test_device_0_1_trains_resnet18_on_shapes_cls_and_the_caller_holds_the_best(tmp_path: Path) -> None:
+    from libreyolo_models import LibreYOLO
+
+    model = LibreYOLO("LibreResNet18.yaml")
+    outcome = model.train(data="shapes-cls", epochs=10, imgsz=64, batch=32, nbs=32, device="0,1", crop_min_area=0.35,
+                          project=str(tmp_path), verbose=False, plots=False)
+    ckpt = torch.load(outcome.best, weights_only=True)
+    assert ckpt["world_size"] == 2 and ckpt["global_batch"] == 32 and ckpt["task"] == "classify"
+    best = LibreYOLO(outcome.best)
+    for (k, a), (_, b) in zip(model.net.state_dict().items(), best.net.state_dict().items()):
+        assert torch.equal(a.cpu(), b), k
+    assert outcome.metrics["metrics/accuracy_top1"] > 0.3, outcome.summary()  # above chance (0.2) after 10 epochs
+    assert model.val(data="shapes-cls", imgsz=64, verbose=False).n_images == 182  # every val crop of shapes-cls

@@ -9,6 +9,13 @@
     python tools/bench_train_graphs.py --extra bench_models:segformer_b0_train
     python tools/bench_infer_graphs.py --batches 1,2,8 --extra bench_models:rtdetr_r18_infer
     python tools/bench_train_graphs.py --extra bench_models:rtdetr_r18_train
+    python tools/bench_infer_graphs.py --extra bench_models:rtmdett_infer --extra bench_models:rtmdets_infer
+    python tools/bench_infer_graphs.py --extra bench_models:rtmdets_infer_fused
+    python tools/bench_train_graphs.py --extra bench_models:rtmdett_train --extra bench_models:rtmdets_train
+    python tools/bench_infer_graphs.py --extra bench_models:resnet50_infer --extra bench_models:efficientnetv2b0_infer \
+        --extra bench_models:convnexttiny_infer --extra bench_models:mobilenetv4small_infer
+    python tools/bench_train_graphs.py --extra bench_models:resnet50_train --extra bench_models:efficientnetv2b0_train \
+        --extra bench_models:convnexttiny_train --extra bench_models:mobilenetv4small_train
 """
 
 from __future__ import annotations
@@ -140,3 +147,79 @@ def rtdetr_r18_train(device: torch.device, batch: int = 8, imgsz: int = 640):  #
         return model.family.compute_loss(head, targets, context).total
 
     return f"rt-detr-r18 split (b{batch}, {imgsz}px)", model.training_module(), (images,), loss_fn
+
+
+def rtmdett_infer() -> tuple[str, nn.Module, int]:
+    return _infer("rtmdet", "t", "rtmdet-t")
+
+
+def rtmdets_infer() -> tuple[str, nn.Module, int]:
+    return _infer("rtmdet", "s", "rtmdet-s")
+
+
+def rtmdets_infer_fused() -> tuple[str, nn.Module, int]:
+    return _infer_fused("rtmdet", "s", "rtmdet-s fused")
+
+
+def rtmdett_train(device: torch.device):  # noqa: ANN201
+    """RTMDet-t forward + backward; the loss (dynamic soft-label assigner, QFL + GIoU) stays eager."""
+    return _train("rtmdet", "t", "rtmdet-t", device)
+
+
+def rtmdets_train(device: torch.device):  # noqa: ANN201
+    return _train("rtmdet", "s", "rtmdet-s", device)
+
+# Classifiers (random weights, 1000 classes): inference rows at 224 px through the shared ``_infer``,
+# training rows at batch 32 with class-index targets (``_train`` draws boxes, a detector's targets).
+# The benchmarks' own BatchNorm calibration runs on these modules (ConvNeXt has LayerNorm only).
+CLASSIFIERS = {"resnet50": ("resnet", "50"), "efficientnetv2b0": ("efficientnetv2", "b0"),
+               "convnexttiny": ("convnext", "tiny"), "mobilenetv4small": ("mobilenetv4", "small")}
+
+
+def _classifier_train(key: str, device: torch.device, batch: int = 32, imgsz: int = 224):  # noqa: ANN202
+    from libreyolo_models import LibreYOLO, LossContext
+
+    family, size = CLASSIFIERS[key]
+    torch.manual_seed(0)
+    model = LibreYOLO(family=family, size=size)
+    g = torch.Generator().manual_seed(0)
+    images = torch.rand(batch, 3, imgsz, imgsz, generator=g).to(device)
+    targets = model.family.sample_targets(batch, imgsz, g).to(device)
+    context = LossContext(gains=model.spec.task(model.task).loss_gains, global_batch=batch)
+
+    def loss_fn(outputs, inputs):  # noqa: ANN001, ANN202, ARG001
+        return model.family.compute_loss(outputs, targets, context).total
+
+    return f"{key} (b{batch}, {imgsz}px)", model.training_module(), (images,), loss_fn
+
+
+def resnet50_infer() -> tuple[str, nn.Module, int]:
+    return _infer("resnet", "50", "resnet50", imgsz=224)
+
+
+def efficientnetv2b0_infer() -> tuple[str, nn.Module, int]:
+    return _infer("efficientnetv2", "b0", "efficientnetv2b0", imgsz=224)
+
+
+def convnexttiny_infer() -> tuple[str, nn.Module, int]:
+    return _infer("convnext", "tiny", "convnexttiny", imgsz=224)
+
+
+def mobilenetv4small_infer() -> tuple[str, nn.Module, int]:
+    return _infer("mobilenetv4", "small", "mobilenetv4small", imgsz=224)
+
+
+def resnet50_train(device: torch.device):  # noqa: ANN201
+    return _classifier_train("resnet50", device)
+
+
+def efficientnetv2b0_train(device: torch.device):  # noqa: ANN201
+    return _classifier_train("efficientnetv2b0", device)
+
+
+def convnexttiny_train(device: torch.device):  # noqa: ANN201
+    return _classifier_train("convnexttiny", device)
+
+
+def mobilenetv4small_train(device: torch.device):  # noqa: ANN201
+    return _classifier_train("mobilenetv4small", device)

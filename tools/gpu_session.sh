@@ -4,6 +4,7 @@
 #   tools/gpu_session.sh tests parity bench_infer bench_train bench_data
 #   tools/gpu_session.sh e2e ddp shapes20 compile
 #   tools/gpu_session.sh e2e_grid e2e_profile tta   (issue 21: one per 10-minute call)
+#   tools/gpu_session.sh tests_cls parity_cls bench_infer_cls bench_train_cls   (classifiers, issue 16)
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu-out}; mkdir -p "$OUT"
@@ -56,6 +57,16 @@ for what in "$@"; do
     shapes20) step shapes20 ${SHAPES_S:-150} $PY tools/shapes_graph_run.py --epochs 20 --imgsz 320 --batch 32 --out "$OUT/shapes20.md" ;;
     compile_yolo) step compile_yolo 85 $PY tools/bench_infer_graphs.py --compile --models '' --batches 1 --dtypes fp32 \
              --reps 30 --extra bench_models:yolo9t_infer --out "$OUT/bench-compile-yolo.md" ;;
+    tests_cls) step tests_cls ${TESTS_CLS_S:-420} $PY -m pytest -p no:cacheprovider --import-mode=importlib -m "cuda or multigpu" -q -rfE \
+             -o addopts="" tests-integration/test_gpu_classify.py tests-integration/test_multigpu_train.py -k "classif or resnet or cuda" ;;
+    parity_cls) step parity_cls ${PARITY_CLS_S:-600} $PY tools/parity_matrix.py --families resnet,efficientnetv2,convnext,mobilenetv4 \
+             --out "$OUT/parity-matrix-cls.md" --json "$OUT/parity-cls.json" ;;
+    bench_infer_cls) step bench_infer_cls 300 $PY tools/bench_infer_graphs.py --no-compile --models '' \
+             --extra bench_models:resnet50_infer --extra bench_models:efficientnetv2b0_infer \
+             --extra bench_models:convnexttiny_infer --extra bench_models:mobilenetv4small_infer --out "$OUT/bench-infer-cls.md" ;;
+    bench_train_cls) step bench_train_cls 300 $PY tools/bench_train_graphs.py --deterministic --no-resnet18 \
+             --extra bench_models:resnet50_train --extra bench_models:efficientnetv2b0_train \
+             --extra bench_models:convnexttiny_train --extra bench_models:mobilenetv4small_train --out "$OUT/bench-train-cls.md" ;;
     *) echo "unknown step $what" ;;
   esac
 done

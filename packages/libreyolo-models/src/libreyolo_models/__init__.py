@@ -23,13 +23,24 @@ from .errors import (  # noqa: E402
 )
 from .facade import LibreYOLO  # noqa: E402
 from .family_spec import FamilySpec, TaskDecl, WeightsEntry  # noqa: E402
-from .named import LibreRTDETR, LibreSegFormer, LibreYOLO9, LibreYOLOX  # noqa: E402
+from .named import (  # noqa: E402
+    LibreConvNeXt,
+    LibreEfficientNetV2,
+    LibreMobileNetV4,
+    LibreResNet,
+    LibreRTDETR,
+    LibreRTMDet,
+    LibreSegFormer,
+    LibreYOLO9,
+    LibreYOLOX,
+)
+from .predict.probs import Probs  # noqa: E402
 from .predict.results import Boxes, Results  # noqa: E402
 from .registry import families, register_family, unregister_family  # noqa: E402
 
 __all__ = [
-    "SAMPLE_IMAGE", "Boxes", "CheckpointError", "ConfigError", "Family", "FamilySpec", "LibreRTDETR", "LibreSegFormer",
-    "LibreYOLO", "LibreYOLO9", "LibreYOLOX",
-    "LibreYOLOError", "LossContext", "LossResult", "Results", "SourceError", "TaskDecl", "UnknownFamilyError",
+    "SAMPLE_IMAGE", "Boxes", "CheckpointError", "ConfigError", "Family", "FamilySpec", "LibreConvNeXt", "LibreEfficientNetV2",
+    "LibreMobileNetV4", "LibreRTDETR", "LibreRTMDet", "LibreResNet", "LibreSegFormer", "LibreYOLO", "LibreYOLO9", "LibreYOLOX",
+    "LibreYOLOError", "LossContext", "LossResult", "Probs", "Results", "SourceError", "TaskDecl", "UnknownFamilyError",
     "WeightsEntry", "WeightsNotFoundError", "__version__", "families", "register_family", "unregister_family",
 ]

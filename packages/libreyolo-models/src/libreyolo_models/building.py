@@ -77,7 +77,7 @@ def _untrained(spec: FamilySpec, *, size: str | None, task: str | None, nc: int 
     task = task or spec.default_task
     spec.task(task)
     if nc is None:
-        nc = len(names) if names is not None else 80
+        nc = len(names) if names is not None else spec.task(task).default_nc
     return ModelSource(spec, size, task, nc, names, imgsz)
 
 

@@ -146,6 +146,11 @@ class Family(abc.ABC):
         """
         return default_parameter_groups(net, weight_decay=weight_decay)
 
+    def head_prefixes(self) -> tuple[str, ...]:
+        """State-dict key prefixes of the class outputs: ``train(pretrained=...)`` leaves them
+        freshly initialised (they belong to another set of classes). Default: none."""
+        return ()
+
     def epoch_start(self, epoch: int, epochs: int, close_mosaic: int = 0) -> str | None:
         """Called before each training epoch (``close_mosaic``: the run's last epochs without
         mosaic). Return a reason when what ``training_forward`` returns, or how the loss reads it,

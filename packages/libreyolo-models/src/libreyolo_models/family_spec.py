@@ -41,6 +41,9 @@ class TaskDecl:
         recipe: training defaults of this family, as ``TrainConfig`` values (``{"optimizer":
             "AdamW", "lr0": 1e-4}``). The user's options win; the merged values are what
             ``args.yaml`` records.
+        default_nc: classes of an untrained model when neither ``nc`` nor ``names`` is given
+            (80, COCO, for detectors; 1000, ImageNet, for classifiers, so a fresh model has the
+            reference architecture's shapes).
     """
 
     loss_names: tuple[str, ...]
@@ -50,6 +53,7 @@ class TaskDecl:
     inference_capture: bool = False
     train_capture: bool = False
     recipe: Mapping[str, object] = field(default_factory=dict)
+    default_nc: int = 80
 
     def __post_init__(self) -> None:
         unknown = set(self.loss_gains) - set(self.loss_names)
@@ -141,7 +145,7 @@ class FamilySpec:
 
     def weight_name(self, size: str, task: str | None = None, suffix: str = ".pt") -> str:
         """``<prefix><size>[-<task suffix>]<suffix>``; the default task has no task suffix
-        (``LibreYOLO9t.pt`` detects, ``LibreSegFormerb0.pt`` segments)."""
+        (``LibreYOLO9t.pt`` detects, ``LibreSegFormerb0.pt`` segments, ``LibreResNet50.pt`` classifies)."""
         task = task or self.default_task
         return f"{self.weight_prefix}{size}{'' if task == self.default_task else TASK_SUFFIXES[task]}{suffix}"
 

@@ -14,13 +14,19 @@ from pathlib import Path
 
 from .config import suggest
 from .errors import ConfigError, UnknownFamilyError
+from .families.convnext.spec import SPEC as CONVNEXT
+from .families.efficientnetv2.spec import SPEC as EFFICIENTNETV2
+from .families.mobilenetv4.spec import SPEC as MOBILENETV4
+from .families.resnet.spec import SPEC as RESNET
 from .families.rtdetr.spec import SPEC as RTDETR
+from .families.rtmdet.spec import SPEC as RTMDET
 from .families.segformer.spec import SPEC as SEGFORMER
 from .families.yolo9.spec import SPEC as YOLO9
 from .families.yolox.spec import SPEC as YOLOX
 from .family_spec import TASK_SUFFIXES, FamilySpec
 
-BUILTIN: dict[str, FamilySpec] = {spec.name: spec for spec in (YOLO9, YOLOX, RTDETR, SEGFORMER)}
+BUILTIN: dict[str, FamilySpec] = {spec.name: spec for spec in (YOLO9, YOLOX, RTMDET, RTDETR, SEGFORMER, RESNET,
+                                                                EFFICIENTNETV2, CONVNEXT, MOBILENETV4)}
 
 _extra: dict[str, FamilySpec] = {}
 
@@ -90,7 +96,8 @@ def parse_model_name(name: str | Path) -> ParsedName:
         if size not in spec.sizes:
             raise UnknownFamilyError(f"{Path(name).name!r}: {spec.display_name} has no size {size!r}; "
                                      f"sizes: {', '.join(spec.sizes)}" + suggest(size, spec.sizes))
-        # No suffix names the family's default task (detect for YOLO, semantic for SegFormer).
+        # No suffix names the family's default task (detect for YOLO, semantic for SegFormer,
+        # classify for the classifiers).
         task = spec.default_task if not task_suffix else {v: k for k, v in TASK_SUFFIXES.items()}.get(task_suffix)
         if task is None or task not in spec.tasks:
             raise UnknownFamilyError(f"{Path(name).name!r}: {spec.display_name} has no task for suffix "

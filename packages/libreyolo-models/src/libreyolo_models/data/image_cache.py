@@ -46,6 +46,7 @@ import libreyolo_ddp
 
 from ..cache_dir import cache_dir as default_cache_dir
 from ..errors import ConfigError, LibreYOLOError
+from .decode import to_rgb8
 
 log = logging.getLogger(__name__)
 
@@ -135,8 +136,13 @@ class ImageCache:
         return state
 
 
+Decoder = Callable[[Path, int], tuple[np.ndarray, tuple[int, int]]]
+"""``(path, imgsz) -> (uint8 [h, w, 3] with h, w <= imgsz, original (h, w))``: what fills a slot."""
+
+
 def open_image_cache(paths: Sequence[Path], imgsz: int, *, mode: CacheMode = "auto",
-                     cache_dir: Path | None = None, threads: int | None = None) -> ImageCache:
+                     cache_dir: Path | None = None, threads: int | None = None,
+                     decode: Decoder | None = None) -> ImageCache:
     """Open the cache of ``paths`` at ``imgsz``, building it first if no process has.
 
     Under DDP, rank 0 builds (or finds) the file, every rank waits at a barrier, then the other
@@ -149,6 +155,9 @@ def open_image_cache(paths: Sequence[Path], imgsz: int, *, mode: CacheMode = "au
         mode: ``"ram"``, ``"disk"`` or ``"auto"`` (see the module docstring).
         cache_dir: folder for ``"disk"`` caches; default ``<cache dir>/images``.
         threads: decoding threads; default ``min(32, cpu count)``.
+        decode: how a file becomes its slot; default ``decode_image`` (long side to ``imgsz``).
+            Another decoder (classification's centre crop) gets its own file: its qualified
+            name is part of the file name's hash.
 
     Raises:
         ConfigError: a bad ``mode`` or ``imgsz``, or no images.
@@ -161,18 +170,21 @@ def open_image_cache(paths: Sequence[Path], imgsz: int, *, mode: CacheMode = "au
         raise ConfigError(f"imgsz={imgsz!r} must be a positive integer number of pixels (e.g. 640)")
     if not paths:
         raise ConfigError("the split has no images to cache; check the data.yaml split paths")
-    name = cache_file_name(paths, imgsz)
+    decode = decode or decode_image
+    name = cache_file_name(paths, imgsz, "" if decode is decode_image else decode.__qualname__)
     env = libreyolo_ddp.dist_env()
     if not (libreyolo_ddp.is_dist_initialized() and env.world_size > 1):
-        return _open_or_build(paths, imgsz, name, mode, cache_dir, threads)
-    cache = _open_or_build(paths, imgsz, name, mode, cache_dir, threads) if env.rank == 0 else None
+        return _open_or_build(paths, imgsz, name, mode, cache_dir, threads, decode)
+    cache = _open_or_build(paths, imgsz, name, mode, cache_dir, threads, decode) if env.rank == 0 else None
     libreyolo_ddp.barrier()
-    return cache if cache is not None else _open_or_build(paths, imgsz, name, mode, cache_dir, threads)
+    return cache if cache is not None else _open_or_build(paths, imgsz, name, mode, cache_dir, threads, decode)
 
 
-def cache_file_name(paths: Sequence[Path], imgsz: int) -> str:
+def cache_file_name(paths: Sequence[Path], imgsz: int, decoder: str = "") -> str:
     """File name of the cache of ``paths`` at ``imgsz``: changes when any image file changes."""
     digest = hashlib.sha256(f"v{FORMAT_VERSION}|{imgsz}|{len(paths)}\n".encode())
+    if decoder:  # the default decoder adds nothing, so existing caches keep their names
+        digest.update(f"decoder={decoder}\n".encode())
     for path in paths:
         try:
             st = os.stat(path)
@@ -184,7 +196,7 @@ def cache_file_name(paths: Sequence[Path], imgsz: int) -> str:
 
 
 def _open_or_build(paths: Sequence[Path], imgsz: int, name: str, mode: CacheMode,
-                   cache_dir: Path | None, threads: int | None) -> ImageCache:
+                   cache_dir: Path | None, threads: int | None, decode: Decoder) -> ImageCache:
     ram, disk = _ram_dir(), _disk_dir(cache_dir)
     choices: dict[str, list[Path | None]] = {"ram": [ram, disk], "disk": [disk], "auto": [ram, disk]}
     lookup = choices[mode]
@@ -199,7 +211,7 @@ def _open_or_build(paths: Sequence[Path], imgsz: int, name: str, mode: CacheMode
     with _file_lock(final.with_name(final.name + ".lock"), final):
         if (found := _try_open(final)) is not None:  # another process built it while we waited
             return found
-        _build(paths, imgsz, final, threads or min(32, os.cpu_count() or 1))
+        _build(paths, imgsz, final, threads or min(32, os.cpu_count() or 1), decode)
     return ImageCache(final)
 
 
@@ -301,7 +313,7 @@ def _data_offset(n: int) -> int:
     return -(-(_TABLE_OFFSET + n * 16) // _PAGE) * _PAGE
 
 
-def _build(paths: Sequence[Path], imgsz: int, final: Path, threads: int) -> None:
+def _build(paths: Sequence[Path], imgsz: int, final: Path, threads: int, decode: Decoder) -> None:
     n = len(paths)
     images_at = _data_offset(n)
     total = images_at + n * imgsz * imgsz * 3
@@ -320,7 +332,7 @@ def _build(paths: Sequence[Path], imgsz: int, final: Path, threads: int) -> None
         with open(tmp, "wb") as f:
             _reserve(f, total)
         images = np.memmap(tmp, dtype=np.uint8, mode="r+", offset=images_at, shape=(n, imgsz, imgsz, 3))
-        table = _decode_all(paths, imgsz, images, threads)
+        table = _decode_all(paths, imgsz, images, threads, decode)
         images.flush()
         del images
         header = _MAGIC + np.array([n, imgsz, _TABLE_OFFSET, images_at], np.uint64).tobytes()
@@ -351,13 +363,14 @@ def _reserve(f: Any, total: int) -> None:
     f.truncate(total)
 
 
-def _decode_all(paths: Sequence[Path], imgsz: int, images: np.ndarray, threads: int) -> np.ndarray:
+def _decode_all(paths: Sequence[Path], imgsz: int, images: np.ndarray, threads: int,
+                decode: Decoder) -> np.ndarray:
     """Decode every image into its slot with a thread pool (PIL releases the GIL while decoding)."""
     table = np.zeros((len(paths), 4), np.int32)
     failures: list[str] = []
 
     def work(i: int) -> None:
-        pixels, ori_hw = decode_image(paths[i], imgsz)
+        pixels, ori_hw = decode(paths[i], imgsz)
         h, w = pixels.shape[:2]
         images[i, :h, :w] = pixels
         table[i] = (h, w, *ori_hw)
@@ -396,7 +409,8 @@ def _refill(pool: ThreadPoolExecutor, work: Callable[[int], None], todo: Iterato
 def decode_image(path: Path, imgsz: int) -> tuple[np.ndarray, tuple[int, int]]:
     """Decode one image as the cache stores it.
 
-    EXIF orientation applied, converted to RGB, resized so its long side is ``imgsz`` with an
+    EXIF orientation applied, converted to 8-bit RGB (``decode.to_rgb8``: 16-bit images scaled,
+    not clipped), resized so its long side is ``imgsz`` with an
     antialiasing bilinear filter. Large JPEGs are decoded at a reduced DCT scale first
     (``Image.draft``), still at least the target size, which makes decoding several times faster.
 
@@ -411,8 +425,7 @@ def decode_image(path: Path, imgsz: int) -> tuple[np.ndarray, tuple[int, int]]:
         h, w = max(1, round(ori_h * ratio)), max(1, round(ori_w * ratio))
         if ratio < 1:
             im.draft("RGB", (math.ceil(raw_w * ratio), math.ceil(raw_h * ratio)))
-        oriented = ImageOps.exif_transpose(im)
-        rgb = oriented.convert("RGB") if oriented.mode != "RGB" else oriented
+        rgb = to_rgb8(ImageOps.exif_transpose(im))
         if rgb.size != (w, h):
             rgb = rgb.resize((w, h), Image.Resampling.BILINEAR)
         return np.asarray(rgb), (ori_h, ori_w)

@@ -32,6 +32,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -74,14 +75,25 @@ def ensure_shapes(root: Path | None = None) -> Path:
     """
     root = Path(root) if root is not None else cache_dir() / "datasets"
     final = root / SHAPES_DIRNAME
+    return generate_once(final, lambda tmp: generate_shapes(tmp, yaml_root=final))
+
+
+def generate_once(final: Path, generate: Callable[[Path], None]) -> Path:
+    """``final / "data.yaml"``, running ``generate(tmp)`` into a temporary sibling folder first
+    when it does not exist yet, then renaming that folder to ``final`` (atomic: readers see all
+    or nothing; of two racing processes one wins and the other uses its copy).
+
+    ``generate`` must write ``data.yaml`` last. Raises OSError naming ``final`` when a folder of
+    that name exists without a ``data.yaml`` (an interrupted copy made by hand).
+    """
     yaml_path = final / "data.yaml"
     if yaml_path.is_file():
         return yaml_path
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{SHAPES_DIRNAME}.", suffix=".tmp", dir=root))
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent))
     try:
         start = time.perf_counter()
-        generate_shapes(tmp, yaml_root=final)
+        generate(tmp)
         os.chmod(tmp, 0o755)  # mkdtemp makes it owner-only
         try:
             os.rename(tmp, final)  # atomic; fails if another process got there first
@@ -89,9 +101,9 @@ def ensure_shapes(root: Path | None = None) -> Path:
             if not yaml_path.is_file():
                 raise OSError(f"{final} exists but holds no data.yaml (an interrupted copy?); delete "
                               f"that folder and try again ({err.strerror or err})") from err
-            log.debug("shapes: another process generated %s first; using it", final)
+            log.debug("%s: another process generated it first; using it", final)
         else:
-            log.info("shapes: generated %s in %.1f s", final, time.perf_counter() - start)
+            log.info("generated %s in %.1f s", final, time.perf_counter() - start)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return yaml_path
@@ -123,10 +135,16 @@ def generate_shapes(dest: Path, *, yaml_root: Path | None = None,
     (dest / "data.yaml").write_text(_data_yaml(yaml_root or dest), encoding="utf-8")
 
 
-def _write_image(dest: Path, split: str, index: int) -> None:
-    """Render and save one image and its labels; depends only on (split, index), not on order."""
+def render_shapes_image(split: str, index: int) -> tuple[np.ndarray, list[str]]:
+    """Image ``index`` of ``split`` before JPEG encoding (``uint8 [H, W, 3]``) and its YOLO label
+    rows; depends only on (split, index), not on order. ``shapes-cls`` crops these pixels."""
     rng = np.random.default_rng([_SEED, _SPLIT_IDS[split], index])
-    pixels, rows = _render(rng, is_background=(index * 37) % 100 < 3)  # exactly 3 in every 100
+    return _render(rng, is_background=(index * 37) % 100 < 3)  # exactly 3 in every 100
+
+
+def _write_image(dest: Path, split: str, index: int) -> None:
+    """Render and save one image and its labels."""
+    pixels, rows = render_shapes_image(split, index)
     name = f"{split}_{index:04d}"
     Image.fromarray(pixels).save(dest / "images" / split / f"{name}.jpg", "JPEG", quality=_JPEG_QUALITY)
     (dest / "labels" / split / f"{name}.txt").write_text("".join(f"{row}\n" for row in rows), encoding="utf-8")

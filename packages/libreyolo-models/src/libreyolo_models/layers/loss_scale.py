@@ -17,10 +17,15 @@ from torch import Tensor
 from ..errors import ConfigError
 
 
-def check_scaling(batch: int, world_size: int, global_batch: int | None) -> int:
-    """The global batch (default ``batch * world_size``), after checking both are >= 1."""
+def check_world_size(world_size: int) -> None:
+    """Reject a rank count below 1 (a loss scaled by it would vanish or flip sign)."""
     if world_size < 1:
         raise ConfigError(f"world_size={world_size} must be >= 1 (the number of DDP ranks)")
+
+
+def check_scaling(batch: int, world_size: int, global_batch: int | None) -> int:
+    """The global batch (default ``batch * world_size``), after checking both are >= 1."""
+    check_world_size(world_size)
     global_batch = batch * world_size if global_batch is None else global_batch
     if global_batch < 1:
         raise ConfigError(f"global_batch={global_batch} must be >= 1 (images per optimizer step, all ranks)")

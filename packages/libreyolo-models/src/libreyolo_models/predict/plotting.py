@@ -34,3 +34,18 @@ def draw_detections(image: np.ndarray, det: Tensor, names: dict[int, str], *, la
             draw.rectangle((x1, ty, x1 + (right - left) + 4, ty + th + 2), fill=color)
             draw.text((x1 + 2, ty), text, fill=(255, 255, 255), font=font)
     return np.asarray(canvas)
+
+
+def draw_top_classes(image: np.ndarray, lines: list[str]) -> np.ndarray:
+    """``lines`` (best class first) written top-left on a copy of ``image`` (RGB uint8), each on
+    a dark band so it reads on any background."""
+    canvas = Image.fromarray(image.copy())
+    draw = ImageDraw.Draw(canvas)
+    font = ImageFont.load_default()
+    y = 2.0
+    for rank, text in enumerate(lines):
+        left, top, right, bottom = draw.textbbox((4, y), text, font=font)
+        draw.rectangle((2, y, right + 2, bottom + 2), fill=(30, 30, 30))
+        draw.text((4, y), text, fill=class_color(0) if rank == 0 else (255, 255, 255), font=font)
+        y = bottom + 4
+    return np.asarray(canvas)

@@ -11,7 +11,8 @@ import torch
 from torch import Tensor
 
 from ..layers.boxes import xyxy_to_xywh
-from .plotting import draw_detections
+from .plotting import draw_detections, draw_top_classes
+from .probs import Probs
 
 
 class Boxes:
@@ -80,7 +81,7 @@ class Results:
     names: dict[int, str]
     boxes: Boxes | None = None
     speed: dict[str, float] = field(default_factory=dict)  # ms per image: preprocess, inference, postprocess
-    probs: Any = None
+    probs: Probs | None = None    # classify: class probabilities (``probs.top1``, ``probs.top5``...)
     masks: Any = None
 
     @property
@@ -92,8 +93,12 @@ class Results:
 
     def to_list(self) -> list[dict[str, object]]:
         """One dict per detection: name, class, confidence, box (x1, y1, x2, y2 pixels); for a
-        semantic model, one per class present: name, class, share of the image's pixels."""
+        semantic model, one per class present: name, class, share of the image's pixels; for a
+        classification, one per top-5 class: name, class, confidence."""
         rows: list[dict[str, object]] = []
+        if self.probs is not None:
+            return [{"name": self.probs.name(c), "class": c, "confidence": float(self.probs.data[c])}
+                    for c in self.probs.top5]
         if self.masks is not None:
             return [{"name": self.names.get(c, str(c)), "class": c, "share": share}
                     for c, share in self.masks.pixel_shares().items()]
@@ -106,7 +111,10 @@ class Results:
 
     def summary(self) -> str:
         """``"2 circles, 1 square"`` style count of detections per class; for a semantic model the
-        classes present with their share of the pixels (``"background 81%, circle 12%"``)."""
+        classes present with their share of the pixels (``"background 81%, circle 12%"``); for a
+        classification, the top-5 classes with their probabilities."""
+        if self.probs is not None:
+            return self.probs.summary()
         if self.masks is not None:
             return ", ".join(f"{self.names.get(c, str(c))} {share:.0%}" for c, share in self.masks.pixel_shares().items())
         if self.boxes is None or not len(self):
@@ -119,7 +127,11 @@ class Results:
 
     def plot(self, *, labels: bool = True, conf: bool = True, line_width: int | None = None) -> np.ndarray:
         """A copy of the original image with boxes and labels drawn (semantic: each pixel tinted
-        with its class colour); RGB uint8 ``[H, W, 3]``."""
+        with its class colour; a classification: its top-5 classes and probabilities, written
+        top-left); RGB uint8 ``[H, W, 3]``."""
+        if self.probs is not None:
+            lines = [f"{self.probs.name(c)} {float(self.probs.data[c]):.2f}" for c in self.probs.top5]
+            return draw_top_classes(self.orig_img, lines if conf else [line.rsplit(" ", 1)[0] for line in lines])
         if self.masks is not None:
             return self.masks.overlay(self.orig_img)
         if self.boxes is None:

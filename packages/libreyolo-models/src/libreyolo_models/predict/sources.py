@@ -15,8 +15,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from PIL import Image, ImageOps, UnidentifiedImageError
+from PIL import Image, UnidentifiedImageError
 
+from ..data.decode import read_rgb8, to_rgb8
 from ..errors import SourceError
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"}
@@ -31,14 +32,13 @@ class SourceImage:
 
 
 def read_image(path: str | Path) -> np.ndarray:
-    """Decode an image file to RGB uint8 ``[H, W, 3]``, honouring EXIF orientation."""
+    """Decode an image file to RGB uint8 ``[H, W, 3]``, honouring EXIF orientation (16-bit and
+    alpha images as ``data.decode.to_rgb8`` converts them)."""
     path = Path(path)
     if not path.exists():
         raise SourceError(f"image {str(path)!r} does not exist")
     try:
-        with Image.open(path) as im:
-            upright = ImageOps.exif_transpose(im)
-            return np.array(upright.convert("RGB"))
+        return read_rgb8(path)
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as err:
         raise SourceError(f"cannot read image {str(path)!r}: {err}. Is it a complete image file "
                           f"({', '.join(sorted(IMAGE_SUFFIXES))})?") from None
@@ -105,7 +105,7 @@ def iter_sources(source: object) -> Iterator[SourceImage]:
             for j, img in enumerate(_from_tensor(item, label)):
                 yield SourceImage(img, f"{label}_{j}.jpg" if item.dim() == 4 else f"{label}.jpg")
         elif isinstance(item, Image.Image):
-            yield SourceImage(np.array(item.convert("RGB")), f"{label}.jpg")
+            yield SourceImage(np.array(to_rgb8(item)), f"{label}.jpg")
         else:
             raise SourceError(f"{label}: unsupported source type {type(item).__name__}; use a path, folder, glob, "
                               "numpy HxWx3 RGB array, torch tensor, PIL image, or a list of these")

@@ -5,10 +5,11 @@ from __future__ import annotations
 from ..config import suggest
 from ..errors import ConfigError
 from .base import EvalSettings, Prepared, Task, TaskMetrics
+from .classify import ClassifyOptions, ClassifyTask
 from .detect import DetectOptions, DetectTask
 from .semantic import SemanticTask
 
-TASKS: dict[str, Task] = {task.name: task for task in (DetectTask(), SemanticTask())}
+TASKS: dict[str, Task] = {task.name: task for task in (DetectTask(), SemanticTask(), ClassifyTask())}
 
 
 def get_task(name: str) -> Task:
@@ -18,5 +19,5 @@ def get_task(name: str) -> Task:
     return TASKS[name]
 
 
-__all__ = ["TASKS", "DetectOptions", "DetectTask", "EvalSettings", "Prepared", "SemanticTask", "Task", "TaskMetrics",
-           "get_task"]
+__all__ = ["TASKS", "ClassifyOptions", "ClassifyTask", "DetectOptions", "DetectTask", "EvalSettings", "Prepared",
+           "SemanticTask", "Task", "TaskMetrics", "get_task"]

@@ -48,7 +48,13 @@ class ModelEMA:
         if self._pairs is None or self._pairs[0] != id(net):
             source = net.state_dict()
             pairs = _Pairs([], [], [], [], [], [])
+            seen: set[int] = set()
             for key, value in self.ema.state_dict().items():
+                # A tensor shared under several keys (RTMDet's head convs) is averaged once, not
+                # once per key (which would decay it at d**n).
+                if value.numel() and value.data_ptr() in seen:
+                    continue
+                seen.add(value.data_ptr())
                 src = source[key].detach()
                 if not value.dtype.is_floating_point:
                     pairs.ints_e.append(value)

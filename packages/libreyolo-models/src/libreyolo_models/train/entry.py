@@ -19,6 +19,7 @@ from .adapt import initialize_from_seed
 from .autobatch import resolve_batch
 from .checkpoints import is_training_checkpoint
 from .plan import TrainPlan, resolve_plan
+from .pretrained import load_pretrained
 from .resume import merge_resume_options
 from .trainer import Trainer, TrainOutcome
 
@@ -49,6 +50,8 @@ def train_model(model: LibreYOLO, options: Mapping[str, Any]) -> TrainOutcome:
             "(auto-spawn is not verified for this family). Run the same script under torchrun instead: "
             f"torchrun --nproc_per_node={plan.world_size} your_script.py")
     initialize_from_seed(model, plan.cfg.seed)
+    if plan.cfg.pretrained and resume is None:
+        load_pretrained(model, plan.cfg.pretrained)
     outcome: TrainOutcome = libreyolo_ddp.launch(
         train_rank, (model, plan, callbacks, resume), devices=plan.devices, entry="model.train()",
         arg_names=("model", "plan", "callbacks", "resume"))

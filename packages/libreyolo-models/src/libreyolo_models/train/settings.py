@@ -6,9 +6,11 @@ from dataclasses import dataclass, fields
 from typing import Literal
 
 from ..data.augment_draws import AugmentConfig
+from ..data.classify_augment import ClassifyAugment
 from ..errors import ConfigError
 
 _AUG = AugmentConfig()
+_CLS = ClassifyAugment()
 
 
 @dataclass(frozen=True)
@@ -47,12 +49,23 @@ class TrainConfig:
     hsv_s: float = _AUG.hsv_s
     hsv_v: float = _AUG.hsv_v
     fliplr: float = _AUG.fliplr
+    # Classification only (``ClassifyAugment`` checks them; detection never reads them): the random
+    # resized crop's smallest area share, RandAugment's magnitude (0 off, 0-30), the mixup and
+    # CutMix Beta(alpha, alpha) parameters (0 off), and label smoothing of the targets.
+    crop_min_area: float = _CLS.crop_min_area
+    randaugment: float = _CLS.randaugment
+    mixup: float = _CLS.mixup
+    cutmix: float = _CLS.cutmix
+    label_smoothing: float = 0.0
     # Loss gains: None keeps the family's own (``TaskDecl.loss_gains``); ``gains`` sets any term by
     # name (``gains="obj:2,l1:1"`` on the command line). A name the family lacks is an error.
     box: float | None = None
     cls: float | None = None
     dfl: float | None = None
     gains: dict[str, float] | None = None
+    # Start from this state dict (a file: a torchvision model's, or a LibreYOLO checkpoint of the
+    # same architecture); the class outputs stay freshly initialised for the dataset's classes.
+    pretrained: str | None = None
     patience: int = 100
     seed: int = 0
     deterministic: bool = False
@@ -92,10 +105,17 @@ class TrainConfig:
             raise ConfigError("cudnn_benchmark=True contradicts deterministic=True (cuDNN's autotuner picks kernels "
                               "run by run); drop one of them")
         self.augment()  # AugmentConfig checks each augmentation value's range
+        self.classify_augment()
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise ConfigError(f"label_smoothing={self.label_smoothing} must be in [0, 1) (0.1 is usual)")
 
     def augment(self) -> AugmentConfig:
         """The augmentation settings as the data pipeline takes them."""
         return AugmentConfig(**{f.name: getattr(self, f.name) for f in fields(AugmentConfig)})
+
+    def classify_augment(self) -> ClassifyAugment:
+        """The classification augmentation settings (``hsv_*`` and ``fliplr`` shared with detection)."""
+        return ClassifyAugment(**{f.name: getattr(self, f.name) for f in fields(ClassifyAugment)})
 
     def as_dict(self) -> dict[str, object]:
         return {f.name: getattr(self, f.name) for f in fields(self)}

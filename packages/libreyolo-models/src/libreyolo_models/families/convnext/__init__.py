@@ -1,0 +1,1 @@
+"""ConvNeXt image classifiers (torchvision's architecture): sizes tiny, small, base."""

@@ -1,0 +1,34 @@
+"""ConvNeXt's declaration: data only (no torch import)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ...classifier_spec import IMAGENET_MEAN, IMAGENET_STD, classify_task
+from ...family_spec import FamilySpec
+
+if TYPE_CHECKING:
+    from ...contract import Family
+
+
+def _implementation() -> type[Family]:
+    from .family import ConvNeXtFamily
+
+    return ConvNeXtFamily
+
+
+SPEC = FamilySpec(
+    name="convnext",
+    display_name="ConvNeXt",
+    weight_prefix="LibreConvNeXt",
+    sizes=("tiny", "small", "base"),
+    default_size="tiny",
+    tasks={"classify": classify_task()},
+    implementation=_implementation,
+    stride=32,
+    mean=IMAGENET_MEAN,
+    std=IMAGENET_STD,
+    ddp_autospawn=True,
+    sync_bn_default=False,
+    summary="ConvNeXt image classifier (torchvision's network; its state dicts load unchanged)",
+)

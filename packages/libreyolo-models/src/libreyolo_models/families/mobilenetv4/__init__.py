@@ -1,0 +1,1 @@
+"""MobileNetV4 image classifiers, the convolutional variants: sizes small, medium, large."""

@@ -1,0 +1,34 @@
+"""ResNet's declaration: data only (no torch import)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ...classifier_spec import IMAGENET_MEAN, IMAGENET_STD, classify_task
+from ...family_spec import FamilySpec
+
+if TYPE_CHECKING:
+    from ...contract import Family
+
+
+def _implementation() -> type[Family]:
+    from .family import ResNetFamily
+
+    return ResNetFamily
+
+
+SPEC = FamilySpec(
+    name="resnet",
+    display_name="ResNet",
+    weight_prefix="LibreResNet",
+    sizes=("18", "34", "50", "101"),
+    default_size="50",
+    tasks={"classify": classify_task()},
+    implementation=_implementation,
+    stride=32,
+    mean=IMAGENET_MEAN,
+    std=IMAGENET_STD,
+    ddp_autospawn=True,
+    sync_bn_default=False,
+    summary="ResNet image classifier (torchvision's network; its state dicts load unchanged)",
+)

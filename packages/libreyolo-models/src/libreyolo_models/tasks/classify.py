@@ -1,0 +1,81 @@
+"""Image classification: ImageFolder data, top-1/top-5 accuracy, ``Results.probs``.
+
+Targets: training batches carry soft targets ``float32 [B, nc]`` on the device (one-hot, or
+mixed by mixup/CutMix, then label-smoothed); validation batches carry class ids ``int64 [B]``.
+The family's seams return logits ``float [B, nc]``; its ``postprocess`` returns per image the
+softmax probabilities ``float [nc]``. Evaluation preprocessing (validation and predict alike):
+short side to ``imgsz / 0.875``, centre crop ``imgsz`` (``data.classify_ops.centre_crop``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ..data.classify_augment import ClassifyAugment
+from ..data.classify_ops import centre_crop
+from ..data.classify_pipeline import ClassifyTrainPipeline, ClassifyValPipeline
+from ..data.folder_config import load_folder_data
+from ..data.folder_reader import load_class_split
+from ..predict.probs import Probs
+from ..predict.results import Results
+from ..val.classify_metrics import evaluate_classification
+from .base import Batch, EvalSettings, Prepared, Task, TaskMetrics
+
+if TYPE_CHECKING:
+    from ..facade import LibreYOLO
+    from ..train.settings import TrainConfig
+
+
+@dataclass(frozen=True)
+class ClassifyOptions:
+    """Post-processing of classifiers: none beyond the softmax (kept for the protocol's shape)."""
+
+
+class ClassifyTask(Task):
+    name: ClassVar[str] = "classify"
+    fitness_name: ClassVar[str] = "top1 accuracy"
+    results_field: ClassVar[str] = "probs"
+    supports_multi_scale: ClassVar[bool] = False
+    augmentations: ClassVar[frozenset[str]] = frozenset(ClassifyAugment.__dataclass_fields__) | {"label_smoothing"}
+
+    def load_data(self, data: Any) -> Any:
+        return load_folder_data(data)
+
+    def load_split(self, data: Any, split: str) -> Any:
+        return load_class_split(data, split)
+
+    def train_pipeline(self, index: Any, *, imgsz: int, batch_size: int, device: torch.device,
+                       cfg: TrainConfig, workers: int) -> ClassifyTrainPipeline:
+        return ClassifyTrainPipeline(index, imgsz=imgsz, batch_size=batch_size, device=device,
+                                     augment=cfg.classify_augment(), workers=workers, seed=cfg.seed,
+                                     gpu_augment=cfg.gpu_augment, cache=cfg.cache,
+                                     label_smoothing=cfg.label_smoothing)
+
+    def val_pipeline(self, index: Any, *, imgsz: int, batch_size: int, device: torch.device, workers: int,
+                     cache: str) -> ClassifyValPipeline:
+        return ClassifyValPipeline(index, imgsz=imgsz, batch_size=batch_size, device=device, workers=workers,
+                                   cache=cache)  # type: ignore[arg-type]
+
+    def evaluate(self, model: LibreYOLO, forward: Callable[[Tensor], Any], pipeline: Iterable[Batch], *,
+                 settings: EvalSettings, progress: bool) -> TaskMetrics:
+        return evaluate_classification(model, forward, pipeline, half=settings.half, progress=progress)
+
+    def empty_best(self) -> dict[str, float]:
+        return {"top1": 0.0, "top5": 0.0}
+
+    def postprocess_options(self, options: Mapping[str, Any]) -> ClassifyOptions:
+        return ClassifyOptions()
+
+    def prepare(self, image: np.ndarray, imgsz: int) -> Prepared:
+        crop = torch.from_numpy(centre_crop(image, imgsz)).permute(2, 0, 1).float().div_(255)
+        return Prepared(crop, None)
+
+    def make_results(self, image: np.ndarray, name: str, names: dict[int, str], prediction: Any, info: Any,
+                     speed: dict[str, float]) -> Results:
+        return Results(image, name, names, probs=Probs(prediction.float().cpu(), names), speed=speed)

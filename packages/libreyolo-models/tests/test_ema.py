@@ -1,0 +1,34 @@
+"""The weights' moving average: one update per tensor, however many state-dict keys name it."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from libreyolo_models.train.ema import ModelEMA
+
+
+class _Tied(nn.Module):
+    """Three levels sharing one conv, as RTMDet's head does (three state-dict keys, one tensor)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.levels = nn.ModuleList(nn.Sequential(nn.Conv2d(2, 2, 1, bias=False), nn.BatchNorm2d(2)) for _ in range(3))
+        for level in self.levels[1:]:
+            level[0] = self.levels[0][0]
+
+
+def test_a_tensor_shared_under_three_keys_is_averaged_once_per_update() -> None:
+    net = _Tied()
+    assert len([k for k in net.state_dict() if k.endswith("0.weight")]) == 3
+    ema = ModelEMA(net, decay=0.5, tau=1e-9)  # the decay ramps to 0.5 at once
+    shared = ema.ema.levels[0][0].weight
+    assert ema.ema.levels[2][0].weight is shared  # the copy keeps the sharing
+    with torch.no_grad():
+        shared.zero_()
+        net.levels[0][0].weight.fill_(1.0)
+        net.levels[1][1].running_var.fill_(3.0)
+    ema.update(net)
+    # One lerp: 0 -> 0.5. Once per key would give 1 - 0.5**3 = 0.875.
+    torch.testing.assert_close(shared, torch.full_like(shared, 0.5))
+    torch.testing.assert_close(ema.ema.levels[1][1].running_var, torch.full((2,), 2.0))  # untied: one lerp too
