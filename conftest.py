@@ -44,8 +44,12 @@ def _no_network_and_private_folders(tmp_path_factory: pytest.TempPathFactory, mo
     """Tests never touch the network or the user's folders.
 
     The hub points at a closed loopback port (tests that exercise downloads start their own
-    loopback server and override this); weights and caches go to per-session temp folders.
+    loopback server and override this); weights and caches go to per-session temp folders,
+    RAM image caches included (they would otherwise pile up in the machine's /dev/shm).
     """
+    base = tmp_path_factory.getbasetemp()
     monkeypatch.setenv("LIBREYOLO_HUB_URL", "http://127.0.0.1:9")
-    monkeypatch.setenv("LIBREYOLO_WEIGHTS_DIR", str(tmp_path_factory.getbasetemp() / "weights"))
-    monkeypatch.setenv("LIBREYOLO_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
+    monkeypatch.setenv("LIBREYOLO_WEIGHTS_DIR", str(base / "weights"))
+    monkeypatch.setenv("LIBREYOLO_CACHE_DIR", str(base / "cache"))
+    (base / "shm").mkdir(exist_ok=True)
+    monkeypatch.setenv("LIBREYOLO_SHM_DIR", str(base / "shm"))

@@ -40,7 +40,10 @@ def test_sigkill_mid_epoch_then_resume(tmp_path: Path, mini_shapes: Path) -> Non
     best = torch.load(weights / "best.pt", weights_only=True)  # loads: never half-written
     last = torch.load(weights / "last.pt", weights_only=True)
     assert last["epoch"] in (0, 1) and best["model_family"] == "yolo9"
+    stale = weights / ".last.pt.k2j3h4x.tmp"  # what a SIGKILL during a checkpoint write leaves
+    stale.write_bytes(b"half a checkpoint")
     done = subprocess.run([*script, "--resume"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert _epochs_done(results) == 3
     assert torch.load(weights / "last.pt", weights_only=True)["epoch"] == 2
+    assert sorted(p.name for p in weights.iterdir()) == ["best.pt", "last.pt"]  # the resume removed the temp

@@ -40,6 +40,11 @@ for what in "$@"; do
              -q -rfE -n ${TEST_PROCS:-3} --durations=20 -o addopts="" packages tests-integration ;;
     learn_gpu) step learn_gpu ${LEARN_S:-420} $PY -m pytest -p no:cacheprovider --import-mode=importlib -m "cuda and learning" \
              -q -rfE -s -n ${TEST_PROCS:-3} -o addopts="" packages tests-integration ;;
+    learn_each) i=0  # LEARN_NODES: comma-separated pytest node ids, one process each, in parallel
+             for node in ${LEARN_NODES//,/ }; do i=$((i+1))
+               step "learn$i" ${LEARN_S:-520} $PY -m pytest -p no:cacheprovider --import-mode=importlib -q -rA -s \
+                 -o addopts="" "$node" &
+             done; wait ;;
     bench_infer) step bench_infer 240 $PY tools/bench_infer_graphs.py --no-compile --extra bench_models:yolo9t_infer --out "$OUT/bench-infer.md" ;;
     compile) step compile 540 bash -c "$PY tools/bench_infer_graphs.py --compile --models '' --batches 1 --dtypes fp32,fp16 --extra bench_models:yolo9t_infer --out $OUT/bench-compile-yolo.md && $PY tools/bench_infer_graphs.py --compile --dtypes fp16 --out $OUT/bench-compile-tv.md" ;;
     bench_train) step bench_train 240 $PY tools/bench_train_graphs.py --deterministic --extra bench_models:yolo9t_train --out "$OUT/bench-train.md" ;;

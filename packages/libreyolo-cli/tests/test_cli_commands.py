@@ -70,3 +70,63 @@ def test_errors_have_documented_exit_codes(capsys, words, code, message) -> None
     assert main(words) == code
     captured = capsys.readouterr()
     assert message in captured.err + captured.out
+
+
+# --- user mistakes: one line on stderr, the README's exit code, no traceback, nothing run ---------
+
+
+def _bad_data(tmp_path) -> str:
+    (tmp_path / "data.yaml").write_text("train: images/train\nnames: [a]\n")  # the folder does not exist
+    return str(tmp_path / "data.yaml")
+
+
+@pytest.mark.parametrize(("words", "code", "message"), [
+    (["train", "model=LibreYOLO9t.yaml", "data=shapes", "device=0,1"], EXIT_USAGE, "asks for CUDA"),
+    (["train", "model=LibreYOLO9t.yaml", "data=shapes", "device=cuda:7"], EXIT_USAGE, "asks for CUDA"),
+    (["train", "model=LibreYOLO9t.yaml", "data=shapes", "device=mps"], EXIT_USAGE, "asks for Apple's GPU"),
+    (["train", "model=LibreYOLO9t.yaml", "data=shapes", "device=gpu"], EXIT_USAGE, "device='gpu'"),
+    (["train", "model=LibreYOLO9t.yaml", "data=shapes", "batch=30", "device=cpu", "cache=rma"], EXIT_USAGE,
+     "did you mean 'ram'"),
+    (["train", "model=", "data=shapes"], EXIT_USAGE, "option 'model' has no value"),
+    (["predict", "model=LibreYOLO9t.yaml", "source="], EXIT_USAGE, "option 'source' has no value"),
+    (["version", "foo=1"], EXIT_USAGE, "'libreyolo version' takes no options; got 'foo'"),
+    (["cache", "purge"], EXIT_USAGE, "takes one of list, clean, not 'purge'"),
+])
+def test_user_mistakes_are_one_line_with_the_readme_exit_code(capsys, words, code, message) -> None:
+    import torch
+
+    if "asks for" in message and (torch.cuda.is_available() or torch.backends.mps.is_available()):
+        pytest.skip("this machine has the device")
+    assert main(words) == code
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert err.strip().splitlines()[-1].startswith("libreyolo: error: ")
+
+
+def test_bad_data_is_a_failed_run_not_a_usage_error(capsys, tmp_path) -> None:
+    assert main(["train", "model=LibreYOLO9t.yaml", f"data={_bad_data(tmp_path)}", "device=cpu", "val=false"]) \
+        == EXIT_FAILED
+    err = capsys.readouterr().err
+    assert "train: " in err and "does not exist" in err and "Traceback" not in err
+
+
+def test_a_text_file_named_pt_is_a_failed_run_naming_the_file(capsys, tmp_path) -> None:
+    (tmp_path / "notes.pt").write_text("not a checkpoint")
+    assert main(["info", f"model={tmp_path / 'notes.pt'}"]) == EXIT_FAILED
+    err = capsys.readouterr().err
+    assert "notes.pt' is not a checkpoint" in err and "Traceback" not in err
+
+
+def test_cache_lists_and_cleans_image_caches(capsys, tmp_path, monkeypatch) -> None:
+    import numpy as np
+    from PIL import Image
+
+    from libreyolo_models.data.image_cache import open_image_cache
+
+    Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(tmp_path / "a.png")
+    path = open_image_cache([tmp_path / "a.png"], 8, mode="disk").path
+    assert main(["cache"]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert path.name in out and "unused" in out and f"from {tmp_path}" in out
+    assert main(["cache", "clean"]) == EXIT_OK
+    assert "removed 1 image cache(s)" in capsys.readouterr().out and not path.exists()

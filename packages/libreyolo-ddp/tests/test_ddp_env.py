@@ -120,3 +120,37 @@ def test_public_api_the_trainer_wires_in_is_exported():
     assert missing == []
     assert issubclass(ddp.BatchSplitError, ValueError) and issubclass(ddp.PicklingGuardError, ValueError)
     assert issubclass(ddp.WorkerError, RuntimeError) and issubclass(ddp.DDPError, Exception)
+
+
+def test_elastic_run_reads_the_job_id_and_restart_count() -> None:
+    from libreyolo_ddp import DDPError, ElasticRun, elastic_run
+
+    assert elastic_run({}) is None  # not torchrun
+    first = elastic_run({"TORCHELASTIC_RUN_ID": "job7", "RANK": "0", "WORLD_SIZE": "2"})
+    assert first == ElasticRun("job7", 0) and not first.is_restart
+    again = elastic_run({"TORCHELASTIC_RUN_ID": "job7", "TORCHELASTIC_RESTART_COUNT": "2"})
+    assert again == ElasticRun("job7", 2) and again.is_restart
+    spawned = {"TORCHELASTIC_RUN_ID": "job7", "LIBREYOLO_DDP_SPAWNED_BY": "123"}
+    assert elastic_run(spawned) is None  # our own spawn's workers are not a torchrun job
+    with pytest.raises(DDPError, match="TORCHELASTIC_RESTART_COUNT='x' is not an integer"):
+        elastic_run({"TORCHELASTIC_RUN_ID": "job7", "TORCHELASTIC_RESTART_COUNT": "x"})
+
+
+def test_a_group_that_cannot_form_after_a_torchrun_restart_names_the_fix(monkeypatch) -> None:
+    import importlib
+
+    launch_module = importlib.import_module("libreyolo_ddp.launch")  # the module, not the function
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("Gloo connectFullMesh failed ... Connection refused")
+
+    monkeypatch.setattr(launch_module, "init_distributed", refuse)
+    monkeypatch.delenv("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", raising=False)
+    for key, value in {"TORCHELASTIC_RUN_ID": "job9", "TORCHELASTIC_RESTART_COUNT": "1", "RANK": "0",
+                       "WORLD_SIZE": "2", "LOCAL_RANK": "0"}.items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(DDPError, match=r"restart 1 of job 'job9'.*connectFullMesh.*TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1"):
+        ddp.launch(print, (), devices=ddp.DevicePlan("cpu"))
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "0")  # a first attempt: torch's own error, unchanged
+    with pytest.raises(RuntimeError, match="connectFullMesh"):
+        ddp.launch(print, (), devices=ddp.DevicePlan("cpu"))

@@ -14,13 +14,17 @@ from PIL import Image
 from libreyolo_models.data.classify_augment import ClassifyAugment, draw_crop, draw_mix
 from libreyolo_models.data.classify_ops import centre_crop, mix_batch, render_crops
 from libreyolo_models.data.classify_pipeline import ClassifyTrainPipeline, ClassifyValPipeline
-from libreyolo_models.data.decode import read_rgb8
+from libreyolo_models.data.decode import read_image_file
 from libreyolo_models.data.errors import DataConfigError, EmptySplitError
 from libreyolo_models.data.folder_config import load_folder_data
 from libreyolo_models.data.folder_reader import load_class_split
 from libreyolo_models.data.shapes import CLASS_NAMES
 from libreyolo_models.data.shapes_cls import generate_shapes_cls
 from libreyolo_models.tasks.classify import ClassifyTask
+
+
+def read_rgb8(path: Path) -> np.ndarray:
+    return read_image_file(path)[0]
 
 
 def _image(path: Path, colour: tuple[int, int, int], size: tuple[int, int] = (40, 30)) -> Path:

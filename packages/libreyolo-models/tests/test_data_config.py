@@ -72,7 +72,6 @@ def test_nc_without_names_gives_numbered_names(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("text", "key", "example"), [
-    ("train: a\nnames: [x]\n", "val", "val: images/val"),
     ("val: a\nnames: [x]\n", "train", "train: images/train"),
     ("train: a\nval: b\n", "names", "names: {0: cat, 1: dog}"),
 ])
@@ -83,6 +82,14 @@ def test_missing_key_error_names_file_key_and_example(tmp_path: Path, text: str,
     message = str(err.value)
     assert str(path) in message and f"missing key {key!r}" in message and example in message
     assert isinstance(err.value, ValueError)
+
+
+def test_missing_val_is_allowed_until_the_val_split_is_asked_for(tmp_path: Path) -> None:
+    path = _yaml(tmp_path, "train: a\nnames: [x]\n")
+    cfg = load_data_config(path)
+    assert cfg.val is None
+    with pytest.raises(DataConfigError, match=r"no 'val' key, so there is no val split; add one, e.g. `val: images/val`"):
+        cfg.split_paths("val")
 
 
 def test_misspelt_key_is_pointed_out_in_the_missing_key_error(tmp_path: Path) -> None:

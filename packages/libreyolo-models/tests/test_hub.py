@@ -208,6 +208,14 @@ def test_unreachable_hub_fails_fast_with_the_url_and_leaves_nothing(monkeypatch,
     assert not (tmp_path / "w").exists()
 
 
+def test_a_failed_download_leaves_no_empty_weights_folders(monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv("LIBREYOLO_WEIGHTS_DIR", str(tmp_path / "a" / "b" / "weights"))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(WeightsNotFoundError, match="offline or unreachable"):
+        LibreYOLO("LibreYOLO9c.pt")
+    assert list(tmp_path.iterdir()) == []  # not even tmp/a: every folder the download made is gone
+
+
 def test_a_hub_that_never_answers_times_out(monkeypatch, tmp_path) -> None:
     import libreyolo_models.hub as hub_module
 

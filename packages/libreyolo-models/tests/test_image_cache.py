@@ -101,7 +101,7 @@ def test_second_open_reuses_the_file_without_decoding(tmp_path: Path, monkeypatc
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("decoded again")
 
-    monkeypatch.setattr(image_cache.Image, "open", refuse)
+    monkeypatch.setattr(image_cache, "decode_image", refuse)
     second = open_image_cache(paths, 16)
     assert second.path == first.path and np.array_equal(second.read(2), first.read(2))
     assert sorted(p.name for p in first.path.parent.iterdir()) == sorted([first.path.name, first.path.name + ".lock"])
@@ -139,15 +139,15 @@ def test_concurrent_openers_decode_each_image_once(tmp_path: Path, monkeypatch: 
     assert sorted(calls) == sorted(paths)
 
 
-def test_undecodable_image_is_reported_with_its_path_and_leaves_no_file(tmp_path: Path) -> None:
+def test_undecodable_image_is_recorded_in_the_cache_not_raised(tmp_path: Path) -> None:
     paths = _write_images(tmp_path / "img", [(16, 16)] * 2)
     broken = tmp_path / "img" / "broken.jpg"
     broken.write_bytes(b"\xff\xd8 not really a jpeg")
-    with pytest.raises(ImageCacheError, match="broken.jpg") as info:
-        open_image_cache([*paths, broken], 16)
-    assert "1 image(s) could not be decoded" in str(info.value)
-    leftovers = [p.name for p in (tmp_path / "shm").rglob("*") if p.is_file() and not p.name.endswith(".lock")]
-    assert leftovers == []
+    cache = open_image_cache([*paths, broken], 16)
+    assert list(cache.failed) == [2] and "not an image PIL can identify" in cache.failed[2]
+    assert cache.hw[2].tolist() == [0, 0] and cache.read(1).shape == (16, 16, 3)
+    reopened = open_image_cache([*paths, broken], 16)  # the verdict travels with the file
+    assert reopened.path == cache.path and reopened.failed == cache.failed
 
 
 def test_missing_image_is_reported_before_any_work(tmp_path: Path) -> None:

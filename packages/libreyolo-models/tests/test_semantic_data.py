@@ -249,3 +249,52 @@ def test_detection_only_augmentations_are_named_as_having_no_effect(mini_seg: Pa
     with caplog.at_level(logging.WARNING):
         TASK.train_pipeline(split, imgsz=64, batch_size=2, device=torch.device("cpu"), cfg=cfg, workers=0)
     assert "degrees=5, mosaic=1: no effect on semantic training" in caplog.text
+
+
+def test_an_image_broken_after_the_check_is_left_out_by_name_and_the_rest_train(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    for name in ("a", "b", "c", "d"):
+        _pair(tmp_path, name)
+    split = TASK.load_split(str(_yaml(tmp_path)), "train")
+    broken = tmp_path / "images" / "train" / "c.png"
+    broken.write_bytes(broken.read_bytes()[:60])  # changed after the check: only the cache build sees it
+    with caplog.at_level(logging.WARNING):
+        pipe = MaskTrainPipeline(split, imgsz=32, batch_size=3, device="cpu", augment=AugmentConfig(), workers=0,
+                                 seed=0, gpu_augment=False, cache="disk", cache_dir=tmp_path / "cache")
+    assert [p.path for p in pipe.skipped] == [broken]
+    assert any("skipped" in r.message and str(broken) in r.message for r in caplog.records)
+    pipe.set_epoch(0)
+    (batch,) = list(pipe)
+    assert sorted(Path(p).name for p in batch.paths) == ["a.png", "b.png", "d.png"]
+
+
+def test_a_16_bit_image_is_scaled_like_a_viewer_for_semantic_training(tmp_path: Path) -> None:
+    path = _pair(tmp_path, "deep")
+    _pair(tmp_path, "plain")
+    ramp = (np.arange(24 * 32, dtype=np.uint16).reshape(24, 32) * 80).astype(np.uint16)  # 0 .. 61360
+    Image.fromarray(ramp).save(path)  # PNG mode I;16: convert("RGB") alone would clip it to white
+    split = TASK.load_split(str(_yaml(tmp_path)), "train")
+    assert path in split.images
+    pipe = MaskTrainPipeline(split, imgsz=32, batch_size=2, device="cpu", augment=AugmentConfig(), workers=0,
+                             seed=0, gpu_augment=False, cache="disk", cache_dir=tmp_path / "cache")
+    index = split.images.index(path)
+    h, w = (int(v) for v in pipe.cache.hw[index])
+    cached = pipe.cache.read(index)[..., 0].astype(np.int64)
+    expected = np.asarray(Image.fromarray((ramp.astype(np.float64) * 255 / 65535).round().astype(np.uint8))
+                          .resize((w, h), Image.BILINEAR), dtype=np.int64)
+    assert cached.min() < 10 and cached.max() > 200  # a ramp, not a white page
+    assert np.abs(cached - expected).mean() < 8
+
+
+def test_validation_skips_a_pair_broken_after_the_check_by_name(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    for name in ("a", "b", "c"):
+        _pair(tmp_path, name)
+    split = TASK.load_split(str(_yaml(tmp_path)), "val")
+    broken = tmp_path / "images" / "train" / "b.png"
+    broken.write_bytes(b"not a picture any more")
+    pipe = MaskValPipeline(split, imgsz=32, batch_size=2, device="cpu", workers=0)
+    with caplog.at_level(logging.WARNING):
+        paths = [Path(p).name for batch in pipe for p in batch.paths]
+    assert paths == ["a.png", "c.png"]
+    assert any("skipped" in r.message and str(broken) in r.message for r in caplog.records)

@@ -136,6 +136,7 @@ def test_deterministic_training_leaves_the_process_flags_as_it_found_them(mini_s
     ({"data": ""}, "train needs data="),
     ({"deterministic": True, "cudnn_benchmark": True}, "cudnn_benchmark=True contradicts deterministic=True"),
     ({"channels_last": "sometimes"}, "channels_last"),
+    ({"batch": 1, "imgsz": 32}, r"batch=1 at imgsz=32 gives each device one image.*use batch >= 2 or imgsz >= 64"),
 ])
 def test_bad_training_options_fail_before_any_work(options, match, mini_shapes) -> None:
     with pytest.raises(ConfigError, match=match):

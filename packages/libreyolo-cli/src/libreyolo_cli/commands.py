@@ -41,6 +41,27 @@ def cmd_predict(options: dict[str, object]) -> int:
     return 0
 
 
+def cmd_track(options: dict[str, object]) -> int:
+    """Track objects through a video, stream or frame folder; one line per frame with the ids."""
+    if "source" not in options:
+        raise UsageError("'libreyolo track' needs source=... (a video file, a stream URL, a camera index "
+                         "or a folder of frames)")
+    if "persist" in options or "stream" in options:
+        key = "persist" if "persist" in options else "stream"
+        raise UsageError(f"'libreyolo track' does not take {key}=: it tracks one source per run, frame by "
+                         f"frame (use model.track(..., {key}=True) from Python)")
+    model = _take_model(options, "track")
+    source = str(options.pop("source"))
+    tracker = str(options.pop("tracker", "bytetrack"))
+    predict_and_tracker: dict[str, Any] = dict(options)   # checked and converted by model.track
+    for res in model.track(source, tracker=tracker, stream=True, **predict_and_tracker):
+        frame = getattr(res, "frame", None)
+        where = res.path if frame is None else f"{getattr(res, 'source', res.path)} frame {frame}"
+        ids = res.boxes.id.tolist() if res.boxes is not None and res.boxes.id is not None else []
+        print(f"{where}: {len(ids)} tracked, ids {ids} ({res.speed.get('inference', 0.0):.1f} ms)")
+    return 0
+
+
 def cmd_train(options: dict[str, object]) -> int:
     model = _take_model(options, "train")
     outcome = model.train(**options)
@@ -108,6 +129,8 @@ def _list_families(as_json: bool) -> int:
 def cmd_version(options: dict[str, object]) -> int:
     from importlib.metadata import PackageNotFoundError, version
 
+    if options:
+        raise UsageError(f"'libreyolo version' takes no options; got {sorted(options)[0]!r}")
     import torch
 
     for dist in ("libreyolo", "libreyolo-models", "libreyolo-cudagraph", "libreyolo-ddp", "libreyolo-cli"):
@@ -120,17 +143,50 @@ def cmd_version(options: dict[str, object]) -> int:
     return 0
 
 
-COMMANDS: dict[str, Callable[[dict[str, object]], int]] = {
-    "predict": cmd_predict, "train": cmd_train, "val": cmd_val, "info": cmd_info, "version": cmd_version,
+def cmd_cache(options: dict[str, object], action: str | None = None) -> int:
+    """``libreyolo cache [list]``: every image cache, its size and whether a run uses it.
+    ``libreyolo cache clean [dir=...]``: remove every unused one (RAM and disk, or ``dir``)."""
+    from pathlib import Path
+
+    from libreyolo_models.data import cache_store
+
+    folder = options.pop("dir", None)
+    if options:
+        raise UsageError(f"'libreyolo cache' takes dir=... only; unknown option {sorted(options)[0]!r}")
+    folders = [Path(str(folder)).expanduser()] if folder is not None else cache_store.default_folders()
+    if action == "clean":
+        removed, kept = cache_store.clean_image_caches(folders)
+        freed = sum(e.nbytes for e in removed) / 2**20
+        print(f"removed {len(removed)} image cache(s), {freed:.1f} MiB freed"
+              + (f"; {len(kept)} in use by a running process kept" if kept else ""))
+        return 0
+    total = 0
+    for place in folders:
+        entries = cache_store.list_cache_files(place)
+        print(f"{place}: {len(entries)} image cache(s)")
+        for e in entries:
+            total += e.nbytes
+            print(f"  {e.path.name}  {e.nbytes / 2**20:.1f} MiB  {'in use' if e.in_use else 'unused'}  "
+                  f"from {e.source or '?'}")
+    print(f"total {total / 2**20:.1f} MiB; 'libreyolo cache clean' removes every unused cache")
+    return 0
+
+
+COMMANDS: dict[str, Callable[..., int]] = {
+    "predict": cmd_predict, "track": cmd_track, "train": cmd_train, "val": cmd_val, "info": cmd_info, "version": cmd_version,
+    "cache": cmd_cache,
 }
 
 
 # The options each command forwards to the model, as settings dataclasses (module, class), plus the
 # words the command itself takes.
-_SETTINGS = {
-    "predict": ("libreyolo_models.settings", "PredictConfig", "model=... source=... (default: the sample image)"),
-    "train": ("libreyolo_models.train.settings", "TrainConfig", "model=... (architecture, weights or last.pt)"),
-    "val": ("libreyolo_models.val.settings", "ValConfig", "model=..."),
+_PREDICT = ("libreyolo_models.settings", "PredictConfig")
+_SETTINGS: dict[str, tuple[list[tuple[str, str]], str]] = {
+    "predict": ([_PREDICT], "model=... source=... (default: the sample image)"),
+    "track": ([("libreyolo_models.track", "ByteTrackConfig"), _PREDICT],
+              "model=... source=... tracker=bytetrack (trackers: bytetrack)"),
+    "train": ([("libreyolo_models.train.settings", "TrainConfig")], "model=... (architecture, weights or last.pt)"),
+    "val": ([("libreyolo_models.val.settings", "ValConfig")], "model=..."),
 }
 
 
@@ -142,12 +198,14 @@ def command_help(command: str) -> str:
 
     if command not in _SETTINGS:
         extra = {"info": "[model=...] [--json]   (without model=: every family)",
-                 "version": "(no options)"}.get(command, "")
+                 "version": "(no options)",
+                 "cache": "[list | clean] [dir=...]   (image caches: list them, or remove every unused one)"
+                 }.get(command, "")
         return f"libreyolo {command} {extra}".rstrip()
-    module, name, own = _SETTINGS[command]
-    settings = getattr(importlib.import_module(module), name)
+    classes, own = _SETTINGS[command]
     words = []
-    for field in dataclasses.fields(settings):
+    for field in (f for module, name in classes for f in dataclasses.fields(
+            getattr(importlib.import_module(module), name))):
         default = field.default if field.default is not dataclasses.MISSING else (
             field.default_factory() if field.default_factory is not dataclasses.MISSING else "...")
         if command == "train" and field.name == "sync_bn":
@@ -165,4 +223,6 @@ def run_command(parsed: ParsedArgs) -> int:
     if parsed.command not in COMMANDS:
         raise UsageError(f"unknown command {parsed.command!r}{_suggest(parsed.command, list(COMMANDS))}; "
                          f"commands: {', '.join(sorted(COMMANDS))}")
+    if parsed.action is not None:
+        return COMMANDS[parsed.command](dict(parsed.options), parsed.action)
     return COMMANDS[parsed.command](dict(parsed.options))

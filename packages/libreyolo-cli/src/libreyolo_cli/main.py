@@ -1,14 +1,17 @@
 """The ``libreyolo`` command.
 
     libreyolo predict model=LibreYOLO9t.pt source=img.jpg conf=0.3 --save
+    libreyolo track model=LibreYOLO9t.pt source=video.mp4 tracker=bytetrack --save
     libreyolo train model=LibreYOLO9t.yaml data=shapes epochs=10 imgsz=256 device=cpu
     libreyolo val model=runs/train/exp/weights/best.pt data=shapes
     libreyolo info model=LibreYOLO9t.pt
+    libreyolo cache            (image caches; 'libreyolo cache clean' removes unused ones)
     libreyolo version
     libreyolo train --help     (every option of a command, with its default)
 
-Exit codes: 0 success; 1 the run failed (bad data, unreadable weights, a training error);
-2 the command line is wrong (unknown command or option, bad value); 130 interrupted (Ctrl-C).
+Exit codes: 0 success; 1 the run failed (bad data, unreadable weights or inputs, a training error);
+2 the command line is wrong (unknown command or option, bad or empty value, a device this machine
+lacks); 130 interrupted (Ctrl-C). Errors are one line on stderr, never a traceback.
 """
 
 from __future__ import annotations
@@ -33,20 +36,38 @@ def main(argv: list[str] | None = None) -> int:
         print(command_help(words[0]))
         return EXIT_OK
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
-    from libreyolo_models.errors import ConfigError, LibreYOLOError
-
     try:
         parsed = parse_words(words)
         return run_command(parsed)
-    except (UsageError, ConfigError) as err:
-        print(f"libreyolo: error: {err}", file=sys.stderr)
-        return EXIT_USAGE
     except KeyboardInterrupt:
         print("libreyolo: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
-    except (LibreYOLOError, FileNotFoundError, NotImplementedError, RuntimeError, OSError) as err:
-        print(f"libreyolo: {type(err).__name__}: {err}", file=sys.stderr)
+    except Exception as err:
+        code = exit_code(err)
+        if code is None:
+            raise  # not a user's mistake nor a failed run: a bug, whose traceback is the report
+        prefix = "error" if code == EXIT_USAGE else type(err).__name__
+        print(f"libreyolo: {prefix}: {err}", file=sys.stderr)
+        return code
+
+
+def exit_code(err: BaseException) -> int | None:
+    """The README's exit code for ``err``: 2 a wrong command line, 1 a failed run; None for a bug.
+
+    Bad data (a dataset description, a split, an image) fails the run (1) even though it is a
+    ``ConfigError``: the command line was fine, the files were not.
+    """
+    from libreyolo_ddp import BatchSplitError, DDPError, DeviceError
+    from libreyolo_models.data.errors import DataConfigError
+    from libreyolo_models.errors import ConfigError, LibreYOLOError
+
+    if isinstance(err, DataConfigError):
         return EXIT_FAILED
+    if isinstance(err, UsageError | ConfigError | DeviceError | BatchSplitError):
+        return EXIT_USAGE
+    if isinstance(err, LibreYOLOError | DDPError | OSError | NotImplementedError | RuntimeError):
+        return EXIT_FAILED
+    return None
 
 
 def entry() -> None:  # pragma: no cover - console-script shim

@@ -28,7 +28,7 @@ from libreyolo_ddp.devices import (
     parse_devices,
     translate_visible_devices,
 )
-from libreyolo_ddp.env import DistEnv, dist_env, is_spawned_child, is_torchrun
+from libreyolo_ddp.env import DistEnv, ElasticRun, dist_env, elastic_run, is_spawned_child, is_torchrun
 from libreyolo_ddp.errors import (
     AutobatchError,
     BatchSplitError,
@@ -64,6 +64,7 @@ __all__ = [
     "DeviceError",
     "DevicePlan",
     "DistEnv",
+    "ElasticRun",
     "PicklingGuardError",
     "PortableSyncBatchNorm",
     "ReentryError",
@@ -86,6 +87,7 @@ __all__ = [
     "count_batchnorm",
     "destroy_distributed",
     "dist_env",
+    "elastic_run",
     "ensure_not_spawned_child",
     "find_free_port",
     "fit_batch_size",

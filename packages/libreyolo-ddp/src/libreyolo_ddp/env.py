@@ -33,6 +33,8 @@ WORLD_SIZE_VARS: tuple[str, ...] = ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_S
 
 # torchrun (torch.distributed.elastic) always sets this; plain env-protocol launchers do not.
 TORCHELASTIC_VAR = "TORCHELASTIC_RUN_ID"
+# How many times torchrun restarted the worker group (0 on the first attempt; --max-restarts).
+RESTART_COUNT_VAR = "TORCHELASTIC_RESTART_COUNT"
 
 # Set by spawn() in the environment its workers start with; the value is the pid of the
 # spawning process. Its presence means "this process was made by libreyolo_ddp.spawn",
@@ -142,3 +144,37 @@ def dist_env(environ: Mapping[str, str] | None = None) -> DistEnv:
         )
     local = rank if env_local is None else env_local
     return DistEnv(rank=rank, local_rank=local, world_size=world, is_torchrun=torchrun)
+
+
+@dataclass(frozen=True)
+class ElasticRun:
+    """A torchrun job as its workers see it across restarts.
+
+    Attributes:
+        run_id: the rendezvous id (``--rdzv_id``; a random id with ``--standalone``); the same
+            for every attempt of the job, so it names the job's state on disk.
+        restart: 0 on the first attempt; ``k`` after torchrun restarted the group ``k`` times
+            (``--max-restarts``), e.g. because a rank died.
+    """
+
+    run_id: str
+    restart: int
+
+    @property
+    def is_restart(self) -> bool:
+        """True when this attempt follows a failed one (a resumable checkpoint may exist)."""
+        return self.restart > 0
+
+
+def elastic_run(environ: Mapping[str, str] | None = None) -> ElasticRun | None:
+    """The torchrun job this process belongs to, or None outside torchrun.
+
+    Raises:
+        DDPError: the restart count is not an integer.
+    """
+    environ = os.environ if environ is None else environ
+    run_id = environ.get(TORCHELASTIC_VAR, "").strip()
+    if not run_id or is_spawned_child(environ):
+        return None
+    restart = _first_int((RESTART_COUNT_VAR,), environ)
+    return ElasticRun(run_id, 0 if restart is None else restart)

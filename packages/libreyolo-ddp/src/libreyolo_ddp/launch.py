@@ -27,7 +27,7 @@ from libreyolo_ddp.devices import (
     check_devices_available,
     translate_visible_devices,
 )
-from libreyolo_ddp.env import SPAWNED_BY_VAR, is_torchrun
+from libreyolo_ddp.env import SPAWNED_BY_VAR, elastic_run, is_torchrun
 from libreyolo_ddp.errors import DDPError, WorkerError
 from libreyolo_ddp.guards import check_picklable, ensure_not_spawned_child
 from libreyolo_ddp.worker import LoggingState, ProcessState, WorkerSetup, worker_main
@@ -278,6 +278,18 @@ def spawn(
             conn.close()
 
 
+def _restart_advice(err: RuntimeError) -> Exception:
+    """A group that cannot form after torchrun restarted it: name the known cause and the fix."""
+    job = elastic_run()
+    shared = os.environ.get("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "0") != "1"
+    if job is None or not job.is_restart or not shared:
+        return err
+    return DDPError(
+        f"the process group could not form after torchrun restarted it (restart {job.restart} of job "
+        f"{job.run_id!r}): {err}. torch's shared rendezvous store keeps the first attempt's peer addresses; "
+        "export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 before torchrun so each attempt gets a fresh store")
+
+
 def launch(
     fn: Callable[..., Any],
     args: Sequence[Any] = (),
@@ -305,7 +317,10 @@ def launch(
         # with device= (a CPU run under torchrun on a GPU machine stays on Gloo/CPU).
         os.environ.setdefault(DEVICE_TYPE_VAR, devices.type)
         timeout_s = spawn_kwargs.get("timeout_s", DEFAULT_TIMEOUT_S)
-        init_distributed(backend or choose_backend(devices.type), timeout_s=timeout_s)
+        try:
+            init_distributed(backend or choose_backend(devices.type), timeout_s=timeout_s)
+        except RuntimeError as err:
+            raise _restart_advice(err) from err
         return fn(*args)
     if devices.is_distributed:
         return spawn(fn, args, devices=devices, backend=backend, **spawn_kwargs)

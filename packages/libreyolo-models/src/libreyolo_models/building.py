@@ -9,22 +9,24 @@ the file name is the fallback.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+import torch
 import yaml
 from torch import Tensor
 
 from .checkpoint import extract_state_dict, load_checkpoint
 from .config import suggest
-from .errors import CheckpointError, ConfigError, UnknownFamilyError
+from .errors import CheckpointError, ConfigError, LibreYOLOError, UnknownFamilyError
 from .family_spec import FamilySpec
 from .hub import resolve_weights
 from .registry import families, get_family, has_family_prefix, parse_model_name
 
 ARCH_KEYS = ("family", "size", "task", "nc", "names", "imgsz")
+T = TypeVar("T")
 
 
 @dataclass
@@ -51,6 +53,11 @@ def resolve_source(model: str | Path | None, *, family: str | FamilySpec | None 
                    names: Mapping[int, str] | list[str] | None = None, imgsz: int | None = None) -> ModelSource:
     """Decide what to build. Raises ConfigError / CheckpointError / WeightsNotFoundError with the fix."""
     wanted = get_family(family) if isinstance(family, str) else family
+    if isinstance(model, str | Path):
+        if not str(model).strip():
+            raise ConfigError(f"model={str(model)!r} is empty; pass a checkpoint path, a weights name such as "
+                              "'LibreYOLO9t.pt', or an architecture such as 'LibreYOLO9t.yaml'")
+        model = Path(model).expanduser() if str(model).startswith("~") else model
     if model is None:
         if wanted is None:
             raise ConfigError("LibreYOLO() needs a model: a checkpoint path, a weights name such as "
@@ -124,23 +131,63 @@ def _from_weights(model: str | Path, wanted: FamilySpec | None, *, task: str | N
     path = resolve_weights(model, entry=entry, untrained_hint=_untrained_hint(guess, family_hint))
     ckpt = load_checkpoint(path)
     spec = _checkpoint_family(ckpt, family_hint, path)
-    state = spec.implementation().remap_state(extract_state_dict(ckpt, str(path)))
     ckpt_task = str(ckpt.get("task") or task or (guess.task if guess and guess.family is spec else spec.default_task))
+    raw_state = extract_state_dict(ckpt, str(path))
+    state = _ask_family(lambda: spec.implementation().remap_state(raw_state), spec, ckpt_task, raw_state, path)
     if task is not None and task != ckpt_task:
         raise CheckpointError(f"{path}: checkpoint is for task {ckpt_task!r}, not task={task!r}")
     if ckpt_task not in spec.tasks:
         raise CheckpointError(f"{path}: task {ckpt_task!r} is not supported by {spec.display_name} "
                               f"(tasks: {', '.join(spec.tasks)})")
     impl = spec.implementation()
-    size = ckpt.get("size") or impl.infer_size(state, ckpt_task) or (guess.size if guess else None)
+    size = (ckpt.get("size") or _ask_family(lambda: impl.infer_size(state, ckpt_task), spec, ckpt_task, state, path)
+            or (guess.size if guess else None))
     if size is None:
-        raise CheckpointError(f"{path}: checkpoint has no 'size' and the weights do not tell; "
-                              f"load it with LibreYOLO({str(path)!r}, family={spec.name!r}) after adding size")
+        raise foreign_state_error(spec, ckpt_task, state, path)
     if size not in spec.sizes:
         raise CheckpointError(f"{path}: size {size!r} is not a {spec.display_name} size ({', '.join(spec.sizes)})")
-    nc = int(ckpt.get("nc") or impl.infer_nc(state, ckpt_task))
+    nc = int(ckpt.get("nc") or _ask_family(lambda: impl.infer_nc(state, ckpt_task), spec, ckpt_task, state, path))
     return ModelSource(spec, str(size), ckpt_task, nc, ckpt.get("names"), imgsz or ckpt.get("imgsz"),
                        state, ckpt, Path(path))
+
+
+def _ask_family(question: Callable[[], T], spec: FamilySpec, task: str, state: Mapping[str, Tensor],
+                path: Path) -> T:
+    """Run a family's reading of a state dict; a lookup that fails means foreign weights: say so."""
+    try:
+        return question()
+    except LibreYOLOError:
+        raise
+    except (KeyError, IndexError, AttributeError, ValueError, TypeError) as err:
+        raise foreign_state_error(spec, task, state, path) from err
+
+
+def foreign_state_error(spec: FamilySpec, task: str, state: Mapping[str, Tensor], path: Path | str) -> CheckpointError:
+    """The error for weights that are not ``spec``'s network: which keys it lacks, which are foreign."""
+    own = _reference_keys(spec, task)
+    missing = [k for k in own if k not in state]
+    foreign = [k for k in state if k not in own]
+    facts = (f"{len(missing)} of its {len(own)} keys are missing (e.g. {missing[:3]}) and "
+             f"{len(foreign)} of the file's {len(state)} keys are not {spec.display_name}'s (e.g. {foreign[:3]})"
+             if own else f"the file's keys (e.g. {list(state)[:3]}) are not {spec.display_name}'s")
+    return CheckpointError(
+        f"{path}: these weights are not a {spec.display_name} {task} network: {facts}. A state dict of another "
+        f"architecture cannot be loaded into {spec.display_name}; pass a {spec.display_name} checkpoint, or "
+        f"train one from LibreYOLO({spec.weight_name(spec.default_size, task, '.yaml')!r})")
+
+
+def _reference_keys(spec: FamilySpec, task: str) -> list[str]:
+    """The state-dict keys of the family's default size (built without memory where torch allows)."""
+    impl = spec.implementation()
+    try:
+        with torch.device("meta"):
+            net = impl(spec, spec.default_size, task, 80).build_network()
+    except Exception:  # noqa: BLE001 - a network that cannot be built on "meta": build it for real
+        try:
+            net = impl(spec, spec.default_size, task, 80).build_network()
+        except Exception:  # noqa: BLE001 - the message then lists the file's keys only
+            return []
+    return list(net.state_dict())
 
 
 def _checkpoint_family(ckpt: Mapping[str, Any], hint: FamilySpec | None, path: Path) -> FamilySpec:

@@ -9,15 +9,14 @@ epoch state. Files are loaded with ``weights_only=True`` only: a checkpoint can 
 from __future__ import annotations
 
 import logging
-import os
 import pickle
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from .atomic_write import atomic_write
 from .errors import CheckpointError
 
 log = logging.getLogger(__name__)
@@ -26,38 +25,13 @@ SCHEMA_VERSION = "1.0"
 
 
 def atomic_save(obj: object, path: str | Path) -> Path:
-    """Write ``obj`` with ``torch.save`` to ``path`` atomically (temp file, fsync, rename).
+    """Write ``obj`` with ``torch.save`` to ``path`` atomically (``atomic_write``: temp file, fsync,
+    rename; mode from the umask; leftovers of interrupted writes removed).
 
     A crash mid-write leaves the previous file intact: readers see the old or the new file,
     never half of one.
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            torch.save(obj, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
-    return path
-
-
-def _fsync_dir(folder: Path) -> None:
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:  # some filesystems do not allow opening a directory
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+    return atomic_write(path, lambda fh: torch.save(obj, fh))
 
 
 def cpu_state_dict(module: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -73,9 +47,10 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
         CheckpointError: the file is missing, unreadable, not a checkpoint, or holds pickled
             objects that would need code execution to load (refused, never executed).
     """
-    path = Path(path)
+    path = Path(path).expanduser()
     if not path.is_file():
         raise CheckpointError(f"checkpoint {str(path)!r} does not exist or is not a file")
+    _check_container(path)
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as err:
@@ -85,12 +60,32 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
             "LibreYOLO only loads tensors and plain data. If you trust the file, re-save it from the "
             "program that made it as a plain dict of tensors, e.g. "
             "torch.save({'model': net.state_dict()}, 'clean.pt').") from None
-    except (RuntimeError, OSError, EOFError, ValueError) as err:
-        raise CheckpointError(f"cannot read checkpoint {str(path)!r}: {err}. Is it a complete torch.save file? "
-                              "A download or copy may have been cut short.") from err
+    except Exception as err:  # noqa: BLE001 - torch raises many types for a damaged file; none is a bug here
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise CheckpointError(f"cannot read checkpoint {str(path)!r} ({type(err).__name__}: {reason}). Is it a "
+                              "complete torch.save file? A download or copy may have been cut short.") from err
     if isinstance(obj, Mapping):
         return dict(obj)
     raise CheckpointError(f"{str(path)!r} holds a {type(obj).__name__}, not a checkpoint dict or state dict")
+
+
+_ZIP_MAGIC = b"PK\x03\x04"  # torch.save's format since torch 1.6
+_PICKLE_PROTOCOL = 0x80    # the legacy format starts with a pickle protocol opcode
+
+
+def _check_container(path: Path) -> None:
+    """Reject, with a plain reason, a file that is empty or not a torch.save file at all."""
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(8)
+    except OSError as err:
+        raise CheckpointError(f"cannot read checkpoint {str(path)!r}: {err.strerror or err}") from err
+    if not head:
+        raise CheckpointError(f"checkpoint {str(path)!r} is empty (0 bytes): a download or copy was cut short, "
+                              "or the file was never written; get or save it again")
+    if not head.startswith(_ZIP_MAGIC) and head[0] != _PICKLE_PROTOCOL:
+        raise CheckpointError(f"{str(path)!r} is not a checkpoint: it is not a torch.save file (it starts with "
+                              f"{head!r}); pass a .pt written by LibreYOLO, upstream LibreYOLO or torch.save")
 
 
 def extract_state_dict(ckpt: Mapping[str, Any], source: str) -> dict[str, torch.Tensor]:

@@ -132,6 +132,8 @@ def _coerce_dict(value: object, args: tuple[Any, ...], key: str, source: str) ->
 
 def _describe(annotation: Any) -> str:
     args = get_args(annotation)
+    if get_origin(annotation) in (list, tuple) and args:
+        return f"a list of {_describe(args[0])}"
     if args:
         return " or ".join(_describe(a) for a in args)
     return "None" if annotation is type(None) else getattr(annotation, "__name__", str(annotation))

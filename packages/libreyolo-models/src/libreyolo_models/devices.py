@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from libreyolo_ddp.devices import parse_devices
+from libreyolo_ddp.devices import check_devices_available, parse_devices
+from libreyolo_ddp.errors import DeviceError
 
 from .errors import ConfigError
 
@@ -13,14 +14,19 @@ def resolve_device(device: str | int | torch.device | None) -> torch.device:
     """``"cpu"``, ``"cuda"``, ``"cuda:1"``, ``"1"``, ``1``, ``"mps"``, ``"auto"`` -> one torch device.
 
     Raises:
-        ConfigError: several devices were given (only training spreads over devices), or the
-            device is not available here.
+        ConfigError: a value that is not a device, several devices (only training spreads over
+            devices), or a device this machine does not have (CUDA or MPS missing, an index past
+            the visible GPUs), each with the fix; checked before anything touches the device.
     """
     if isinstance(device, torch.device):
         device = str(device)
     if device == "cuda":
         device = "cuda:0"
-    plan = parse_devices(device)
+    try:
+        plan = parse_devices(device)
+        check_devices_available(plan)
+    except DeviceError as err:
+        raise ConfigError(str(err)) from None
     if plan.is_distributed:
         raise ConfigError(f"device={device!r} names several GPUs; prediction and validation run on one. "
                           "Pass a single device such as device=0 (multi-GPU is for model.train).")

@@ -11,9 +11,9 @@ the family's network, and the model's identity (size, task, classes, image size)
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
@@ -30,6 +30,10 @@ from .graphs import ModelGraphs, capture_ahead
 from .settings import PredictConfig
 from .tasks import Task, get_task
 from .version import __version__
+
+if TYPE_CHECKING:
+    from .predict.results import Results
+    from .track.session import TrackSession
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +81,7 @@ class LibreYOLO:
         self.graphs = ModelGraphs(self)
         self.checkpoint: dict[str, Any] = source.checkpoint
         self.ckpt_path: Path | None = source.path
+        self.track_session: TrackSession | None = None   # what track(persist=True) continues
         if source.state is not None:
             self.family.check_state(self.net, source.state, str(source.path))
             self.net.load_state_dict(source.state)
@@ -234,6 +239,35 @@ class LibreYOLO:
         return run_prediction(self, source, cfg)
 
     __call__ = predict
+
+    def track(self, source: object, *, tracker: str = "bytetrack", stream: bool = False, persist: bool = False,
+              **options: Any) -> list[Results] | Iterator[Results]:
+        """Follow objects through a video, stream or sequence of frames (detect models only).
+
+        Predicts frame by frame and feeds every frame's boxes, the weak ones included (predict
+        runs at the tracker's low threshold), to one tracker per source; the tracker restarts,
+        ids from 1, when the source changes. Each ``Results`` keeps only tracked boxes, with
+        ``boxes.id`` (int64, stable per object, never reused by one tracker) and ``trails``.
+
+        Args:
+            source: what ``predict`` takes; a video or stream is tracked frame by frame, and
+                still images of one call form one sequence.
+            tracker: a name from ``track.TRACKERS`` (``"bytetrack"``).
+            stream: return a lazy generator instead of a list (long videos, cameras).
+            persist: continue the tracks of this model's previous ``track`` call (calling
+                ``track(frame, persist=True)`` once per frame of your own loop).
+            **options: the tracker's settings (``ByteTrackConfig``: track_high_thresh,
+                track_low_thresh, new_track_thresh, track_buffer, match_thresh, fuse_score) and
+                predict's (``conf`` then filters the tracked boxes for output; ``save`` writes
+                frames with ids and trails, a video per video source, to runs/track).
+
+        Raises:
+            ConfigError: not a detect model, an unknown tracker or option, a bad value.
+        """
+        from .track.runner import start_tracking
+
+        frames = start_tracking(self, source, tracker=tracker, persist=persist, options=options)
+        return frames if stream else list(frames)
 
     def train(self, **options: Any) -> Any:
         """Train on ``data`` (see ``train.settings.TrainConfig``); the instance ends with the best weights."""

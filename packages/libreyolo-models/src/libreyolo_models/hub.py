@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import quote, unquote, urlsplit
 
+from .atomic_write import umask_mode
 from .errors import ConfigError, WeightsNotFoundError
 from .family_spec import WeightsEntry
 
@@ -60,7 +61,7 @@ _TRUE_WORDS = {"1", "ON", "YES", "TRUE"}  # the client's own reading of boolean 
 
 def weights_dir() -> Path:
     """The folder searched for bare weight names and where downloads are stored."""
-    return Path(os.environ.get(WEIGHTS_DIR_ENV, "weights"))
+    return Path(os.environ.get(WEIGHTS_DIR_ENV, "weights")).expanduser()
 
 
 def hub_url(url: str) -> str:
@@ -132,7 +133,7 @@ def resolve_weights(name: str | Path, *, entry: WeightsEntry | None, untrained_h
             download failed its checks); says where it looked and how to build an untrained
             model instead.
     """
-    given = Path(name)
+    given = Path(name).expanduser()
     if given.is_file():
         return given
     looked = [str(given)]
@@ -184,17 +185,21 @@ def download_weights(url: str, dest: Path, *, sha256: str | None = None) -> Path
         raise HubDownloadError(f"not tried: offline mode (${OFFLINE_ENV} is set)")
     metadata = _fetch_metadata(source)
     expected, vouched_by = _expected_sha256(source, metadata, sha256)
-    created = not dest.parent.exists()
+    created = _missing_folders(dest.parent)
     dest.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".download", dir=dest.parent))
     try:
         staged = _fetch_file(source, metadata, staging)
         _verify(staged, expected, vouched_by, source.url)
+        os.chmod(staged, umask_mode())  # whatever the client made it: what the user's umask says
         os.replace(staged, dest)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
-        if created:
-            _remove_if_empty(dest.parent)
+        for folder in created:  # innermost first: a failed download leaves no empty folders
+            try:
+                folder.rmdir()
+            except OSError:
+                break
         raise
     shutil.rmtree(staging, ignore_errors=True)  # the client's metadata and lock files
     log.info("downloaded %s -> %s (sha256 %s, from the %s)", source.url, dest, expected, vouched_by)
@@ -320,8 +325,11 @@ def _reason(err: BaseException) -> str | None:
     return None
 
 
-def _remove_if_empty(folder: Path) -> None:
-    try:
-        folder.rmdir()
-    except OSError:
-        pass
+def _missing_folders(folder: Path) -> list[Path]:
+    """``folder`` and its parents that do not exist yet, innermost first."""
+    missing = []
+    folder = folder.absolute()
+    while not folder.exists() and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    return missing

@@ -11,7 +11,7 @@ def next_run_dir(project: str | Path, name: str, *, exist_ok: bool = False, crea
 
     Creation uses ``mkdir(exist_ok=False)`` so two processes racing for a number never share one.
     """
-    root = Path(project)
+    root = Path(project).expanduser()
     base = root / name
     if exist_ok:
         if create:

@@ -9,9 +9,26 @@ stride) happen where the model is known: ``LibreYOLO.resolve_imgsz``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from .errors import ConfigError
+
+DeviceSpec = Any
+"""``device=`` as users write it: ``"cpu"``, ``"cuda:0"``, ``"0,1"``, ``0``, ``[0, 1]``, a
+``torch.device`` or None (auto). ``Any`` because one validator owns the rule and its message:
+``libreyolo_ddp.parse_devices`` (called before any work), not the generic type conversion."""
+
+
+def device_text(device: object) -> object:
+    """``device=`` as configs, ``args.yaml`` and checkpoints keep it: a list or tuple becomes ``"0,1"``,
+    a ``torch.device`` its text; anything else is left for ``parse_devices`` to judge."""
+    import torch  # loaded already wherever a device is used; not needed to import the settings
+
+    if isinstance(device, list | tuple):
+        return ",".join(str(d) for d in device)
+    if isinstance(device, torch.device):
+        return str(device)
+    return device
 
 
 def check_positive_imgsz(imgsz: int | None, source: str = "imgsz") -> None:
@@ -31,7 +48,7 @@ class PredictConfig:
     agnostic_nms: bool = False
     batch: int = 1
     save: bool = False
-    device: str | None = None
+    device: DeviceSpec = None
     half: bool = False
     fuse: bool = False
     cuda_graph: bool | Literal["auto"] = False
@@ -40,6 +57,7 @@ class PredictConfig:
     verbose: bool = False
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "device", device_text(self.device))
         if not 0.0 <= self.conf <= 1.0:
             raise ConfigError(f"conf={self.conf} must be between 0 and 1 (a score threshold)")
         if not 0.0 <= self.iou <= 1.0:

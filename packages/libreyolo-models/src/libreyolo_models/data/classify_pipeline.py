@@ -31,9 +31,9 @@ from ..errors import ConfigError
 from .classify_augment import RANDAUGMENT_N_OPS, ClassifyAugment, CropDraws, draw_crop, draw_mix
 from .classify_ops import centre_crop, mix_batch, render_crops, train_cache_side
 from .collate import batch_tensor, pass_through
-from .decode import read_rgb8
+from .decode import read_image_file
 from .folder_reader import ClassSplit
-from .image_cache import CacheMode, ImageCache, open_image_cache
+from .image_cache import CacheSetting, ImageCache, open_image_cache
 from .pipeline import _one_ahead_on_side_stream, _resolve_gpu_augment, _shuffle_seed
 
 log = logging.getLogger(__name__)
@@ -157,7 +157,7 @@ class ClassifyTrainPipeline:
 
     def __init__(self, split: ClassSplit, *, imgsz: int, batch_size: int, device: torch.device | str,
                  augment: ClassifyAugment, workers: int, seed: int,
-                 gpu_augment: bool | Literal["auto"] = "auto", cache: CacheMode = "auto",
+                 gpu_augment: bool | Literal["auto"] = "auto", cache: CacheSetting = "auto",
                  cache_dir: Path | None = None, label_smoothing: float = 0.0) -> None:
         self.device = torch.device(device)
         self.gpu_augment = _resolve_gpu_augment(gpu_augment, self.device)
@@ -225,7 +225,7 @@ def _mix_rng(seed: int, rank: int, epoch: int) -> np.random.Generator:
 
 def eval_decode(path: Path, imgsz: int) -> tuple[np.ndarray, tuple[int, int]]:
     """The validation cache's decoder: the file's evaluation crop (``centre_crop``), as predict makes it."""
-    image = read_rgb8(path)
+    image, _ = read_image_file(path)
     return centre_crop(image, imgsz), (int(image.shape[0]), int(image.shape[1]))
 
 
@@ -246,7 +246,7 @@ class ClassifyValPipeline:
     """Evaluation crops in a fixed order, each image once over all ranks."""
 
     def __init__(self, split: ClassSplit, *, imgsz: int, batch_size: int, device: torch.device | str, workers: int,
-                 cache: CacheMode = "auto", cache_dir: Path | None = None) -> None:
+                 cache: CacheSetting = "auto", cache_dir: Path | None = None) -> None:
         self.device = torch.device(device)
         self.cache = open_image_cache(split.images, imgsz, mode=cache, cache_dir=cache_dir, decode=eval_decode)
         self._loader = libreyolo_ddp.build_dataloader(

@@ -4,7 +4,7 @@ The format is the one Ultralytics users already have::
 
     path: ../datasets/mydata      # dataset root (optional: defaults to the yaml's folder)
     train: images/train           # a folder, an image-list .txt, a COCO .json, or a list of those
-    val: images/val
+    val: images/val               # optional (training with val=False needs none)
     test:                         # optional; blank means absent
     names: {0: cat, 1: dog}       # or a list [cat, dog]; nc, if given, must agree
     coco_images: images           # optional, COCO JSON splits only (see coco_reader)
@@ -156,9 +156,8 @@ def _from_mapping(raw: Mapping[str, object], yaml_dir: Path | None, source: str)
             log.warning("%s: unknown key %r ignored; did you mean %r?", source, key, hint[0])
     root = _resolve_root(raw.get("path"), yaml_dir, source)
     splits = {s: _resolve_split(raw.get(s), s, root, source) for s in SPLITS}
-    for s in ("train", "val"):
-        if splits[s] is None:
-            raise DataConfigError(_missing_key(source, s, extra))
+    if splits["train"] is None:  # val is optional: training with val=False needs none
+        raise DataConfigError(_missing_key(source, "train", extra))
     names = _parse_names(raw.get("names"), raw.get("nc"), source, _coco_jsons(splits))
     if names is None:
         raise DataConfigError(_missing_key(source, "names", extra))

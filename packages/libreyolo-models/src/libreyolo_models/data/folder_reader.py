@@ -10,7 +10,7 @@ What is reported (one warning each, then a summary line), and never a crash mid-
   split folder: not used (their class is unknown), with the fix.
 
 Grayscale, palette, RGBA and 16-bit images are fine: readers decode every image to 8-bit RGB
-(``decode.to_rgb8``).
+(``decode.read_image_file``).
 """
 
 from __future__ import annotations

@@ -1,67 +1,64 @@
 """Decode-once image cache: every image of a split decoded and resized once, one copy per host.
 
 Decoding JPEGs and resizing them every epoch is most of what starves a GPU. So each image is
-decoded once (PIL, EXIF orientation applied), resized so its long side is ``imgsz`` (aspect kept)
-and stored as uint8 RGB in one fixed-shape array ``[N, S, S, 3]`` (image ``i`` fills the top-left
-``h x w`` of slot ``i``) with a table of sizes. The array lives in one memory-mapped file, so every
-DataLoader worker and every DDP rank of a host reads the same pages: one copy, not one per
-process. Workers open it lazily, read-only, after they start.
+decoded once (by ``decode.read_image_file``, the decoder predict and the dataset check use),
+resized so its long side is ``imgsz`` (aspect kept) and stored as uint8 RGB in one fixed-shape
+array ``[N, S, S, 3]`` (image ``i`` fills the top-left ``h x w`` of slot ``i``) with a table of
+sizes. The array lives in one memory-mapped file, so every DataLoader worker and every DDP rank of
+a host reads the same pages: one copy, not one per process. Workers open it lazily, read-only.
 
-Where the file goes: ``"ram"`` puts it in ``/dev/shm`` (``$LIBREYOLO_SHM_DIR`` overrides; tmpfs is
-RAM, and files there outlive the run until deleted or reboot), ``"disk"`` in
-``<cache dir>/images`` (``$LIBREYOLO_CACHE_DIR`` or ``~/.cache/libreyolo``; the page cache keeps it
-warm), ``"auto"`` in RAM when the array is under half of the available memory. The file name
-carries a hash of every image's path, size and mtime and of ``imgsz``: any edit makes a new file,
-and an unchanged split reuses the old one. A build writes a temporary file and renames it, under a
-lock file, so concurrent processes build it once; under DDP rank 0 builds before the others look.
+Where the file goes, how big it may be and when it is removed is ``cache_store``'s business (the
+``cache=`` setting: ``"auto"``, ``"ram"``, ``"disk"``, a folder, ``"off"``). The file name carries
+a tag of the split (its image folder and ``imgsz``) and a hash of every image's path, size and
+mtime: any edit makes a new file (the old one of the same split is then removed), and an unchanged
+split reuses the old one. A build writes a temporary file and renames it, under a lock file, so
+concurrent processes build it once; under DDP rank 0 builds before the others look.
 
-File layout (native byte order)::
+An image that fails to decode while the cache is built (a file changed after the dataset check)
+does not stop the run: its slot stays empty, the file and the reason are recorded in the cache,
+and ``usable_part`` leaves it out of the split with one warning naming it.
 
-    0           header: magic, then uint64 n, imgsz, table offset, images offset
-    4096        int32 [n, 4]: cached (h, w), original (h, w) after EXIF orientation
-    images      uint8 [n, imgsz, imgsz, 3]; the part of a slot outside its image is zero
+The file layout is in ``cache_file``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import hashlib
+import json
 import logging
-import math
 import os
-import shutil
 import sys
 import time
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
-from PIL import Image, ImageOps
 from tqdm import tqdm
 
 import libreyolo_ddp
 
-from ..cache_dir import cache_dir as default_cache_dir
+from ..atomic_write import owner_tag, remove_stale_temps
 from ..errors import ConfigError, LibreYOLOError
-from .decode import to_rgb8
+from . import cache_file, cache_store
+from .cache_store import CacheMode, CachePlace, CacheSetting, parse_cache_setting
+from .decode import ImageDecodeError, read_image_file
+from .errors import EmptySplitError
+from .split_index import DataProblem, SplitIndex
+
+__all__ = ["CacheMode", "CacheSetting", "ImageCache", "ImageCacheError", "decode_image", "open_image_cache",
+           "usable_part"]
 
 log = logging.getLogger(__name__)
 
-CacheMode = Literal["ram", "disk", "auto"]
-SHM_DIR_ENV = "LIBREYOLO_SHM_DIR"
-FORMAT_VERSION = 1
+SHM_DIR_ENV = cache_store.SHM_DIR_ENV
+FORMAT_VERSION = 2
 """Bump when decoding or the layout changes: old files then no longer match any name."""
 
-_MAGIC = b"LYIMGC01"
-_TABLE_OFFSET = 4096
-_PAGE = 4096
-_RAM_SHARE = 0.5    # "auto": RAM when the array is under this share of MemAvailable
-_ROOM_MARGIN = 1.05  # a location needs this much more free space than the file
-_EXIF_ORIENTATION = 0x0112
-_ROTATED = {5, 6, 7, 8}  # EXIF orientations that swap width and height
 
 
 class ImageCacheError(LibreYOLOError, OSError):
@@ -71,33 +68,53 @@ class ImageCacheError(LibreYOLOError, OSError):
 class ImageCache:
     """A built cache file, opened read-only; cheap to pickle into DataLoader workers.
 
+    While the object lives, this process holds a shared lock on the file, which tells cleaners
+    (``libreyolo cache clean``, eviction, replacement) that it is in use.
+
     Attributes:
         path: the cache file.
         imgsz: slot side ``S``; each image's long side.
         hw: ``int32 [N, 2]`` cached ``(h, w)`` per image.
         ori_hw: ``int32 [N, 2]`` original ``(h, w)`` after EXIF orientation.
+        failed: slot -> why that image could not be decoded when the cache was built.
+        source: the split's image folder (common parent of its images).
     """
+
+    _owner: ImageCache  # set on views only (``without``): keeps the in-use lock of the file alive
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         try:
             with open(self.path, "rb") as f:
-                head = f.read(8 + 4 * 8)
-                n, imgsz, table_at, images_at = (int(v) for v in np.frombuffer(head[8:], np.uint64))
+                magic, (n, imgsz, table_at, images_at, meta_at, meta_len) = cache_file.read_header(f)
                 f.seek(table_at)
                 table = np.frombuffer(f.read(n * 16), np.int32).reshape(n, 4)
-        except (OSError, ValueError) as err:
-            raise ImageCacheError(f"image cache {self.path} cannot be read ({err}); delete it and it "
-                                  f"is rebuilt on the next run") from err
-        if head[:8] != _MAGIC or self.path.stat().st_size < images_at + n * imgsz * imgsz * 3:
+                meta = cache_file.read_meta(f, meta_at, meta_len)
+        except (OSError, ValueError, UnicodeDecodeError) as err:
+            raise ImageCacheError(f"image cache {self.path} cannot be read ({err}); delete it and it is "
+                                  f"rebuilt on the next run") from err
+        if magic != cache_file.MAGIC or self.path.stat().st_size < meta_at + meta_len:
             raise ImageCacheError(f"image cache {self.path} is not a complete LibreYOLO image cache; "
                                   f"delete it and it is rebuilt on the next run")
         self.imgsz = imgsz
         self.hw = table[:, :2].copy()
         self.ori_hw = table[:, 2:].copy()
+        self.failed: dict[int, str] = {int(k): str(v) for k, v in meta.get("failed", {}).items()}
+        self.source: str | None = meta.get("source")
+        self._slots: np.ndarray | None = None  # set by `without`: index -> slot in the file
+        self._n_slots = n
         self._images_at = images_at
         self._images: np.memmap | None = None
         self._pid = os.getpid()
+        self._hold()
+
+    def _hold(self) -> None:
+        try:
+            fd = cache_store.hold_in_use(self.path)
+        except OSError as err:
+            raise ImageCacheError(f"image cache {self.path} cannot be opened ({err.strerror or err})") from err
+        if fd is not None:
+            weakref.finalize(self, os.close, fd)
 
     def __len__(self) -> int:
         return len(self.hw)
@@ -107,12 +124,27 @@ class ImageCache:
         """Bytes of pixel data (``N * S * S * 3``)."""
         return len(self) * self.imgsz * self.imgsz * 3
 
+    def without(self, dropped: Sequence[int]) -> ImageCache:
+        """A view without the slots ``dropped``: index ``i`` of the view reads the ``i``-th kept slot."""
+        view = object.__new__(ImageCache)
+        view.__dict__.update(self.__dict__)
+        keep = np.setdiff1d(np.arange(len(self)), np.asarray(dropped, dtype=np.int64))
+        base = self._slots if self._slots is not None else np.arange(len(self))
+        view._slots = base[keep]
+        view.hw, view.ori_hw = self.hw[keep], self.ori_hw[keep]
+        view.failed = {}
+        view._owner = self  # keeps the file's in-use lock alive as long as the view
+        return view
+
+    def _slot(self, index: int) -> int:
+        return int(self._slots[index]) if self._slots is not None else index
+
     def _array(self) -> np.memmap:
         # Opened on first use in each process (a worker maps the file itself after it starts);
         # a map inherited through fork would work too, but one per process is simpler to reason about.
         if self._images is None or self._pid != os.getpid():
             self._images = np.memmap(self.path, dtype=np.uint8, mode="r", offset=self._images_at,
-                                     shape=(len(self), self.imgsz, self.imgsz, 3))
+                                     shape=(self._n_slots, self.imgsz, self.imgsz, 3))
             self._pid = os.getpid()
         return self._images
 
@@ -123,16 +155,17 @@ class ImageCache:
         uses only the ``hw[index]`` region).
         """
         h = int(self.hw[index, 0])
-        out[:h] = self._array()[index, :h]
+        out[:h] = self._array()[self._slot(index), :h]
 
     def read(self, index: int) -> np.ndarray:
         """Image ``index`` as a fresh ``uint8 [h, w, 3]`` RGB array."""
         h, w = (int(v) for v in self.hw[index])
-        return np.array(self._array()[index, :h, :w])
+        return np.array(self._array()[self._slot(index), :h, :w])
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_images"] = None  # workers map the file themselves
+        state.pop("_owner", None)  # the lock stays with the process that opened the cache
         return state
 
 
@@ -140,48 +173,61 @@ Decoder = Callable[[Path, int], tuple[np.ndarray, tuple[int, int]]]
 """``(path, imgsz) -> (uint8 [h, w, 3] with h, w <= imgsz, original (h, w))``: what fills a slot."""
 
 
-def open_image_cache(paths: Sequence[Path], imgsz: int, *, mode: CacheMode = "auto",
+def open_image_cache(paths: Sequence[Path], imgsz: int, *, mode: CacheSetting | CachePlace = "auto",
                      cache_dir: Path | None = None, threads: int | None = None,
                      decode: Decoder | None = None) -> ImageCache:
     """Open the cache of ``paths`` at ``imgsz``, building it first if no process has.
 
-    Under DDP, rank 0 builds (or finds) the file, every rank waits at a barrier, then the other
-    ranks open it; a rank on another host whose ``/dev/shm`` lacks the file builds its own copy,
-    once per host thanks to the lock file.
+    Under DDP, rank 0 builds (or finds) the file while the other ranks wait (if it fails, they
+    fail too, naming rank 0, rather than waiting for the group timeout), then they open it; a rank
+    on another host whose ``/dev/shm`` lacks the file builds its own copy, once per host thanks to
+    the lock file. With ``"off"``, rank 0's private file serves every rank of its host.
 
     Args:
         paths: image files, in the split's order (index ``i`` of the cache is ``paths[i]``).
         imgsz: the long side every image is resized to; also the slot side.
-        mode: ``"ram"``, ``"disk"`` or ``"auto"`` (see the module docstring).
+        mode: the ``cache=`` setting (see ``cache_store``): ``"auto"``, ``"ram"``, ``"disk"``,
+            ``"off"``, a folder, or a bool.
         cache_dir: folder for ``"disk"`` caches; default ``<cache dir>/images``.
         threads: decoding threads; default ``min(32, cpu count)``.
         decode: how a file becomes its slot; default ``decode_image`` (long side to ``imgsz``).
-            Another decoder (classification's centre crop) gets its own file: its qualified
-            name is part of the file name's hash.
+            Another decoder (classification's centre crop) gets its own file: its qualified name
+            is part of the file name.
 
     Raises:
         ConfigError: a bad ``mode`` or ``imgsz``, or no images.
-        ImageCacheError: an image cannot be decoded (all such files are listed), or there is no
-            room for the file.
+        ImageCacheError: there is no room for the file, or an image vanished before the build.
     """
-    if mode not in ("ram", "disk", "auto"):
-        raise ConfigError(f"cache={mode!r} is not one of 'ram', 'disk', 'auto'")
+    place = parse_cache_setting(mode, cache_dir)
     if isinstance(imgsz, bool) or not isinstance(imgsz, int) or imgsz < 1:
         raise ConfigError(f"imgsz={imgsz!r} must be a positive integer number of pixels (e.g. 640)")
     if not paths:
         raise ConfigError("the split has no images to cache; check the data.yaml split paths")
     decode = decode or decode_image
-    name = cache_file_name(paths, imgsz, "" if decode is decode_image else decode.__qualname__)
+    tag = "" if decode is decode_image else decode.__qualname__
+    name = cache_file_name(paths, imgsz, tag)
     env = libreyolo_ddp.dist_env()
+    threads = threads or min(32, os.cpu_count() or 1)
     if not (libreyolo_ddp.is_dist_initialized() and env.world_size > 1):
-        return _open_or_build(paths, imgsz, name, mode, cache_dir, threads, decode)
-    cache = _open_or_build(paths, imgsz, name, mode, cache_dir, threads, decode) if env.rank == 0 else None
-    libreyolo_ddp.barrier()
-    return cache if cache is not None else _open_or_build(paths, imgsz, name, mode, cache_dir, threads, decode)
+        return _open_or_build(paths, imgsz, name, place, threads, decode, tag)
+    built: dict[str, ImageCache] = {}
+
+    def build_on_rank_zero() -> str:
+        built["cache"] = _open_or_build(paths, imgsz, name, place, threads, decode, tag)
+        return str(built["cache"].path)
+
+    # Rank 0 builds while the others wait; if it fails, they raise too instead of waiting forever.
+    path = libreyolo_ddp.resolve_on_rank_zero(build_on_rank_zero)
+    if "cache" in built:
+        return built["cache"]
+    if place.mode == "off" and (found := _try_open(Path(path))) is not None:
+        return found  # rank 0's private file serves the ranks of its host
+    return _open_or_build(paths, imgsz, name, place, threads, decode, tag)  # found by name; or built on another host
 
 
 def cache_file_name(paths: Sequence[Path], imgsz: int, decoder: str = "") -> str:
-    """File name of the cache of ``paths`` at ``imgsz``: changes when any image file changes."""
+    """File name of the cache of ``paths`` at ``imgsz``: ``<split tag>-<hash of every file's stat>``
+    (``decoder`` names a decoder other than the default one)."""
     digest = hashlib.sha256(f"v{FORMAT_VERSION}|{imgsz}|{len(paths)}\n".encode())
     if decoder:  # the default decoder adds nothing, so existing caches keep their names
         digest.update(f"decoder={decoder}\n".encode())
@@ -192,27 +238,67 @@ def cache_file_name(paths: Sequence[Path], imgsz: int, decoder: str = "") -> str
             raise ImageCacheError(f"image {path} cannot be read for the image cache ({err.strerror}); "
                                   f"restore the file or remove it from the split") from err
         digest.update(f"{os.path.abspath(path)}|{st.st_size}|{st.st_mtime_ns}\n".encode())
-    return f"images-{imgsz}px-{len(paths)}-{digest.hexdigest()[:20]}.cache"
+    return f"{_split_prefix(paths, imgsz, decoder)}{len(paths)}-{digest.hexdigest()[:20]}{cache_store.CACHE_SUFFIX}"
 
 
-def _open_or_build(paths: Sequence[Path], imgsz: int, name: str, mode: CacheMode,
-                   cache_dir: Path | None, threads: int | None, decode: Decoder) -> ImageCache:
-    ram, disk = _ram_dir(), _disk_dir(cache_dir)
-    choices: dict[str, list[Path | None]] = {"ram": [ram, disk], "disk": [disk], "auto": [ram, disk]}
-    lookup = choices[mode]
+def _split_prefix(paths: Sequence[Path], imgsz: int, decoder: str = "") -> str:
+    """What every cache of this split at this size (and decoder) shares: a hash of the image
+    folder; a newer cache with the same prefix replaces the older one."""
+    folder = os.fsencode(_source_folder(paths)) + (f"|{decoder}".encode() if decoder else b"")
+    tag = hashlib.sha256(folder).hexdigest()[:8]
+    return f"images-{imgsz}px-{tag}-"
+
+
+def _source_folder(paths: Sequence[Path]) -> str:
+    folders = {os.path.dirname(os.path.abspath(p)) for p in paths}
+    try:
+        return os.path.commonpath(sorted(folders))
+    except ValueError:  # paths on different drives (Windows)
+        return sorted(folders)[0]
+
+
+def _open_or_build(paths: Sequence[Path], imgsz: int, name: str, place: CachePlace, threads: int,
+                   decode: Decoder, tag: str) -> ImageCache:
+    nbytes = cache_file.data_offset(len(paths)) + len(paths) * imgsz * imgsz * 3
+    if place.mode == "off":
+        return _build_private(paths, imgsz, name, place, nbytes, threads, decode)
+    ram, disk = cache_store.ram_dir(), cache_store.disk_dir(place)
+    lookup = [disk] if place.mode == "disk" else [ram, disk]
     for directory in lookup:
         if directory is not None and (found := _try_open(directory / name)) is not None:
             log.info("image cache: reusing %s", found.path)
             return found
-    nbytes = _data_offset(len(paths)) + len(paths) * imgsz * imgsz * 3
-    directory = _choose_dir(mode, nbytes, ram, disk)
+    directory = cache_store.choose_dir(place, nbytes)
     directory.mkdir(parents=True, exist_ok=True)
     final = directory / name
-    with _file_lock(final.with_name(final.name + ".lock"), final):
+    with cache_store.build_lock(final.with_name(final.name + ".lock"), final):
         if (found := _try_open(final)) is not None:  # another process built it while we waited
             return found
-        _build(paths, imgsz, final, threads or min(32, os.cpu_count() or 1), decode)
-    return ImageCache(final)
+        _build(paths, imgsz, final, threads, decode)
+    cache = ImageCache(final)
+    cache_store.remove_replaced(directory, final, _split_prefix(paths, imgsz, tag))
+    return cache
+
+
+def _build_private(paths: Sequence[Path], imgsz: int, name: str, place: CachePlace, nbytes: int,
+                   threads: int, decode: Decoder) -> ImageCache:
+    """``cache="off"``: a file of this process only, deleted when the cache object goes."""
+    directory = cache_store.choose_dir(CachePlace("auto"), nbytes)
+    directory.mkdir(parents=True, exist_ok=True)
+    cache_store.remove_dead_private_files(directory)
+    final = directory / (name.removesuffix(cache_store.CACHE_SUFFIX) + cache_store.private_suffix()
+                         + cache_store.CACHE_SUFFIX)
+    _build(paths, imgsz, final, threads, decode)
+    cache = ImageCache(final)
+    # Workers map the file by path after they start, so it lives as long as the cache object (or
+    # the process: finalizers run at exit). A killed process leaves it; the next build or
+    # `libreyolo cache clean` removes it (its name carries the dead process's pid).
+    weakref.finalize(cache, _unlink_quietly, final)
+    return cache
+
+
+def _unlink_quietly(path: Path) -> None:
+    path.unlink(missing_ok=True)
 
 
 def _try_open(path: Path) -> ImageCache | None:
@@ -226,127 +312,43 @@ def _try_open(path: Path) -> ImageCache | None:
         return None
 
 
-def _ram_dir() -> Path | None:
-    root = Path(os.environ.get(SHM_DIR_ENV, "").strip() or "/dev/shm")
-    if not root.is_dir():
-        return None
-    user = os.getuid() if hasattr(os, "getuid") else os.getpid()
-    return root / f"libreyolo-{user}"
-
-
-def _disk_dir(cache_dir: Path | None) -> Path:
-    return Path(cache_dir) if cache_dir is not None else default_cache_dir() / "images"
-
-
-def _free_bytes(directory: Path) -> int:
-    probe = directory
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    return shutil.disk_usage(probe).free
-
-
-def _mem_available_bytes() -> int | None:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
-
-
-def _choose_dir(mode: CacheMode, nbytes: int, ram: Path | None, disk: Path) -> Path:
-    gib = nbytes / 2**30
-    if mode == "disk":
-        return disk
-    ram_free = _free_bytes(ram) if ram is not None else 0
-    has_room = ram is not None and ram_free > nbytes * _ROOM_MARGIN
-    if mode == "ram":
-        if ram is not None and has_room:
-            return ram
-        log.warning("cache='ram': the images need %.2f GiB but %s has %.2f GiB free; caching on disk "
-                    "in %s instead (free space in /dev/shm, or use cache='disk')", gib,
-                    ram or "/dev/shm (missing)", ram_free / 2**30, disk)
-        return disk
-    available = _mem_available_bytes()
-    if ram is not None and has_room and available is not None and nbytes < _RAM_SHARE * available:
-        return ram
-    log.info("image cache: %.2f GiB is too much for RAM here (%.2f GiB available); caching on disk in %s",
-             gib, (available or 0) / 2**30, disk)
-    return disk
-
-
-@contextlib.contextmanager
-def _file_lock(lock_path: Path, target: Path) -> Iterator[None]:
-    """Hold an exclusive lock on ``lock_path``: one builder per file, across processes."""
-    try:
-        import fcntl as locking
-    except ImportError:  # no flock (Windows): an exclusive-create lock file instead
-        locking = None  # type: ignore[assignment]
-    if locking is None:
-        while True:
-            try:
-                fd = os.open(lock_path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-                break
-            except FileExistsError:
-                time.sleep(0.2)
-        try:
-            yield
-        finally:
-            os.close(fd)
-            lock_path.unlink(missing_ok=True)
-        return
-    with open(lock_path, "a+b") as f:
-        try:
-            locking.flock(f.fileno(), locking.LOCK_EX | locking.LOCK_NB)
-        except BlockingIOError:
-            log.info("image cache: waiting for another process to finish building %s", target)
-            locking.flock(f.fileno(), locking.LOCK_EX)
-        try:
-            yield
-        finally:
-            locking.flock(f.fileno(), locking.LOCK_UN)
-
-
-def _data_offset(n: int) -> int:
-    return -(-(_TABLE_OFFSET + n * 16) // _PAGE) * _PAGE
-
-
 def _build(paths: Sequence[Path], imgsz: int, final: Path, threads: int, decode: Decoder) -> None:
     n = len(paths)
-    images_at = _data_offset(n)
-    total = images_at + n * imgsz * imgsz * 3
-    free = _free_bytes(final.parent)
-    if free < total * _ROOM_MARGIN:
-        raise ImageCacheError(f"the image cache needs {total / 2**30:.2f} GiB but {final.parent} has "
-                              f"{free / 2**30:.2f} GiB free; free space there, or point cache_dir (or "
-                              f"$LIBREYOLO_CACHE_DIR) at a larger disk, or lower imgsz")
-    for stale in final.parent.glob(final.name + ".tmp*"):  # a killed build's leftovers (we hold the lock)
-        stale.unlink(missing_ok=True)
-    tmp = final.with_name(f"{final.name}.tmp{os.getpid()}")
+    images_at = cache_file.data_offset(n)
+    meta_at = images_at + n * imgsz * imgsz * 3
+    free = cache_store.free_bytes(final.parent)
+    if free < meta_at * cache_store.ROOM_MARGIN:
+        raise ImageCacheError(f"the image cache needs {meta_at / 2**30:.2f} GiB but {final.parent} has "
+                              f"{free / 2**30:.2f} GiB free; free space there (libreyolo cache clean), use "
+                              "cache=<a folder on a larger disk> or cache='off', or lower imgsz")
+    remove_stale_temps(final.parent, final.name, owned_folder=True)  # a killed build's leftovers: we hold the lock
+    tmp = final.with_name(f".{final.name}.{owner_tag()}.build.tmp")
     log.info("image cache: decoding %d images at %d px into %s (%.2f GiB, %d threads)",
-             n, imgsz, final, total / 2**30, threads)
+             n, imgsz, final, meta_at / 2**30, threads)
     start = time.perf_counter()
     try:
         with open(tmp, "wb") as f:
-            _reserve(f, total)
+            _reserve(f, meta_at)
         images = np.memmap(tmp, dtype=np.uint8, mode="r+", offset=images_at, shape=(n, imgsz, imgsz, 3))
-        table = _decode_all(paths, imgsz, images, threads, decode)
+        table, failed = _decode_all(paths, imgsz, images, threads, decode)
         images.flush()
         del images
-        header = _MAGIC + np.array([n, imgsz, _TABLE_OFFSET, images_at], np.uint64).tobytes()
+        meta = json.dumps({"source": _source_folder(paths), "failed": {str(i): r for i, r in failed.items()}},
+                          ensure_ascii=False).encode()
         with open(tmp, "r+b") as f:
-            f.write(header)
-            f.seek(_TABLE_OFFSET)
+            f.write(cache_file.pack_header(n, imgsz, images_at, meta_at, len(meta)))
+            f.seek(cache_file.TABLE_OFFSET)
             f.write(table.tobytes())
+            f.seek(meta_at)
+            f.write(meta)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, final)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    log.info("image cache: built %s in %.1f s", final, time.perf_counter() - start)
+    log.info("image cache: built %s in %.1f s%s", final, time.perf_counter() - start,
+             f" ({len(failed)} image(s) could not be decoded)" if failed else "")
 
 
 def _reserve(f: Any, total: int) -> None:
@@ -364,10 +366,13 @@ def _reserve(f: Any, total: int) -> None:
 
 
 def _decode_all(paths: Sequence[Path], imgsz: int, images: np.ndarray, threads: int,
-                decode: Decoder) -> np.ndarray:
-    """Decode every image into its slot with a thread pool (PIL releases the GIL while decoding)."""
+                decode: Decoder) -> tuple[np.ndarray, dict[int, str]]:
+    """Decode every image into its slot with a thread pool (PIL releases the GIL while decoding).
+
+    Returns the size table and, per image that failed, why (its slot stays empty).
+    """
     table = np.zeros((len(paths), 4), np.int32)
-    failures: list[str] = []
+    failed: dict[int, str] = {}
 
     def work(i: int) -> None:
         pixels, ori_hw = decode(paths[i], imgsz)
@@ -387,15 +392,13 @@ def _decode_all(paths: Sequence[Path], imgsz: int, images: np.ndarray, threads: 
             for fut in done:
                 i = pending.pop(fut)
                 if (err := fut.exception()) is not None:
-                    failures.append(f"{paths[i]}: {err}")
+                    if not isinstance(err, ImageDecodeError | OSError | ValueError | MemoryError):
+                        raise err
+                    failed[i] = err.reason if isinstance(err, ImageDecodeError) else f"{type(err).__name__}: {err}"
+                    table[i] = 0
                 bar.update(1)
             _refill(pool, work, todo, pending, window)
-    if failures:
-        listing = "\n  ".join(failures[:20]) + (f"\n  ... and {len(failures) - 20} more" if len(failures) > 20 else "")
-        raise ImageCacheError(f"{len(failures)} image(s) could not be decoded for the image cache:\n  "
-                              f"{listing}\nfix or remove these files (the dataset check should have "
-                              f"caught them: was a file changed after the scan?)")
-    return table
+    return table, failed
 
 
 def _refill(pool: ThreadPoolExecutor, work: Callable[[int], None], todo: Iterator[int],
@@ -407,25 +410,52 @@ def _refill(pool: ThreadPoolExecutor, work: Callable[[int], None], todo: Iterato
 
 
 def decode_image(path: Path, imgsz: int) -> tuple[np.ndarray, tuple[int, int]]:
-    """Decode one image as the cache stores it.
-
-    EXIF orientation applied, converted to 8-bit RGB (``decode.to_rgb8``: 16-bit images scaled,
-    not clipped), resized so its long side is ``imgsz`` with an
-    antialiasing bilinear filter. Large JPEGs are decoded at a reduced DCT scale first
-    (``Image.draft``), still at least the target size, which makes decoding several times faster.
+    """Decode one image as the cache stores it: ``decode.read_image_file`` at long side ``imgsz``.
 
     Returns:
         ``uint8 [h, w, 3]`` pixels and the original ``(h, w)`` after orientation.
+
+    Raises:
+        ImageDecodeError: the file cannot be decoded (the reason says why).
     """
-    with Image.open(path) as im:
-        raw_w, raw_h = im.size
-        rotated = int(im.getexif().get(_EXIF_ORIENTATION, 1)) in _ROTATED
-        ori_h, ori_w = (raw_w, raw_h) if rotated else (raw_h, raw_w)
-        ratio = imgsz / max(ori_h, ori_w)
-        h, w = max(1, round(ori_h * ratio)), max(1, round(ori_w * ratio))
-        if ratio < 1:
-            im.draft("RGB", (math.ceil(raw_w * ratio), math.ceil(raw_h * ratio)))
-        rgb = to_rgb8(ImageOps.exif_transpose(im))
-        if rgb.size != (w, h):
-            rgb = rgb.resize((w, h), Image.Resampling.BILINEAR)
-        return np.asarray(rgb), (ori_h, ori_w)
+    return read_image_file(path, max_side=imgsz)
+
+
+def usable_part(index: SplitIndex, cache: ImageCache) -> tuple[SplitIndex, ImageCache, list[DataProblem]]:
+    """Leave out the images the cache could not decode, with one warning each.
+
+    Only "no usable image left" is an error: one bad file never stops a run.
+
+    Returns:
+        The split and the cache without those images, and one ``DataProblem`` per image left out.
+
+    Raises:
+        EmptySplitError: no image of the split could be decoded.
+    """
+    if not cache.failed:
+        return index, cache, []
+    problems, keep = cache_failures(index.name, index.images, cache)
+    smaller = replace(index, images=[index.images[i] for i in keep], labels=[index.labels[i] for i in keep],
+                      sizes=[index.sizes[i] for i in keep] if len(index.sizes) == len(index) else index.sizes,
+                      problems=[*index.problems, *problems])
+    return smaller, cache.without(sorted(cache.failed)), problems
+
+
+def cache_failures(split: str, images: Sequence[Path], cache: ImageCache) -> tuple[list[DataProblem], list[int]]:
+    """The images of ``split`` the cache could not decode (one warning each) and the indices kept.
+
+    Shared by every task's training pipeline, so a file broken after the dataset check is reported
+    the same way whatever the task.
+
+    Raises:
+        EmptySplitError: no image of the split could be decoded.
+    """
+    problems = [DataProblem(images[i], f"{reason} (when decoding for the image cache; was the file "
+                                       "changed after the dataset check?)")
+                for i, reason in sorted(cache.failed.items())]
+    for problem in problems:
+        log.warning("%s: skipped %s: %s", split, problem.path, problem.reason)
+    if len(cache.failed) == len(images):
+        raise EmptySplitError(f"{split}: none of the split's {len(images)} images could be decoded "
+                              f"(reasons above); fix the files in {cache.source}")
+    return problems, [i for i in range(len(images)) if i not in cache.failed]

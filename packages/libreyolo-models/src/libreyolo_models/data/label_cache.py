@@ -18,7 +18,6 @@ import hashlib
 import json
 import logging
 import os
-import tempfile
 import zipfile
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..atomic_write import atomic_write
 from ..cache_dir import cache_dir
 from .image_check import ImageCheck
 from .label_check import LabelCheck
@@ -33,7 +33,7 @@ from .split_index import DataProblem
 
 log = logging.getLogger(__name__)
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 """Bump when the checking rules or the file layout change: old caches are then rescanned."""
 
 CACHE_SUFFIX = ".cache.npz"
@@ -159,18 +159,9 @@ def _save(path: Path, key: str, result: SplitScan) -> None:
     rows = [np.asarray(lab, dtype=np.float32).reshape(-1, 5) for lab in result.labels]
     labels = np.concatenate(rows) if rows else np.zeros((0, 5), np.float32)
     n_rows = np.array([len(r) for r in rows], dtype=np.int64)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez_compressed(f, meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8),
-                                labels=labels, n_rows=n_rows)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp makes it owner-only; other users may share the dataset
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    # Readable by whoever may read the dataset (the umask decides, as for any new file).
+    atomic_write(path, lambda f: np.savez_compressed(
+        f, meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8), labels=labels, n_rows=n_rows))
 
 
 def _load(path: Path, key: str) -> SplitScan | None:

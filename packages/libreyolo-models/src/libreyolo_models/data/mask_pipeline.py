@@ -30,15 +30,16 @@ from torch.utils.data import Dataset, RandomSampler
 
 import libreyolo_ddp
 
-from ..errors import ConfigError
+from ..errors import ConfigError, SourceError
 from ..predict.letterbox import LetterboxInfo, letterbox
 from ..predict.sources import read_image
 from .augment_draws import AugmentConfig
 from .collate import batch_tensor, pass_through
-from .image_cache import CacheMode, ImageCache, open_image_cache
+from .image_cache import CacheSetting, ImageCache, cache_failures, open_image_cache
 from .mask_augment import PARAMS, draw_mask_params, render_pairs
 from .mask_reader import MaskSplit, load_mask
 from .pipeline import _one_ahead_on_side_stream, _resolve_gpu_augment, _shuffle_seed
+from .split_index import DataProblem
 
 log = logging.getLogger(__name__)
 
@@ -167,13 +168,14 @@ class MaskTrainPipeline:
 
     def __init__(self, split: MaskSplit, *, imgsz: int, batch_size: int, device: torch.device | str,
                  augment: AugmentConfig, workers: int, seed: int, gpu_augment: bool | Literal["auto"] = "auto",
-                 cache: CacheMode = "auto", cache_dir: Path | None = None) -> None:
+                 cache: CacheSetting = "auto", cache_dir: Path | None = None) -> None:
         self.device = torch.device(device)
         self.gpu_augment = _resolve_gpu_augment(gpu_augment, self.device)
         self.imgsz = imgsz
         if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
             raise ConfigError(f"seed={seed!r} must be a non-negative integer (e.g. seed=0)")
         self.cache = open_image_cache(split.images, imgsz, mode=cache, cache_dir=cache_dir)
+        split, self.cache, self.skipped = usable_pairs(split, self.cache)
         env = libreyolo_ddp.dist_env()
         self._seed, self._rank = seed, env.rank
         self._state = torch.tensor([0], dtype=torch.int64).share_memory_()
@@ -233,8 +235,26 @@ class MaskTrainPipeline:
         return MaskBatch(images.div_(255), labels, batch.paths)
 
 
+def usable_pairs(split: MaskSplit, cache: ImageCache) -> tuple[MaskSplit, ImageCache, list[DataProblem]]:
+    """Leave out the pairs whose image the cache could not decode (changed after the check).
+
+    One warning each; the epoch summary counts them (``skipped``). Only a split with nothing left
+    is an error (``EmptySplitError``). The split's pixel counts are the check's, bad pairs included.
+    """
+    if not cache.failed:
+        return split, cache, []
+    problems, keep = cache_failures(split.name, split.images, cache)
+    smaller = replace(split, images=[split.images[i] for i in keep], masks=[split.masks[i] for i in keep],
+                      sizes=[split.sizes[i] for i in keep], problems=[*split.problems, *problems])
+    return smaller, cache.without(sorted(cache.failed)), problems
+
+
 class _LetterboxedPairs(Dataset):
-    """Validation: each image letterboxed exactly as predict does, with its original mask."""
+    """Validation: each image letterboxed exactly as predict does, with its original mask.
+
+    A pair that no longer reads (changed after the dataset check) is left out with a warning
+    naming it (``None``, dropped by the collate), so one file never stops a run.
+    """
 
     def __init__(self, split: MaskSplit, imgsz: int) -> None:
         self.images, self.masks, self.imgsz = list(split.images), list(split.masks), imgsz
@@ -242,12 +262,21 @@ class _LetterboxedPairs(Dataset):
     def __len__(self) -> int:
         return len(self.images)
 
-    def __getitem__(self, index: int) -> tuple[Tensor, Tensor, LetterboxInfo, str]:
-        tensor, info = letterbox(read_image(self.images[index]), self.imgsz)
-        return tensor, torch.from_numpy(load_mask(self.masks[index])), info, str(self.images[index])
+    def __getitem__(self, index: int) -> tuple[Tensor, Tensor, LetterboxInfo, str] | None:
+        try:
+            tensor, info = letterbox(read_image(self.images[index]), self.imgsz)
+            mask = torch.from_numpy(load_mask(self.masks[index]))
+        except (SourceError, OSError, ValueError, SyntaxError) as err:
+            log.warning("val: skipped %s: %s (was the file changed after the dataset check?)", self.images[index],
+                        getattr(err, "reason", None) or err)
+            return None
+        return tensor, mask, info, str(self.images[index])
 
 
-def _collate_val(samples: Sequence[tuple[Tensor, Tensor, LetterboxInfo, str]]) -> MaskValBatch:
+def _collate_val(found: Sequence[tuple[Tensor, Tensor, LetterboxInfo, str] | None]) -> MaskValBatch | None:
+    samples = [s for s in found if s is not None]
+    if not samples:
+        return None
     images = batch_tensor((len(samples), *samples[0][0].shape), torch.float32)
     torch.stack([s[0] for s in samples], out=images)
     return MaskValBatch(images, [s[1] for s in samples], [s[2] for s in samples], [s[3] for s in samples])
@@ -268,4 +297,5 @@ class MaskValPipeline:
 
     def __iter__(self) -> Iterator[MaskValBatch]:
         for batch in self._loader:
-            yield replace(batch, images=batch.images.to(self.device, non_blocking=True))
+            if batch is not None:  # None: every pair of the batch was skipped (named in warnings)
+                yield replace(batch, images=batch.images.to(self.device, non_blocking=True))

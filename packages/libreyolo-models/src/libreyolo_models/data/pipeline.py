@@ -33,7 +33,7 @@ import libreyolo_ddp
 from ..errors import ConfigError
 from .augment_draws import AugmentConfig, SampleDraws, draw_sample
 from .collate import ImageBatch, Sample, TileBatch, collate_samples, collate_tiles, pass_through
-from .image_cache import CacheMode, ImageCache, open_image_cache
+from .image_cache import CacheSetting, ImageCache, open_image_cache, usable_part
 from .letterbox import letterbox_map, letterbox_offsets, place_boxes, place_tiles, to_targets
 from .split_index import SplitIndex
 
@@ -148,17 +148,23 @@ class TrainPipeline:
         seed: the run's seed; draws are seeded by (seed, rank, epoch, sample index).
         gpu_augment: augment whole batches on ``device`` (True), per sample in workers (False), or
             ``"auto"``: True on CUDA devices.
-        cache: where the decoded images live (``"ram"``, ``"disk"``, ``"auto"``).
+        cache: where the decoded images live (``"auto"``, ``"ram"``, ``"disk"``, ``"off"`` or a
+            folder; see ``cache_store``).
         cache_dir: folder for a disk cache.
+
+    Attributes:
+        skipped: images of ``index`` that could not be decoded for the cache and are left out
+            (each was logged once); the trainer counts them in its epoch summary.
 
     Raises:
         ConfigError: a bad argument, or fewer images than one batch per rank.
-        ImageCacheError: images cannot be decoded or cached.
+        EmptySplitError: no image of the split can be decoded.
+        ImageCacheError: there is no room for the cache.
     """
 
     def __init__(self, index: SplitIndex, *, imgsz: int, batch_size: int, device: torch.device | str,
                  augment: AugmentConfig, workers: int, seed: int,
-                 gpu_augment: bool | Literal["auto"] = "auto", cache: CacheMode = "auto",
+                 gpu_augment: bool | Literal["auto"] = "auto", cache: CacheSetting = "auto",
                  cache_dir: Path | None = None) -> None:
         self.device = torch.device(device)
         self.gpu_augment: bool = _resolve_gpu_augment(gpu_augment, self.device)
@@ -168,6 +174,7 @@ class TrainPipeline:
         if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
             raise ConfigError(f"seed={seed!r} must be a non-negative integer (e.g. seed=0)")
         self.cache = open_image_cache(index.images, imgsz, mode=cache, cache_dir=cache_dir)
+        index, self.cache, self.skipped = usable_part(index, self.cache)
         _warn_size_mismatch(index, self.cache)
         env = libreyolo_ddp.dist_env()
         self._seed, self._rank = seed, env.rank
@@ -236,13 +243,17 @@ class ValPipeline:
         workers: DataLoader worker processes.
         cache: where the decoded images live.
         cache_dir: folder for a disk cache.
+
+    Attributes:
+        skipped: images that could not be decoded for the cache and are left out.
     """
 
     def __init__(self, index: SplitIndex, *, imgsz: int, batch_size: int, device: torch.device | str,
-                 workers: int, cache: CacheMode = "auto", cache_dir: Path | None = None) -> None:
+                 workers: int, cache: CacheSetting = "auto", cache_dir: Path | None = None) -> None:
         self.device = torch.device(device)
         self.imgsz = imgsz
         self.cache = open_image_cache(index.images, imgsz, mode=cache, cache_dir=cache_dir)
+        index, self.cache, self.skipped = usable_part(index, self.cache)
         _warn_size_mismatch(index, self.cache)
         self._loader = libreyolo_ddp.build_dataloader(
             _LetterboxedSamples(self.cache, index), batch_size=batch_size, shuffle=False, workers=workers,

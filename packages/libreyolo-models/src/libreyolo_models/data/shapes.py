@@ -40,6 +40,7 @@ import numpy as np
 import yaml
 from PIL import Image, ImageDraw
 
+from ..atomic_write import umask_mode
 from ..cache_dir import cache_dir
 
 log = logging.getLogger(__name__)
@@ -94,7 +95,7 @@ def generate_once(final: Path, generate: Callable[[Path], None]) -> Path:
     try:
         start = time.perf_counter()
         generate(tmp)
-        os.chmod(tmp, 0o755)  # mkdtemp makes it owner-only
+        os.chmod(tmp, umask_mode(0o777))  # mkdtemp makes it owner-only
         try:
             os.rename(tmp, final)  # atomic; fails if another process got there first
         except OSError as err:
@@ -222,6 +223,12 @@ def _draw_shape(rng: np.random.Generator, cls: int, width: int, height: int
     radius = rng.uniform(*_OBJECT_FRACTION) * min(width, height) / 2
     cx = rng.uniform(radius + 1, width - radius - 1)
     cy = rng.uniform(radius + 1, height - radius - 1)
+    return _shape_at(rng, cls, cx, cy, radius, width, height)
+
+
+def _shape_at(rng: np.random.Generator, cls: int, cx: float, cy: float, radius: float, width: int,
+              height: int) -> tuple[np.ndarray, tuple[int, int]]:
+    """Coverage of shape ``cls`` of circumradius ``radius`` centred at ``(cx, cy)``, and its box's corner."""
     x0, y0 = int(cx - radius) - 1, int(cy - radius) - 1
     x1, y1 = min(width, math.ceil(cx + radius) + 2), min(height, math.ceil(cy + radius) + 2)
     x0, y0 = max(0, x0), max(0, y0)
@@ -253,6 +260,43 @@ def _outline(rng: np.random.Generator, shape: str, cx: float, cy: float, r: floa
         polar = [(math.hypot(x, y), math.degrees(math.atan2(y, x))) for x, y in corners]
     return [(cx + rho * math.cos(math.radians(deg + turn)), cy + rho * math.sin(math.radians(deg + turn)))
             for rho, deg in polar]
+
+
+SAMPLE_SEED = 5
+"""Seed of the sample picture's background, colours and rotations (see ``render_sample``)."""
+
+SAMPLE_LAYOUT = {"circle": (0.19, 0.28), "square": (0.5, 0.28), "triangle": (0.81, 0.3),
+                 "star": (0.33, 0.72), "cross": (0.67, 0.72)}
+"""Where each shape of the sample picture is centred, as fractions of its width and height."""
+
+
+def render_sample(width: int = 480, height: int = 360, seed: int = SAMPLE_SEED) -> tuple[np.ndarray, list[str]]:
+    """The bundled sample picture (``SAMPLE_IMAGE``): one shape of each class, well apart.
+
+    Drawn like the training set (its textures, colours, grain and shape sizes) so that a model
+    trained briefly on ``shapes`` labels every shape right on any machine. CPU training is not
+    bit-reproducible across machines (the thread count and the CPU's vector unit change the order
+    of floating-point sums in convolutions, so gradients differ in the last bits and 15 epochs
+    later the models differ), and the first sample (a flat background unlike any training image,
+    a triangle covering a corner of the square) sat on a decision boundary: it was labelled
+    differently on different machines. Isolated in-distribution shapes leave every such model a
+    wide margin. ``tools/make_sample_image.py`` writes the asset.
+
+    Returns:
+        ``uint8 [height, width, 3]`` pixels and the YOLO label rows of the five shapes.
+    """
+    rng = np.random.default_rng([_SEED, len(_SPLIT_IDS), seed])
+    image = _background(rng, height, width)
+    radius = 0.34 * min(width, height) / 2  # mid-range of _OBJECT_FRACTION
+    rows = []
+    for name, (fx, fy) in SAMPLE_LAYOUT.items():
+        cls = CLASS_NAMES.index(name)
+        alpha, (x0, y0) = _shape_at(rng, cls, fx * width, fy * height, radius, width, height)
+        _paint(rng, image, alpha, alpha >= 0.5, x0, y0)
+        rows.append(_label_row(cls, alpha >= 0.5, x0, y0, width, height))
+    image += rng.integers(-4, 5, (height, width, 1), dtype=np.int8)
+    np.clip(image, 0, 255, out=image)
+    return (image + np.float32(0.5)).astype(np.uint8), rows
 
 
 def _hides_too_much(owner: np.ndarray, mask: np.ndarray, x0: int, y0: int,

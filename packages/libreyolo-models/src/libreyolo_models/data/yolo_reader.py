@@ -15,6 +15,7 @@ and the suffix by ``.txt`` (``d/images/train/a.jpg`` -> ``d/labels/train/a.txt``
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -29,6 +30,8 @@ from .label_cache import SplitScan, cached_scan, fingerprint
 from .label_check import LabelCheck
 from .split_index import DataProblem
 
+log = logging.getLogger(__name__)
+
 
 def label_path_for(image: Path) -> Path:
     """The YOLO label file of ``image``: last ``images`` folder -> ``labels``, suffix -> ``.txt``."""
@@ -42,6 +45,10 @@ def label_path_for(image: Path) -> Path:
 def list_split_images(entries: Sequence[Path], root: Path, split: str,
                       source: str) -> tuple[list[Path], list[DataProblem]]:
     """The split's image paths, in order, and the list lines that name no existing file.
+
+    An image reached twice (a folder listed twice, or a list naming a file a folder already
+    holds) is used once, with one warning: counting it twice would weigh it double in training
+    and in the metrics.
 
     Entries must exist (``load_split`` checks that first, to name them in its error).
 
@@ -63,7 +70,20 @@ def list_split_images(entries: Sequence[Path], root: Path, split: str,
         else:
             raise DataConfigError(f"{source}: {split} entry {entry} is not a folder, an image-list .txt, "
                                   "a COCO .json or an image; point it at one of those")
-    return images, problems
+    unique = list(dict.fromkeys(images))
+    if len(unique) < len(images):
+        log.warning("%s: %d image(s) are listed more than once in %r of %s (e.g. %s); each is used once",
+                    split, len(images) - len(unique), split, source, _first_repeat(images))
+    return unique, problems
+
+
+def _first_repeat(paths: list[Path]) -> Path:
+    seen: set[Path] = set()
+    for path in paths:
+        if path in seen:
+            return path
+        seen.add(path)
+    raise ValueError("no repeated path")
 
 
 def _walk_images(folder: Path) -> list[Path]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import colorsys
+from collections.abc import Mapping
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
@@ -17,17 +18,28 @@ def class_color(cls: int) -> tuple[int, int, int]:
 
 
 def draw_detections(image: np.ndarray, det: Tensor, names: dict[int, str], *, labels: bool = True,
-                    conf: bool = True, line_width: int | None = None) -> np.ndarray:
-    """Boxes ``det [N, 6]`` (x1, y1, x2, y2, score, class) drawn on a copy of ``image`` (RGB uint8)."""
+                    conf: bool = True, line_width: int | None = None, ids: list[int] | None = None,
+                    trails: Mapping[int, np.ndarray] | None = None) -> np.ndarray:
+    """Boxes ``det [N, 6]`` (x1, y1, x2, y2, score, class) drawn on a copy of ``image`` (RGB uint8).
+
+    With track ``ids`` (one per box) each box is coloured by its id, so one object keeps its
+    colour through a video, and labelled ``"id:7 name score"``; ``trails`` maps an id to its
+    recent centres ``[K, 2]``, drawn as a line under the boxes.
+    """
     canvas = Image.fromarray(image.copy())
     draw = ImageDraw.Draw(canvas)
     width = line_width or max(1, round(sum(canvas.size) / 2 * 0.003))
     font = ImageFont.load_default()
-    for x1, y1, x2, y2, score, cls in det.tolist():
-        color = class_color(int(cls))
+    for track_id, points in (trails or {}).items():
+        if len(points) > 1:
+            draw.line([tuple(p) for p in np.asarray(points, dtype=float).tolist()], fill=class_color(track_id),
+                      width=width)
+    for i, (x1, y1, x2, y2, score, cls) in enumerate(det.tolist()):
+        color = class_color(int(cls) if ids is None else ids[i])
         draw.rectangle((x1, y1, x2, y2), outline=color, width=width)
         if labels:
-            text = names.get(int(cls), str(int(cls))) + (f" {score:.2f}" if conf else "")
+            text = ("" if ids is None else f"id:{ids[i]} ") + names.get(int(cls), str(int(cls))) + (
+                f" {score:.2f}" if conf else "")
             left, top, right, bottom = draw.textbbox((x1, y1), text, font=font)
             th = bottom - top
             ty = y1 - th - 2 if y1 - th - 2 >= 0 else y1

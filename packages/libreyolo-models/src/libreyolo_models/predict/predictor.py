@@ -16,8 +16,8 @@ from ..errors import ConfigError
 from ..graphs import forward_for_predict
 from ..rundir import next_run_dir
 from ..settings import PredictConfig
-from .results import Results
-from .sources import SourceImage, iter_sources
+from .results import ResultsList
+from .sources import SourceImage, SourceReport, iter_sources
 
 if TYPE_CHECKING:
     from ..facade import LibreYOLO
@@ -36,8 +36,12 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def run_prediction(model: LibreYOLO, source: object, cfg: PredictConfig) -> list[Results]:
-    """Predict every image of ``source``; batches of ``cfg.batch`` share one forward pass."""
+def run_prediction(model: LibreYOLO, source: object, cfg: PredictConfig) -> ResultsList:
+    """Predict every readable image of ``source``; batches of ``cfg.batch`` share one forward pass.
+
+    Unreadable items of a folder, glob, list or stream are skipped (see ``sources``) and listed
+    on the returned list's ``skipped``.
+    """
     if cfg.device is not None:
         model.to(cfg.device)
     if cfg.half:
@@ -56,8 +60,10 @@ def run_prediction(model: LibreYOLO, source: object, cfg: PredictConfig) -> list
     forward = forward_for_predict(model, cfg.cuda_graph)
     save_dir = next_run_dir(cfg.project, cfg.name) if cfg.save else None
     device, dtype = model.device, model.dtype
-    results: list[Results] = []
-    for chunk in _chunks(iter_sources(source), cfg.batch):
+    results = ResultsList()
+    report = SourceReport()
+    saved_names: set[str] = set()
+    for chunk in _chunks(iter_sources(source, report), cfg.batch):
         t0 = time.perf_counter()
         prepared = [task.prepare(item.image, imgsz) for item in chunk]
         x = torch.stack([p.tensor for p in prepared]).to(device=device, dtype=dtype, non_blocking=True)
@@ -75,10 +81,24 @@ def run_prediction(model: LibreYOLO, source: object, cfg: PredictConfig) -> list
         for item, prediction, prep in zip(chunk, predictions, prepared):
             res = task.make_results(item.image, item.name, dict(model.names), prediction, prep.info, dict(speed))
             if save_dir is not None:
-                res.save(save_dir / (Path(item.name).stem + ".jpg"))
+                res.save(save_dir / _unique_name(Path(item.name).stem, saved_names))
             if cfg.verbose:
                 log.info("%s: %s (%.1f ms)", item.name, res.summary(), speed["inference"])
             results.append(res)
+    results.skipped = report.skipped
     if save_dir is not None:
         log.info("predictions saved to %s", save_dir)
+    if report.skipped:
+        log.warning("%d input(s) skipped as unreadable (each named above); results for the rest",
+                    len(report.skipped))
     return results
+
+
+def _unique_name(stem: str, used: set[str]) -> str:
+    """``stem.jpg``, or ``stem_2.jpg``, ``stem_3.jpg``... when inputs share a name (no overwrites)."""
+    name, n = f"{stem}.jpg", 1
+    while name in used:
+        n += 1
+        name = f"{stem}_{n}.jpg"
+    used.add(name)
+    return name

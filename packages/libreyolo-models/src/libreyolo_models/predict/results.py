@@ -19,11 +19,22 @@ class Boxes:
     """Detections of one image, in original-image pixels.
 
     ``data`` is ``float [N, 6]``: x1, y1, x2, y2, confidence, class id, sorted by confidence.
+    ``id`` is None unless the boxes come from ``model.track``: then ``int64 [N]`` track ids, one
+    per box, stable across the frames of a source.
     """
 
-    def __init__(self, data: Tensor, orig_shape: tuple[int, int]) -> None:
+    def __init__(self, data: Tensor, orig_shape: tuple[int, int], id: Tensor | None = None) -> None:
+        if id is not None and id.shape != (data.shape[0],):
+            raise ValueError(f"Boxes: {data.shape[0]} boxes but track ids of shape {tuple(id.shape)}; "
+                             "give one id per box")
         self.data = data
         self.orig_shape = orig_shape
+        self.id = None if id is None else id.to(torch.int64)
+
+    @property
+    def is_track(self) -> bool:
+        """Whether these boxes carry track ids (``model.track``)."""
+        return self.id is not None
 
     def __len__(self) -> int:
         return self.data.shape[0]
@@ -62,13 +73,14 @@ class Boxes:
         return self.data[:, 5]
 
     def cpu(self) -> Boxes:
-        return Boxes(self.data.cpu(), self.orig_shape)
+        return Boxes(self.data.cpu(), self.orig_shape, None if self.id is None else self.id.cpu())
 
     def numpy(self) -> np.ndarray:
         return self.data.cpu().numpy()
 
     def __repr__(self) -> str:
-        return f"Boxes(n={len(self)}, orig_shape={self.orig_shape})"
+        ids = "" if self.id is None else f", ids={self.id.tolist()}"
+        return f"Boxes(n={len(self)}, orig_shape={self.orig_shape}{ids})"
 
 
 @dataclass
@@ -83,6 +95,9 @@ class Results:
     speed: dict[str, float] = field(default_factory=dict)  # ms per image: preprocess, inference, postprocess
     probs: Probs | None = None    # classify: class probabilities (``probs.top1``, ``probs.top5``...)
     masks: Any = None
+    # model.track only: recent box centres per track id, ``float [K, 2]`` (x, y pixels, oldest
+    # first), for the ids in ``boxes.id``; drawn as trails by ``plot``.
+    trails: dict[int, np.ndarray] | None = None
 
     @property
     def orig_shape(self) -> tuple[int, int]:
@@ -104,9 +119,13 @@ class Results:
                     for c, share in self.masks.pixel_shares().items()]
         if self.boxes is None:
             return rows
-        for x1, y1, x2, y2, conf, cls in self.boxes.data.tolist():
-            rows.append({"name": self.names.get(int(cls), str(int(cls))), "class": int(cls),
-                         "confidence": conf, "box": {"x1": x1, "y1": y1, "x2": x2, "y2": y2}})
+        ids = self.boxes.id.tolist() if self.boxes.id is not None else [None] * len(self.boxes)
+        for (x1, y1, x2, y2, conf, cls), track_id in zip(self.boxes.data.tolist(), ids):
+            row: dict[str, object] = {"name": self.names.get(int(cls), str(int(cls))), "class": int(cls),
+                                      "confidence": conf, "box": {"x1": x1, "y1": y1, "x2": x2, "y2": y2}}
+            if track_id is not None:
+                row["track_id"] = track_id
+            rows.append(row)
         return rows
 
     def summary(self) -> str:
@@ -128,7 +147,8 @@ class Results:
     def plot(self, *, labels: bool = True, conf: bool = True, line_width: int | None = None) -> np.ndarray:
         """A copy of the original image with boxes and labels drawn (semantic: each pixel tinted
         with its class colour; a classification: its top-5 classes and probabilities, written
-        top-left); RGB uint8 ``[H, W, 3]``."""
+        top-left; tracking: ids in the labels, a colour per id, and trails of the recent
+        centres); RGB uint8 ``[H, W, 3]``."""
         if self.probs is not None:
             lines = [f"{self.probs.name(c)} {float(self.probs.data[c]):.2f}" for c in self.probs.top5]
             return draw_top_classes(self.orig_img, lines if conf else [line.rsplit(" ", 1)[0] for line in lines])
@@ -136,17 +156,30 @@ class Results:
             return self.masks.overlay(self.orig_img)
         if self.boxes is None:
             return self.orig_img.copy()
+        ids = None if self.boxes.id is None else self.boxes.id.tolist()
         return draw_detections(self.orig_img, self.boxes.data.cpu(), self.names, labels=labels,
-                               conf=conf, line_width=line_width)
+                               conf=conf, line_width=line_width, ids=ids, trails=self.trails)
 
     def save(self, filename: str | Path) -> Path:
         """Write the annotated image (format from the suffix); returns the path."""
         from PIL import Image
 
-        path = Path(filename)
+        path = Path(filename).expanduser()
         path.parent.mkdir(parents=True, exist_ok=True)
         Image.fromarray(self.plot()).save(path)
         return path
 
     def __repr__(self) -> str:
         return f"Results(path={self.path!r}, shape={self.orig_shape}, {self.summary()})"
+
+
+class ResultsList(list):
+    """What ``model(source)`` returns: one ``Results`` per readable image, in input order.
+
+    A plain list, plus ``skipped``: ``(name, reason)`` for each item of a folder, glob, list or
+    stream that could not be read (each was also logged as a warning).
+    """
+
+    def __init__(self, results: list[Results] | None = None, skipped: list[tuple[str, str]] | None = None) -> None:
+        super().__init__(results or [])
+        self.skipped: list[tuple[str, str]] = list(skipped or [])

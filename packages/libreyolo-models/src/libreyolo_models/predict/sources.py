@@ -1,26 +1,46 @@
 """Turn whatever a user passes to ``model(source)`` into RGB uint8 images with names.
 
-Accepted: a file path, a folder, a glob pattern, a list of any of these, a numpy ``HxWx3`` (or
-``HxW`` grayscale) uint8 array in RGB order, a torch tensor ``3xHxW`` / ``Bx3xHxW`` (float in
-[0, 1] or uint8), a PIL image. Anything else, a missing file, or an unreadable image raises
-``SourceError`` naming the input.
+Accepted: a file path (``~`` expanded), a folder (its images, sorted), a glob pattern, a numpy
+image or batch, a torch tensor or batch, a PIL image, or a list, tuple or iterator (a stream) of
+any of these. Pixels go through the one decoder (``data.decode``): files as a viewer shows them,
+arrays and tensors by its documented value rule.
+
+One input given alone that cannot be read raises ``SourceError`` naming it. Inside a folder, a
+glob, a list or a stream, an unreadable item is skipped with one warning naming it and why, and
+prediction carries on: the results of the good items are returned, and the skipped ones are
+listed on the returned list (``ResultsList.skipped``). Videos and URLs are refused as unsupported
+sources, with what to do instead.
 """
 
 from __future__ import annotations
 
 import glob
-from collections.abc import Iterator
-from dataclasses import dataclass
+import logging
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
-from PIL import Image, UnidentifiedImageError
+from PIL import Image
 
-from ..data.decode import read_rgb8, to_rgb8
+from ..data.decode import (
+    IMAGE_SUFFIXES,
+    VIDEO_SUFFIXES,
+    ImageDecodeError,
+    Notes,
+    array_to_rgb8,
+    pil_to_rgb8,
+    read_image_file,
+    tensor_to_rgb8,
+)
 from ..errors import SourceError
 
-IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"}
+__all__ = ["IMAGE_SUFFIXES", "SourceImage", "SourceReport", "expand_paths", "iter_sources", "read_image"]
+
+log = logging.getLogger(__name__)
+
+_KINDS = "an image file, a folder, a glob, a numpy HxWx3 RGB array, a torch 3xHxW tensor, a PIL image, or a list of these"
 
 
 @dataclass(frozen=True)
@@ -31,31 +51,67 @@ class SourceImage:
     name: str
 
 
+@dataclass
+class SourceReport:
+    """What reading a source left out, and the one-time notes it raised (filled while iterating).
+
+    Attributes:
+        skipped: ``(name, reason)`` per unreadable item of a folder, glob, list or stream.
+        seen: items read or skipped so far.
+        notes: one-time notes (e.g. float values read as 0-255), each logged once.
+    """
+
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    seen: int = 0
+    notes: Notes = field(default_factory=Notes)
+
+    def skip(self, name: str, reason: str) -> None:
+        self.skipped.append((name, reason))
+        log.warning("skipped %s: %s", name, reason)
+
+
 def read_image(path: str | Path) -> np.ndarray:
-    """Decode an image file to RGB uint8 ``[H, W, 3]``, honouring EXIF orientation (16-bit and
-    alpha images as ``data.decode.to_rgb8`` converts them)."""
-    path = Path(path)
-    if not path.exists():
-        raise SourceError(f"image {str(path)!r} does not exist")
-    try:
-        return read_rgb8(path)
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as err:
-        raise SourceError(f"cannot read image {str(path)!r}: {err}. Is it a complete image file "
-                          f"({', '.join(sorted(IMAGE_SUFFIXES))})?") from None
+    """Decode an image file to RGB uint8 ``[H, W, 3]`` as a viewer shows it (EXIF, 16-bit, alpha)."""
+    return read_image_file(_checked_path(path))[0]
+
+
+def _checked_path(path: str | Path) -> Path:
+    text = str(path)
+    if "://" in text:
+        raise ImageDecodeError(text, "unsupported source: URLs are not downloaded; download the file and pass "
+                                     "its path")
+    resolved = Path(text).expanduser()
+    if not resolved.exists():
+        raise ImageDecodeError(text, "does not exist (expected an image file, a folder or a glob)")
+    return resolved
 
 
 def expand_paths(source: str | Path) -> list[Path]:
-    """A file, a folder (its images, sorted) or a glob pattern -> image paths."""
+    """A file, a folder (its images, sorted) or a glob pattern -> image paths (``~`` expanded).
+
+    Raises:
+        SourceError: an empty path, a URL, nothing matched, a folder without images, a video,
+            or a path that does not exist.
+    """
     text = str(source)
-    if any(ch in text for ch in "*?["):
-        matches = sorted(Path(p) for p in glob.glob(text, recursive=True))
-        files = [p for p in matches if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file()]
+    if not text.strip():
+        raise SourceError(f"source={text!r} is empty; pass {_KINDS}")
+    if "://" in text:
+        raise SourceError(f"{text}: unsupported source: URLs are not downloaded; download the file and pass "
+                          "its path")
+    expanded = str(Path(text).expanduser())
+    if any(ch in expanded for ch in "*?["):
+        matches = sorted(Path(p) for p in glob.glob(expanded, recursive=True))
+        files = [p for p in matches if _is_image_entry(p)]
         if not files:
-            raise SourceError(f"glob {text!r} matched no image files")
+            raise SourceError(f"glob {text!r} matched no image files ({', '.join(sorted(IMAGE_SUFFIXES))})")
         return files
-    path = Path(source)
+    path = Path(expanded)
+    if path.suffix.lower() in VIDEO_SUFFIXES:
+        raise SourceError(f"{text}: unsupported source: {path.suffix} is a video; LibreYOLO predicts on still "
+                          f"images ({', '.join(sorted(IMAGE_SUFFIXES))}); extract frames first")
     if path.is_dir():
-        files = sorted(p for p in path.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
+        files = sorted(p for p in path.iterdir() if _is_image_entry(p))
         if not files:
             raise SourceError(f"folder {text!r} holds no images ({', '.join(sorted(IMAGE_SUFFIXES))})")
         return files
@@ -64,48 +120,88 @@ def expand_paths(source: str | Path) -> list[Path]:
     return [path]
 
 
-def _from_array(array: np.ndarray, name: str) -> np.ndarray:
-    if array.ndim == 2:
-        array = np.repeat(array[:, :, None], 3, axis=2)
-    if array.ndim != 3 or array.shape[2] not in (3, 4) or min(array.shape[:2]) < 1:
-        raise SourceError(f"{name}: numpy image has shape {array.shape}; expected HxWx3 (RGB) or HxW")
-    if array.dtype != np.uint8:
-        if np.issubdtype(array.dtype, np.floating) and array.size and float(array.max()) <= 1.0:
-            array = array * 255.0
-        array = np.clip(array, 0, 255).astype(np.uint8)
-    return np.ascontiguousarray(array[:, :, :3])
+def _is_image_entry(path: Path) -> bool:
+    """An image-named entry that is not a folder: a dangling link is kept, to be named as unreadable."""
+    return path.suffix.lower() in IMAGE_SUFFIXES and not path.is_dir()
 
 
-def _from_tensor(tensor: torch.Tensor, name: str) -> list[np.ndarray]:
-    t = tensor.detach().cpu()
-    if t.dim() == 3:
-        t = t.unsqueeze(0)
-    if t.dim() != 4 or t.shape[1] != 3:
-        raise SourceError(f"{name}: tensor has shape {tuple(tensor.shape)}; expected 3xHxW or Bx3xHxW (RGB)")
-    if t.is_floating_point():
-        t = (t.clamp(0, 1) * 255).round().to(torch.uint8)
-    elif t.dtype != torch.uint8:
-        raise SourceError(f"{name}: tensor dtype {t.dtype} is not supported; use float in [0, 1] or uint8")
-    return [np.ascontiguousarray(img.permute(1, 2, 0).numpy()) for img in t]
+def iter_sources(source: object, report: SourceReport | None = None) -> Iterator[SourceImage]:
+    """Yield decoded images one at a time (a folder of thousands never sits in memory at once).
+
+    Args:
+        source: what ``model(source)`` was given (see the module docstring).
+        report: collects skipped items and notes; a fresh one when None.
+
+    Raises:
+        SourceError: ``source`` is a single input that cannot be read, an empty list, or a
+            collection none of whose items could be read.
+    """
+    report = report if report is not None else SourceReport()
+    if _is_collection(source):
+        yield from _collection(source, report)  # type: ignore[arg-type]
+        return
+    report.seen += 1
+    yield from _one(source, "source", report, alone=True)
 
 
-def iter_sources(source: object) -> Iterator[SourceImage]:
-    """Yield decoded images one at a time (a folder of thousands never sits in memory at once)."""
-    items = source if isinstance(source, list | tuple) else [source]
-    if not items:
-        raise SourceError("the source list is empty")
+def _is_collection(source: object) -> bool:
+    if isinstance(source, str | bytes | Path | np.ndarray | torch.Tensor | Image.Image | Mapping):
+        return False
+    return isinstance(source, Iterable)
+
+
+def _collection(items: Iterable[object], report: SourceReport) -> Iterator[SourceImage]:
+    produced = 0
     for idx, item in enumerate(items):
-        label = f"source[{idx}]" if isinstance(source, list | tuple) else "source"
-        if isinstance(item, str | Path):
-            for path in expand_paths(item):
-                yield SourceImage(read_image(path), str(path))
-        elif isinstance(item, np.ndarray):
-            yield SourceImage(_from_array(item, label), f"{label}.jpg")
-        elif isinstance(item, torch.Tensor):
-            for j, img in enumerate(_from_tensor(item, label)):
-                yield SourceImage(img, f"{label}_{j}.jpg" if item.dim() == 4 else f"{label}.jpg")
-        elif isinstance(item, Image.Image):
-            yield SourceImage(np.array(to_rgb8(item)), f"{label}.jpg")
+        report.seen += 1
+        try:
+            for image in _one(item, f"source[{idx}]", report, alone=False):
+                produced += 1
+                yield image
+        except SourceError as err:
+            name, reason = _split(err, f"source[{idx}]")
+            report.skip(name, reason)
+    if report.seen == 0:
+        raise SourceError(f"the source list is empty; pass {_KINDS}")
+    if produced == 0:
+        name, reason = report.skipped[0]
+        raise SourceError(f"none of the {report.seen} inputs could be read (first: {name}: {reason})")
+
+
+def _one(item: object, label: str, report: SourceReport, *, alone: bool) -> Iterator[SourceImage]:
+    """The images of one item; a folder or glob inside it skips its own bad files."""
+    if isinstance(item, str | Path):
+        paths = expand_paths(item)
+        many = len(paths) > 1 or Path(str(item)).expanduser().is_dir() or any(c in str(item) for c in "*?[")
+        for path in paths:
+            try:
+                yield SourceImage(read_image_file(path)[0], str(path))
+            except ImageDecodeError as err:
+                if alone and not many:
+                    raise
+                report.skip(err.name, err.reason)
+        if many and alone and len(report.skipped) == len(paths):
+            name, reason = report.skipped[0]
+            raise SourceError(f"none of the {len(paths)} images in {str(item)!r} could be read "
+                              f"(first: {name}: {reason})")
+    elif isinstance(item, np.ndarray):
+        if item.ndim == 4:
+            for j, image in enumerate(item):
+                yield SourceImage(array_to_rgb8(image, f"{label}[{j}]", report.notes), f"{label}_{j}.jpg")
         else:
-            raise SourceError(f"{label}: unsupported source type {type(item).__name__}; use a path, folder, glob, "
-                              "numpy HxWx3 RGB array, torch tensor, PIL image, or a list of these")
+            yield SourceImage(array_to_rgb8(item, label, report.notes), f"{label}.jpg")
+    elif isinstance(item, torch.Tensor):
+        images = tensor_to_rgb8(item, label, report.notes)
+        for j, image in enumerate(images):
+            yield SourceImage(image, f"{label}_{j}.jpg" if item.dim() == 4 else f"{label}.jpg")
+    elif isinstance(item, Image.Image):
+        yield SourceImage(pil_to_rgb8(item, label), f"{label}.jpg")
+    else:
+        raise SourceError(f"{label}: unsupported source type {type(item).__name__}; use {_KINDS}")
+
+
+def _split(err: SourceError, label: str) -> tuple[str, str]:
+    if isinstance(err, ImageDecodeError):
+        return err.name, err.reason
+    text = str(err)
+    return label, text

@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 if TYPE_CHECKING:
+    from ..data.cache_store import CacheSetting
     from ..facade import LibreYOLO
     from ..predict.results import Results
     from ..train.settings import TrainConfig
@@ -100,7 +101,7 @@ class Task(abc.ABC):
 
     @abc.abstractmethod
     def val_pipeline(self, index: Any, *, imgsz: int, batch_size: int, device: torch.device, workers: int,
-                     cache: str) -> Iterable[Batch]:
+                     cache: CacheSetting) -> Iterable[Batch]:
         """Deterministic validation batches (sharded over ranks when distributed)."""
 
     # ------------------------------------------------------------------ validation

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..data.cache_store import CacheSetting
 from ..data.classify_augment import ClassifyAugment
 from ..data.classify_ops import centre_crop
 from ..data.classify_pipeline import ClassifyTrainPipeline, ClassifyValPipeline
@@ -58,9 +59,9 @@ class ClassifyTask(Task):
                                      label_smoothing=cfg.label_smoothing)
 
     def val_pipeline(self, index: Any, *, imgsz: int, batch_size: int, device: torch.device, workers: int,
-                     cache: str) -> ClassifyValPipeline:
+                     cache: CacheSetting) -> ClassifyValPipeline:
         return ClassifyValPipeline(index, imgsz=imgsz, batch_size=batch_size, device=device, workers=workers,
-                                   cache=cache)  # type: ignore[arg-type]
+                                   cache=cache)
 
     def evaluate(self, model: LibreYOLO, forward: Callable[[Tensor], Any], pipeline: Iterable[Batch], *,
                  settings: EvalSettings, progress: bool) -> TaskMetrics:

@@ -25,6 +25,7 @@ from ..val.validator import evaluate_detections
 from .base import Batch, EvalSettings, Prepared, Task, TaskMetrics
 
 if TYPE_CHECKING:
+    from ..data.cache_store import CacheSetting
     from ..facade import LibreYOLO
     from ..train.settings import TrainConfig
 
@@ -59,9 +60,9 @@ class DetectTask(Task):
                              workers=workers, seed=cfg.seed, gpu_augment=cfg.gpu_augment, cache=cfg.cache)
 
     def val_pipeline(self, index: Any, *, imgsz: int, batch_size: int, device: torch.device, workers: int,
-                     cache: str) -> ValPipeline:
+                     cache: CacheSetting) -> ValPipeline:
         return ValPipeline(index, imgsz=imgsz, batch_size=batch_size, device=device, workers=workers,
-                           cache=cache)  # type: ignore[arg-type]
+                           cache=cache)
 
     def evaluate(self, model: LibreYOLO, forward: Callable[[Tensor], Any], pipeline: Iterable[Batch], *,
                  settings: EvalSettings, progress: bool) -> TaskMetrics:

@@ -36,6 +36,7 @@ from ..val.semantic_validator import evaluate_semantic
 from .base import Batch, EvalSettings, Prepared, Task, TaskMetrics
 
 if TYPE_CHECKING:
+    from ..data.cache_store import CacheSetting
     from ..facade import LibreYOLO
     from ..train.settings import TrainConfig
 
@@ -80,7 +81,7 @@ class SemanticTask(Task):
                                  workers=workers, seed=cfg.seed, gpu_augment=cfg.gpu_augment, cache=cfg.cache)
 
     def val_pipeline(self, index: Any, *, imgsz: int, batch_size: int, device: torch.device, workers: int,
-                     cache: str) -> MaskValPipeline:
+                     cache: CacheSetting) -> MaskValPipeline:
         return MaskValPipeline(index, imgsz=imgsz, batch_size=batch_size, device=device, workers=workers)
 
     def evaluate(self, model: LibreYOLO, forward: Callable[[Tensor], Any], pipeline: Iterable[Batch], *,

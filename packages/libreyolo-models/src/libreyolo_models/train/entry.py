@@ -14,10 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 import libreyolo_ddp
 
+from ..building import rebuild_source
 from ..errors import ConfigError
 from .adapt import initialize_from_seed
 from .autobatch import resolve_batch
 from .checkpoints import is_training_checkpoint
+from .elastic import restart_checkpoint
 from .plan import TrainPlan, resolve_plan
 from .pretrained import load_pretrained
 from .resume import merge_resume_options
@@ -66,6 +68,13 @@ def train_rank(model: LibreYOLO, plan: TrainPlan, callbacks: list[Callable[..., 
     env = libreyolo_ddp.dist_env()
     if env.world_size > 1:
         libreyolo_ddp.configure_rank_logging(env.rank)
+    restart = restart_checkpoint(plan.cfg.project) if resume is None else None
+    if restart is not None:  # torchrun restarted the job after a rank died: carry on from last.pt
+        model._assemble(rebuild_source(restart, restart.pop("_path")))
+        model.checkpoint = resume = restart
+        given = {k: v for k, v in plan.cfg.as_dict().items() if k != "resume"}  # this attempt's options
+        plan = resolve_plan(model, merge_resume_options(restart, given, "train() (restart)"), "train() (restart)",
+                            resumed=True)
     plan = resolve_batch(model, plan)
     outcome = Trainer(model, plan, callbacks=callbacks, resume=resume).run()
     libreyolo_ddp.barrier()  # rank 0 has written best.pt before anyone reads it

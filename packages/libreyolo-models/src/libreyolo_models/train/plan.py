@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from torch import nn
+
 import libreyolo_ddp
 
 from ..config import load_config
@@ -57,15 +59,44 @@ def resolve_plan(model: LibreYOLO, options: Mapping[str, Any], source: str, *, r
     decl = model.spec.task(model.task)
     merged = dict(options) if resumed else {**decl.recipe, **options}
     cfg = load_config(TrainConfig, merged, source)
-    devices = libreyolo_ddp.parse_devices(cfg.device or "auto")
+    devices = parse_train_devices(cfg.device, source)
     world = libreyolo_ddp.dist_env().world_size if libreyolo_ddp.is_torchrun() else devices.world_size
     if cfg.batch != -1:
         libreyolo_ddp.split_global_batch(cfg.batch, world)  # fail before any expensive work
     imgsz = model.spec.check_imgsz(cfg.imgsz or model.imgsz, f"{source}: imgsz")
+    if cfg.batch != -1:
+        _check_batchnorm_has_values(model, cfg.batch, world, imgsz, source)
     if cfg.multi_scale and not model.task_spec.supports_multi_scale:
         raise ConfigError(f"{source}: multi_scale=True is not supported for task {model.task!r}")
     sync_bn = model.spec.sync_bn_default if cfg.sync_bn is None else cfg.sync_bn
     return TrainPlan(cfg, devices, imgsz, resolve_gains(model, cfg, source), sync_bn, world)
+
+
+def _check_batchnorm_has_values(model: LibreYOLO, batch: int, world: int, imgsz: int, source: str) -> None:
+    """One image per device at ``imgsz == stride`` leaves the deepest BatchNorm one value per
+    channel, which torch refuses in the first step; say so before any work, with the fix."""
+    stride = model.spec.stride
+    if (batch // world) * (imgsz // stride) ** 2 >= 2:
+        return
+    if not any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.net.modules()):
+        return
+    raise ConfigError(f"{source}: batch={batch} at imgsz={imgsz} gives each device one image, whose "
+                      f"{stride}x-downsampled map is 1x1: BatchNorm then has one value per channel and cannot train; "
+                      f"use batch >= {2 * world} or imgsz >= {2 * stride}")
+
+
+def parse_train_devices(device: object, source: str) -> libreyolo_ddp.DevicePlan:
+    """``device=`` of training -> a plan this machine can run, checked before any data is read.
+
+    Raises:
+        ConfigError: not a device value, or devices this machine lacks (CUDA, MPS, an index).
+    """
+    try:
+        plan = libreyolo_ddp.parse_devices(device if device not in (None, "") else "auto")  # type: ignore[arg-type]
+        libreyolo_ddp.check_devices_available(plan)
+    except libreyolo_ddp.DeviceError as err:
+        raise ConfigError(f"{source}: {err}") from None
+    return plan
 
 
 def resolve_gains(model: LibreYOLO, cfg: TrainConfig, source: str) -> dict[str, float]:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import csv
 import io
 import logging
-import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
+
+from ..atomic_write import atomic_write
 
 log = logging.getLogger(__name__)
 
@@ -41,11 +41,8 @@ class ResultsLog:
         writer.writeheader()
         for row in self.rows:
             writer.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in row.items()})
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".results.", dir=self.path.parent)
-        with os.fdopen(fd, "w", newline="") as fh:
-            fh.write(buf.getvalue())
-        os.replace(tmp, self.path)
+        data = buf.getvalue().encode()
+        atomic_write(self.path, lambda fh: fh.write(data))
 
     def plot(self, out: Path) -> Path | None:
         """Loss and metric curves per epoch, when matplotlib is installed (else nothing, logged once)."""

@@ -3,14 +3,31 @@
 from __future__ import annotations
 
 import logging
+import typing
 from collections.abc import Mapping
 from typing import Any
 
 import libreyolo_ddp
 
-from .settings import RESUME_MAY_CHANGE
+from ..config import coerce, suggest
+from ..errors import ConfigError
+from ..settings import device_text
+from .settings import RESUME_MAY_CHANGE, TrainConfig
 
 log = logging.getLogger(__name__)
+
+
+def typed_options(given: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """The given options converted as ``TrainConfig`` converts them, so ``batch="8"`` from the command
+    line compares equal to the saved ``8``; an unknown option is an error here, with a suggestion."""
+    hints = typing.get_type_hints(TrainConfig)
+    for key in given:
+        if key not in hints:
+            raise ConfigError(f"{source}: unknown option {key!r}{suggest(key, hints)}")
+    typed = {key: coerce(value, hints[key], key, source) for key, value in given.items()}
+    if "device" in typed:
+        typed["device"] = device_text(typed["device"])
+    return typed
 
 
 def merge_resume_options(ckpt: Mapping[str, Any], given: Mapping[str, Any], source: str) -> dict[str, Any]:
@@ -22,7 +39,7 @@ def merge_resume_options(ckpt: Mapping[str, Any], given: Mapping[str, Any], sour
     """
     saved = {k: v for k, v in dict(ckpt["config"]).items()}
     merged = dict(saved)
-    for key, value in given.items():
+    for key, value in typed_options(given, source).items():
         if key == "resume" or saved.get(key) == value:
             continue
         if key in RESUME_MAY_CHANGE:
@@ -34,8 +51,6 @@ def merge_resume_options(ckpt: Mapping[str, Any], given: Mapping[str, Any], sour
     merged["resume"] = True
     done = int(ckpt["epoch"]) + 1
     if int(merged["epochs"]) <= done:
-        from ..errors import ConfigError
-
         raise ConfigError(f"{source}: the run already finished {done} of {saved['epochs']} epochs; pass a larger "
                           f"epochs= to extend it (e.g. epochs={done + 10})")
     saved_world, global_batch = int(ckpt.get("world_size", 1)), int(ckpt.get("global_batch", saved["batch"]))

@@ -6,8 +6,10 @@ from dataclasses import dataclass, fields
 from typing import Literal
 
 from ..data.augment_draws import AugmentConfig
+from ..data.cache_store import CacheSetting, parse_cache_setting
 from ..data.classify_augment import ClassifyAugment
 from ..errors import ConfigError
+from ..settings import DeviceSpec, device_text
 
 _AUG = AugmentConfig()
 _CLS = ClassifyAugment()
@@ -25,7 +27,7 @@ class TrainConfig:
     epochs: int = 100
     imgsz: int | None = None
     batch: int = 16
-    device: str | None = None
+    device: DeviceSpec = None           # "cpu", 0, "0,1", [0, 1], "cuda:0"...; None: auto
     workers: int | None = None          # None: sized from the CPU count (logged)
     optimizer: Literal["auto", "SGD", "AdamW", "Adam"] = "auto"
     lr0: float = 0.01
@@ -78,7 +80,7 @@ class TrainConfig:
     plots: bool = True
     cuda_graph: bool = False
     multi_scale: bool = False
-    cache: Literal["auto", "ram", "disk"] = "auto"
+    cache: CacheSetting = "auto"        # "auto", "ram", "disk", "off" or a folder (see data.cache_store)
     gpu_augment: bool | Literal["auto"] = "auto"
     sync_bn: bool | None = None         # Python argument; None: the family's default
     profile: bool = False
@@ -91,6 +93,8 @@ class TrainConfig:
     verbose: bool = True
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "device", device_text(self.device))  # [0, 1] -> "0,1": saved and resumed as text
+        parse_cache_setting(self.cache)
         if not self.data:
             raise ConfigError("train needs data=...: a data.yaml path, a dataset folder, or the bundled 'shapes'")
         if self.epochs < 1:

@@ -22,13 +22,16 @@ from tqdm import tqdm
 
 import libreyolo_ddp
 
+from ..atomic_write import remove_stale_temps
 from ..contract import LossContext, has_training_head
+from ..errors import ConfigError
 from ..rundir import next_run_dir
 from ..tasks import EvalSettings
 from ..workers import default_workers
 from .adapt import adapt_to_classes
 from .callbacks import CallbackRunner, EpochEnd, TrainEnd, TrainException, TrainStart
 from .checkpoints import build_training_checkpoint, write_epoch_checkpoints
+from .elastic import forget_run, record_run_dir
 from .ema import ModelEMA
 from .graph_forward import graph_forward, wants_graphs
 from .optim import align_state_layout, build_optimizer
@@ -86,8 +89,12 @@ class Trainer:
         self.imgsz = model.imgsz = self.plan.imgsz
         self.global_batch = self.plan.global_batch
         self.batch = libreyolo_ddp.split_global_batch(self.global_batch, self.world)
+        has_val = task.has_split(data, "val")
+        if cfg.val and not has_val:
+            raise ConfigError(f"train(): data={cfg.data!r} has no val split, so val=True cannot validate; add a "
+                              "`val:` entry to the dataset, or pass val=False to train without validation")
         train_index = task.load_split(data, "train")
-        val_index = task.load_split(data, "val") if task.has_split(data, "val") else None
+        val_index = task.load_split(data, "val") if has_val else None
         model.net.to(self.device).float()
         self.channels_last = self.device.type == "cuda" and cfg.channels_last in (True, "auto")
         if self.channels_last:  # before the EMA copy and the optimizer, so both see NHWC parameters
@@ -97,6 +104,7 @@ class Trainer:
                                               device=self.device, cfg=cfg, workers=workers)
         self.val_data = (task.val_pipeline(val_index, imgsz=self.imgsz, batch_size=self.batch * 2, device=self.device,
                                            workers=workers, cache=cfg.cache) if val_index is not None else None)
+        self.skipped = [*getattr(self.train_data, "skipped", ()), *getattr(self.val_data, "skipped", ())]
         self.n_batches = len(self.train_data)
         self.accumulate = nominal_accumulation(cfg.nbs, self.global_batch, self.n_batches)
         if self.accumulate < nominal_accumulation(cfg.nbs, self.global_batch):
@@ -113,6 +121,9 @@ class Trainer:
         self.best: dict[str, Any] = {"fitness": -1.0, "epoch": -1, "fields": task.empty_best()}
         self.run_dir = self._resolve_run_dir()
         self.weights_dir = self.run_dir / "weights"
+        if self.rank0:  # rank 0 owns the run folder: temp files there are an interrupted write's
+            remove_stale_temps(self.weights_dir, owned_folder=True)
+            remove_stale_temps(self.run_dir, owned_folder=True)
         self.results = ResultsLog.read(self.run_dir / "results.csv") if self.resume else ResultsLog(
             self.run_dir / "results.csv")
         if self.resume:
@@ -139,10 +150,15 @@ class Trainer:
             torch.backends.cudnn.benchmark = True  # fixed shapes: autotune each conv once, then reuse
 
     def _resolve_run_dir(self) -> Path:
-        if self.resume:
-            return Path(self.resume["run_dir"])
         cfg = self.cfg
-        return libreyolo_ddp.resolve_on_rank_zero(lambda: next_run_dir(cfg.project, cfg.name, exist_ok=cfg.exist_ok))
+        if self.resume:
+            run_dir = Path(self.resume["run_dir"])
+        else:
+            run_dir = libreyolo_ddp.resolve_on_rank_zero(
+                lambda: next_run_dir(cfg.project, cfg.name, exist_ok=cfg.exist_ok))
+        if self.rank0:
+            record_run_dir(cfg.project, run_dir)  # torchrun: where a restart of this job resumes
+        return run_dir
 
     def _restore(self, ckpt: dict[str, Any]) -> None:
         self.model.net.load_state_dict(ckpt["train_model"])
@@ -213,6 +229,8 @@ class Trainer:
         except BaseException as err:
             self.callbacks.emit(TrainException(getattr(self, "run_dir", None), epoch, f"{type(err).__name__}: {err}"))
             raise
+        if self.rank0:
+            forget_run(self.cfg.project)  # completed: a torchrun job id reused later starts afresh
         # Paths where rank 0 writes; other ranks read them only after a barrier (see entry.py).
         outcome = TrainOutcome(self.run_dir, self.weights_dir / "best.pt", self.weights_dir / "last.pt", metrics,
                                epoch + 1 - self.start_epoch, stopped_early)
@@ -255,11 +273,14 @@ class Trainer:
             if fit > self.best["fitness"]:
                 is_best = True
                 self.best = {"fitness": fit, "epoch": epoch, "fields": result.best_fields()}
-            if self.rank0:
-                log.info("epoch %d/%d: %s%s", epoch + 1, cfg.epochs, result.summary(), "  (best)" if is_best else "")
-        elif self.best["epoch"] < 0 or not cfg.val:
-            is_best = True
-            self.best.update(epoch=epoch)
+            summary = result.summary() + ("  (best)" if is_best else "")
+        else:
+            summary = f"loss {train_stats.get('train/loss', 0.0):.4f} (no validation)"
+            if self.best["epoch"] < 0 or not cfg.val:
+                is_best = True
+                self.best.update(epoch=epoch)
+        if self.rank0:
+            log.info("epoch %d/%d: %s%s", epoch + 1, cfg.epochs, summary, self._skipped_note())
         row.update({f"lr/pg{i}": g["lr"] for i, g in enumerate(self.optimizer.param_groups)})
         last = None
         if self.rank0:
@@ -271,6 +292,11 @@ class Trainer:
                                               save_period=cfg.save_period)
             self.results.append(row)
         return row, is_best, last
+
+    def _skipped_note(self) -> str:
+        """``; 2 images skipped (unreadable, named above)`` when the data pipeline left any out."""
+        n = len(self.skipped)
+        return f"; {n} image{'s' if n != 1 else ''} skipped (unreadable, named above)" if n else ""
 
     def _train_epoch(self, epoch: int) -> dict[str, float]:
         cfg, step, nb = self.cfg, self.step, self.n_batches
@@ -319,9 +345,9 @@ class Trainer:
         # The mean over ranks: every rank's own items estimate the global loss, their mean is it.
         mean = libreyolo_ddp.all_reduce_mean(sums / nb).tolist()
         stats = {f"train/{name}_loss": value for name, value in zip(self.loss_names, mean)}
-        stats.update({"train/loss": sum(mean), "train/images_per_s": nb * self.global_batch / elapsed,
-                      "train/data_wait_share": wait_s / elapsed, "train/epoch_s": elapsed,
-                      "train/first_step_s": first_step_s})
+        stats.update(global_throughput(images=nb * self.batch, wait_s=wait_s, elapsed_s=elapsed))
+        stats["train/loss"] = sum(mean)
+        stats["train/first_step_s"] = first_step_s
         if self.timer.enabled:
             stats.update({f"profile/{k}_s": v for k, v in self.timer.totals.items()})
             stats["profile/steps"] = float(self.timer.steps)
@@ -335,6 +361,20 @@ class Trainer:
         if size == images.shape[-1]:
             return images
         return F.interpolate(images, size=(size, size), mode="bilinear", align_corners=False)
+
+
+def global_throughput(*, images: int, wait_s: float, elapsed_s: float) -> dict[str, float]:
+    """This rank's epoch timing -> the run's: images over all ranks per second of the slowest rank,
+    the mean share of time ranks waited for data, and the slowest rank's epoch time.
+
+    Every rank calls this (two all-reduces), so rank 0's row in ``results.csv`` is global.
+    """
+    local = torch.tensor([float(images), wait_s / max(elapsed_s, 1e-9)], dtype=torch.float64)
+    total_images, wait_share = libreyolo_ddp.all_reduce_mean(local).tolist()
+    slowest = float(libreyolo_ddp.all_reduce_max(torch.tensor([elapsed_s], dtype=torch.float64)).item())
+    world = libreyolo_ddp.dist_env().world_size if libreyolo_ddp.is_dist_initialized() else 1
+    return {"train/images_per_s": total_images * world / max(slowest, 1e-9),
+            "train/data_wait_share": wait_share, "train/epoch_s": slowest}
 
 
 @contextlib.contextmanager

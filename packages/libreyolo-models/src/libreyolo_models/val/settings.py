@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from ..data.cache_store import CacheSetting, parse_cache_setting
 from ..errors import ConfigError
+from ..settings import DeviceSpec, device_text
 
 
 @dataclass(frozen=True)
@@ -17,14 +19,16 @@ class ValConfig:
     conf: float = 0.001
     iou: float = 0.7
     max_det: int = 300
-    device: str | None = None
+    device: DeviceSpec = None
     workers: int | None = None
     half: bool = False
     fuse: bool = False
-    cache: Literal["auto", "ram", "disk"] = "auto"
+    cache: CacheSetting = "auto"
     verbose: bool = True
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "device", device_text(self.device))
+        parse_cache_setting(self.cache)
         if not self.data:
             raise ConfigError("val needs data=...: a data.yaml path, a dataset folder, or the bundled 'shapes'")
         if self.batch < 1:

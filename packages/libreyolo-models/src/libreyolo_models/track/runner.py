@@ -1,0 +1,99 @@
+"""``model.track``: predict frame by frame, feed each frame's boxes to a tracker, save the
+annotated frames (a video per video source) once ids are known."""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Iterator, Mapping
+from dataclasses import fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..config import load_config, suggest
+from ..errors import ConfigError
+from ..predict.results import Results
+from ..rundir import next_run_dir
+from ..settings import PredictConfig
+from .registry import get_tracker
+from .session import TrackSession, sequence_key
+from .video_out import VideoOut
+
+if TYPE_CHECKING:
+    from ..facade import LibreYOLO
+
+log = logging.getLogger(__name__)
+
+
+def start_tracking(model: LibreYOLO, source: object, *, tracker: str, persist: bool,
+                   options: Mapping[str, Any]) -> Iterator[Results]:
+    """Check every option now (so a typo fails at the call, not at the first frame of a
+    generator), then return the lazy frame-by-frame tracking generator."""
+    if model.task != "detect":
+        raise ConfigError(f"model.track() follows detected boxes, and this {model.spec.name} model's task is "
+                          f"{model.task!r}; use a detect model (e.g. LibreYOLO('LibreYOLO9t.pt'))")
+    spec = get_tracker(tracker)
+    tracker_keys = spec.option_names()
+    predict_keys = {f.name for f in fields(PredictConfig)}
+    for key in options:
+        if key not in tracker_keys | predict_keys:
+            raise ConfigError(f"track(): unknown option {key!r}{suggest(key, tracker_keys | predict_keys)}; "
+                              f"tracker options: {', '.join(sorted(tracker_keys))}; the others are predict's")
+    config: Any = load_config(spec.config, {k: v for k, v in options.items() if k in tracker_keys}, "track()")
+    predict_options = {k: v for k, v in options.items() if k in predict_keys}
+    cfg = load_config(PredictConfig, predict_options, "track()")   # checks values and types now
+    floor = float(getattr(config, spec.score_floor))
+    user_conf = cfg.conf if "conf" in predict_options else None
+    predict_options.update(conf=floor, save=False)   # weak boxes must reach the tracker
+    session = model.track_session if persist else None
+    if session is None or session.spec is not spec or session.config != config:
+        session = TrackSession(spec, config)
+    session.conf = user_conf   # this call's output filter, also on a continued session
+    model.track_session = session
+    save_dir = next_run_dir(cfg.project if "project" in options else "runs/track", cfg.name) if cfg.save else None
+    return _track(session, predict_stream(model, source, predict_options), save_dir)
+
+
+def predict_stream(model: LibreYOLO, source: object, options: dict[str, Any]) -> Iterator[Results]:
+    """``model.predict(source, stream=True, ...)``: a lazy generator of one ``Results`` per frame.
+
+    Until the streaming predict (video files, cameras, URLs) is on main, ``predict`` returns a
+    list for still images; iterate over that instead. Drop this fallback when ``predict`` takes
+    ``stream``.
+    """
+    takes_stream = "stream" in inspect.signature(model.predict).parameters or "stream" in {
+        f.name for f in fields(PredictConfig)}
+    if takes_stream:
+        return iter(model.predict(source, stream=True, **options))
+    return iter(model.predict(source, **options))
+
+
+def _track(session: TrackSession, frames: Iterator[Results], save_dir: Path | None) -> Iterator[Results]:
+    videos: dict[tuple[str, int], VideoOut] = {}
+    try:
+        for res in frames:
+            res = session(res)
+            if save_dir is not None:
+                _save(res, save_dir, videos, session.sequence)
+            yield res
+    finally:
+        for video in videos.values():
+            video.close()
+        if save_dir is not None:
+            log.info("tracking results saved to %s", save_dir)
+
+
+def _save(res: Results, save_dir: Path, videos: dict[tuple[str, int], VideoOut], sequence: int) -> None:
+    """A video or stream frame is appended to its sequence's ``.mp4`` (``name.mp4``, then
+    ``name-1.mp4``... when a name repeats); a still image is saved alone."""
+    source = sequence_key(res)
+    if source is None:
+        res.save(save_dir / (Path(res.path).stem + ".jpg"))
+        return
+    key = (source, sequence)
+    if key not in videos:
+        name = f"{Path(source).stem or 'stream'}.mp4"
+        if name in {v.path.name for v in videos.values()}:
+            name = f"{Path(name).stem}-{len(videos)}.mp4"
+        videos[key] = VideoOut(save_dir / name, fps=float(getattr(res, "fps", None) or 30.0))
+    videos[key].write(res.plot())

@@ -1,0 +1,111 @@
+"""Predict over many inputs: an unreadable item is named and skipped, the good ones come back;
+one input alone that cannot be read is an error naming it; names never collide on save."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from libreyolo_models import ConfigError, LibreYOLO9, SourceError
+
+IMGSZ = 64
+
+
+@pytest.fixture(scope="module")
+def model() -> LibreYOLO9:
+    torch.manual_seed(0)
+    return LibreYOLO9(size="t", nc=5, imgsz=IMGSZ)
+
+
+@pytest.fixture()
+def folder(tmp_path: Path) -> Path:
+    rng = np.random.default_rng(0)
+    for name in ("a.png", "b.jpg", "c.png"):
+        Image.fromarray(rng.integers(0, 255, (40, 48, 3), dtype=np.uint8)).save(tmp_path / name)
+    (tmp_path / "broken.jpg").write_bytes(b"\xff\xd8\xff not really a jpeg")
+    return tmp_path
+
+
+def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+
+
+@pytest.mark.parametrize("kind", ["folder", "glob", "list", "stream"])
+def test_an_unreadable_item_is_named_and_skipped_and_the_rest_predicted(
+        model: LibreYOLO9, folder: Path, caplog: pytest.LogCaptureFixture, kind: str) -> None:
+    files = sorted(folder.iterdir())
+    source = {"folder": folder, "glob": str(folder / "*"), "list": files, "stream": (f for f in files)}[kind]
+    with caplog.at_level(logging.WARNING):
+        results = model(source, conf=0.5)
+    assert [Path(r.path).name for r in results] == ["a.png", "b.jpg", "c.png"]
+    assert [(Path(n).name, "not an image PIL can identify" in why) for n, why in results.skipped] == [
+        ("broken.jpg", True)]
+    assert any(f"skipped {folder / 'broken.jpg'}: not an image PIL can identify" in w for w in _warnings(caplog))
+
+
+def test_items_of_every_kind_in_a_list_are_skipped_alike(model: LibreYOLO9, folder: Path) -> None:
+    good = np.zeros((20, 20, 3), np.uint8)
+    results = model([good, folder / "missing.jpg", np.zeros((3, 20, 20), np.uint8), "http://x/y.jpg",
+                     folder / "clip.mp4", 42, folder / "a.png"], conf=0.5)
+    assert [r.path for r in results] == ["source[0].jpg", str(folder / "a.png")]
+    reasons = dict(results.skipped)
+    assert "does not exist" in reasons["source[1]"]
+    assert "channels-first" in reasons["source[2]"]
+    assert "URLs are not downloaded" in reasons["source[3]"]
+    assert "is a video" in reasons["source[4]"]
+    assert "unsupported source type int" in reasons["source[5]"]
+
+
+def test_a_collection_with_nothing_readable_is_an_error_naming_the_first(model: LibreYOLO9, tmp_path: Path) -> None:
+    (tmp_path / "x.jpg").write_bytes(b"junk")
+    with pytest.raises(SourceError, match=r"none of the 1 images in .* could be read \(first: .*x.jpg"):
+        model(tmp_path)
+    with pytest.raises(SourceError, match=r"none of the 2 inputs could be read \(first: .*x.jpg"):
+        model([tmp_path / "x.jpg", tmp_path / "y.jpg"])
+
+
+@pytest.mark.parametrize(("source", "match"), [
+    ("", r"source='' is empty"),
+    ("   ", r"is empty"),
+    ("http://example.com/a.jpg", "unsupported source: URLs are not downloaded"),
+    ("clip.mp4", r"clip.mp4: unsupported source: .mp4 is a video"),
+    ("~/no-such-image-here.jpg", "does not exist"),
+])
+def test_one_bad_input_alone_is_an_error_naming_it(model: LibreYOLO9, source: str, match: str) -> None:
+    with pytest.raises(SourceError, match=match):
+        model(source)
+
+
+def test_empty_string_does_not_predict_the_working_directory(model: LibreYOLO9, folder: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(folder)  # a folder full of images: "" must not mean "here"
+    with pytest.raises(SourceError, match="is empty"):
+        model("")
+
+
+def test_tilde_is_expanded_in_paths(model: LibreYOLO9, folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", str(folder))
+    (res,) = model("~/a.png", conf=0.5)
+    assert res.path == str(folder / "a.png")
+    saved = res.save("~/out/a.jpg")
+    assert saved == folder / "out" / "a.jpg" and saved.is_file()
+
+
+def test_saved_predictions_of_inputs_sharing_a_name_do_not_overwrite(model: LibreYOLO9, tmp_path: Path) -> None:
+    for sub in ("x", "y"):
+        (tmp_path / sub).mkdir()
+        Image.new("RGB", (32, 32), (10, 20, 30)).save(tmp_path / sub / "frame.png")
+    results = model([tmp_path / "x" / "frame.png", tmp_path / "y" / "frame.png"], save=True,
+                    project=str(tmp_path / "runs"), name="p")
+    assert len(results) == 2
+    assert sorted(p.name for p in (tmp_path / "runs" / "p").iterdir()) == ["frame.jpg", "frame_2.jpg"]
+
+
+def test_a_class_filter_outside_the_model_is_an_error(model: LibreYOLO9) -> None:
+    with pytest.raises(ConfigError, match=r"classes=\[99\]: class id 99 is not one of this model's 5 classes"):
+        model(np.zeros((32, 32, 3), np.uint8), classes=[99])
