@@ -53,9 +53,12 @@ for what in "$@"; do
              packages/libreyolo-models/tests/test_augment_equivalence.py ;;
     e2e) step e2e ${E2E_S:-300} $PY tools/bench_train_e2e.py --images 2048 --epochs 3 --batch 32 --deterministic --arms eager,graph,eager-cl-fast,graph-cl-fast --out "$OUT/bench-e2e.md" ;;
     e2e_grid) step e2e_grid ${E2E_S:-560} $PY tools/bench_train_e2e.py --sizes ${SIZES:-t,s} --batches ${BATCHES:-8,32,64} \
-             --images ${IMAGES:-1024} --epochs 2 --deterministic --no-peer --out "$OUT/bench-e2e-grid.md" ;;
+             --images ${IMAGES:-1024} --epochs 2 --deterministic --no-peer ${E2E_ARMS:+--arms $E2E_ARMS} --out "$OUT/bench-e2e-grid.md" ;;
     e2e_profile) step e2e_profile ${E2E_S:-560} $PY tools/bench_train_e2e.py --profile --sizes ${SIZES:-t} \
-             --batches ${BATCHES:-8,32,64} --images ${IMAGES:-512} --epochs 2 --deterministic --no-peer --out "$OUT/bench-e2e-profile.md" ;;
+             --batches ${BATCHES:-8,32,64} --images ${IMAGES:-512} --epochs 2 --deterministic --no-peer ${E2E_ARMS:+--arms $E2E_ARMS} \
+             --out "$OUT/bench-e2e-profile.md" ;;
+    tests_speed) step tests_speed 240 $PY -m pytest -p no:cacheprovider --import-mode=importlib -m cuda -q -rA -o addopts="" \
+             packages/libreyolo-models/tests/test_train_speed.py ;;
     tta) step tta ${TTA_S:-570} $PY tools/bench_time_to_accuracy.py --epochs ${TTA_EPOCHS:-30} ${ARMS:+--arms $ARMS} \
              --peer-timeout ${PEER_S:-300} --out "$OUT/bench-tta.md" ;;
     ddp) step ddp ${DDP_S:-420} $PY tools/bench_ddp.py --size s --per-gpu-batch 32 --images 1536 --epochs 3 --out "$OUT/bench-ddp.md" ;;
