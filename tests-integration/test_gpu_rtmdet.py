@@ -1,8 +1,7 @@
 """RTMDet's inference seam under CUDA graphs on a real GPU: the graphed predict equals eager.
 
-RTMDet does not declare ``inference_capture`` yet (its parity row is not green until the lead's GPU
-run); these tests switch the declaration on for one model instance, which is exactly the check
-that decides whether the declaration may be switched on for the family.
+These tests switch the declaration on for one model instance, whatever the family declares, so
+they check exactly what the declaration promises.
 """
 
 from __future__ import annotations

@@ -117,32 +117,52 @@ def fit(args: argparse.Namespace) -> None:
            "ended_with": error})
 
 
+def _phases(results) -> dict[str, float]:  # noqa: ANN001 - Ultralytics' Results
+    """Mean ms per image of Ultralytics' own ``Results.speed`` phases, under our phase names."""
+    names = {"preprocess": "preprocess", "inference": "inference", "postprocess": "postprocess"}
+    sums: dict[str, float] = dict.fromkeys(names.values(), 0.0)
+    n = 0
+    for res in results:
+        n += 1
+        for theirs, ours in names.items():
+            sums[ours] += float((res.speed or {}).get(theirs) or 0.0)
+    return {k: v / max(n, 1) for k, v in sums.items()} | {"n": n}
+
+
 def predict(args: argparse.Namespace) -> None:
+    """Ultralytics' predict on the benchmark's files; keys match tools/bench_predict.py's arms."""
     YOLO = _import_yolo()  # noqa: N806
+    import torch
+
     model = YOLO(args.model)
     kw = {"imgsz": args.imgsz, "device": args.device, "verbose": False, "conf": args.conf}
     if args.half:
         kw["half"] = True
     out: dict[str, object] = {}
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
     if args.source:
         for _ in range(args.warmup):
             model.predict(args.source, **kw)
-        times = []
+        times, last = [], []
         for _ in range(args.reps):
             t0 = time.perf_counter()
-            model.predict(args.source, **kw)
+            last = model.predict(args.source, **kw)
             times.append((time.perf_counter() - t0) * 1e3)
-        out["ms_median"] = statistics.median(times)
+        out["image_ms"] = out["ms_median"] = statistics.median(times)
+        out["image_phases"] = _phases(last)
     if args.folder:
-        n, t0 = 0, time.perf_counter()
-        for _ in model.predict(args.folder, batch=args.batch, stream=True, **kw):
-            n += 1
-        out["folder_images_per_s"] = n / (time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        phases = _phases(model.predict(args.folder, batch=args.batch, stream=True, **kw))
+        out["folder_per_s"] = out["folder_images_per_s"] = phases["n"] / (time.perf_counter() - t0)
+        out["folder_phases"] = phases
     if args.video:
-        n, t0 = 0, time.perf_counter()
-        for _ in model.predict(args.video, stream=True, **kw):
-            n += 1
-        out["video_frames_per_s"] = n / (time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        phases = _phases(model.predict(args.video, batch=args.batch, stream=True, **kw))
+        out["video_per_s"] = out["video_frames_per_s"] = phases["n"] / (time.perf_counter() - t0)
+        out["video_phases"] = phases
+    if torch.cuda.is_available():
+        out["peak_mib"] = torch.cuda.max_memory_allocated() / 2**20
     _emit(out)
 
 

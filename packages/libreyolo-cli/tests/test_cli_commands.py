@@ -72,6 +72,35 @@ def test_errors_have_documented_exit_codes(capsys, words, code, message) -> None
     assert message in captured.err + captured.out
 
 
+def test_checks_reports_versions_extras_and_the_cache_folder(capsys: pytest.CaptureFixture[str],
+                                                             monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    monkeypatch.setenv("LIBREYOLO_CACHE_DIR", str(tmp_path / "cache"))
+    assert main(["checks", "--json"]) == EXIT_OK
+    report = json.loads(capsys.readouterr().out)
+    assert report["packages"]["libreyolo-models"] and report["packages"]["torch"]
+    assert report["cache_dir"] == str(tmp_path / "cache") and not report["cache_dir_exists"]
+    assert report["extras"]["onnx"]["onnxruntime"] and "CPUExecutionProvider" in report["onnxruntime_providers"]
+    assert main(["checks"]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert "CUDA:" in out and "NCCL:" in out and "extra [openvino]: openvino" in out
+    assert f"cache folder: {tmp_path / 'cache'} (not created yet)" in out
+
+
+def test_export_writes_a_file_that_predicts(capsys: pytest.CaptureFixture[str], tmp_path) -> None:
+    target = tmp_path / "t.onnx"
+    assert main(["export", "model=LibreYOLO9t.yaml", "format=onnx", "imgsz=64", f"file={target}"]) == EXIT_OK
+    assert capsys.readouterr().out.strip() == str(target)
+    assert main(["predict", f"model={target}", "imgsz=64"]) == EXIT_OK
+    assert main(["export", f"model={target}", "format=onnx"]) == EXIT_USAGE
+    assert "cannot export" in capsys.readouterr().err
+
+
+def test_help_lists_export_and_checks(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--help"]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert "libreyolo export model=" in out and "libreyolo checks" in out and "checks, export" in out
+    assert main(["export", "--help"]) == EXIT_OK
+    assert "format=onnx" in capsys.readouterr().out
 # --- user mistakes: one line on stderr, the README's exit code, no traceback, nothing run ---------
 
 
@@ -124,9 +153,12 @@ def test_cache_lists_and_cleans_image_caches(capsys, tmp_path, monkeypatch) -> N
     from libreyolo_models.data.image_cache import open_image_cache
 
     Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(tmp_path / "a.png")
-    path = open_image_cache([tmp_path / "a.png"], 8, mode="disk").path
-    assert main(["cache"]) == EXIT_OK
+    # A folder of this test's own: the default folders are shared with every other test and run.
+    folder = tmp_path / "caches"
+    path = open_image_cache([tmp_path / "a.png"], 8, mode="disk", cache_dir=folder).path
+    assert path.parent == folder
+    assert main(["cache", f"dir={folder}"]) == EXIT_OK
     out = capsys.readouterr().out
     assert path.name in out and "unused" in out and f"from {tmp_path}" in out
-    assert main(["cache", "clean"]) == EXIT_OK
+    assert main(["cache", "clean", f"dir={folder}"]) == EXIT_OK
     assert "removed 1 image cache(s)" in capsys.readouterr().out and not path.exists()

@@ -41,7 +41,8 @@ def test_predict_on_the_sample_image_returns_results_in_original_pixels(model) -
     xyxy = res.boxes.xyxy
     assert (xyxy[:, 0] >= 0).all() and (xyxy[:, 2] <= 480).all() and (xyxy[:, 3] <= 360).all()
     assert torch.allclose(res.boxes.xywhn * torch.tensor([480, 360, 480, 360]), res.boxes.xywh, atol=1e-3)
-    assert set(res.speed) == {"preprocess", "inference", "postprocess"}
+    assert set(res.speed) == {"decode", "preprocess", "inference", "postprocess"}
+    assert res.source == str(SAMPLE_IMAGE) and res.frame is None
     assert (res.boxes.conf[:-1] >= res.boxes.conf[1:]).all()
 
 
@@ -97,7 +98,7 @@ def test_save_option_writes_into_numbered_run_folders(model, tmp_path) -> None:
     ("does/not/exist.jpg", "does/not/exist.jpg"),
     (np.zeros((10, 10, 5), dtype=np.uint8), r"shape \(10, 10, 5\)"),
     (torch.zeros(2, 4, 8), r"shape \(2, 4, 8\)"),
-    (42, "unsupported source type int"),
+    (4.2, "unsupported source type float"),
     ([], "empty"),
 ])
 def test_bad_input_names_the_input(model, source, match) -> None:

@@ -50,15 +50,15 @@ def test_an_unreadable_item_is_named_and_skipped_and_the_rest_predicted(
 
 def test_items_of_every_kind_in_a_list_are_skipped_alike(model: LibreYOLO9, folder: Path) -> None:
     good = np.zeros((20, 20, 3), np.uint8)
-    results = model([good, folder / "missing.jpg", np.zeros((3, 20, 20), np.uint8), "http://x/y.jpg",
-                     folder / "clip.mp4", 42, folder / "a.png"], conf=0.5)
+    results = model([good, folder / "missing.jpg", np.zeros((3, 20, 20), np.uint8), "http://127.0.0.1:9/y.jpg",
+                     folder / "clip.mp4", 4.2, folder / "a.png"], conf=0.5)
     assert [r.path for r in results] == ["source[0].jpg", str(folder / "a.png")]
     reasons = dict(results.skipped)
     assert "does not exist" in reasons["source[1]"]
     assert "channels-first" in reasons["source[2]"]
-    assert "URLs are not downloaded" in reasons["source[3]"]
-    assert "is a video" in reasons["source[4]"]
-    assert "unsupported source type int" in reasons["source[5]"]
+    assert "unreachable" in reasons["source[3]"]  # URLs and videos are sources now (predict.streams)
+    assert "does not exist" in reasons["source[4]"]
+    assert "unsupported source type float" in reasons["source[5]"]
 
 
 def test_a_collection_with_nothing_readable_is_an_error_naming_the_first(model: LibreYOLO9, tmp_path: Path) -> None:
@@ -72,8 +72,8 @@ def test_a_collection_with_nothing_readable_is_an_error_naming_the_first(model: 
 @pytest.mark.parametrize(("source", "match"), [
     ("", r"source='' is empty"),
     ("   ", r"is empty"),
-    ("http://example.com/a.jpg", "unsupported source: URLs are not downloaded"),
-    ("clip.mp4", r"clip.mp4: unsupported source: .mp4 is a video"),
+    ("http://127.0.0.1:9/a.jpg", r"http://127.0.0.1:9/a.jpg: unreachable"),
+    ("clip.mp4", r"video 'clip.mp4' does not exist"),
     ("~/no-such-image-here.jpg", "does not exist"),
 ])
 def test_one_bad_input_alone_is_an_error_naming_it(model: LibreYOLO9, source: str, match: str) -> None:

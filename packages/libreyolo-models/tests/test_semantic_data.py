@@ -16,7 +16,7 @@ from libreyolo_models.data.mask_augment import draw_mask_params, render_pairs
 from libreyolo_models.data.mask_pipeline import MaskTrainPipeline, MaskValPipeline
 from libreyolo_models.data.masks import mask_path_for
 from libreyolo_models.data.shapes_seg import generate_shapes_seg
-from libreyolo_models.predict.letterbox import letterbox
+from libreyolo_models.predict.letterbox import letterbox, letterbox_batch
 from libreyolo_models.predict.sources import read_image
 from libreyolo_models.tasks import get_task
 
@@ -236,7 +236,8 @@ def test_validation_sees_predicts_pixels_and_the_original_masks(mini_seg: Path) 
     (batch,) = list(MaskValPipeline(split, imgsz=64, batch_size=3, device="cpu", workers=0))
     for i, path in enumerate(batch.paths):
         image = read_image(path)
-        assert torch.equal(batch.images[i], letterbox(image, 64)[0])
+        assert torch.equal(batch.images[i], letterbox_batch([torch.from_numpy(image)], 64)[0][0])  # predict's
+        assert (batch.images[i] - letterbox(image, 64)[0]).abs().max() <= 1 / 255 + 1e-6  # the CPU reference
         assert batch.targets[i].shape == image.shape[:2] and batch.infos[i].orig_shape == image.shape[:2]
 
 

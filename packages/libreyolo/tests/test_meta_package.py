@@ -14,7 +14,13 @@ def test_user_api_is_importable_from_libreyolo() -> None:
 
 
 def test_meta_package_pins_every_sibling_to_an_exact_version() -> None:
-    pins = {r.split("==")[0]: r.split("==")[1] for r in requires("libreyolo") or [] if "==" in r}
+    everything = requires("libreyolo") or []
+    base = [r for r in everything if "extra ==" not in r]
+    pins = {r.split("==")[0]: r.split("==")[1] for r in base if "==" in r}
     assert set(pins) == {"libreyolo-cudagraph", "libreyolo-ddp", "libreyolo-models", "libreyolo-cli"}
     for name, pinned in pins.items():
         assert version(name) == pinned
+    # Extras (pip install libreyolo[onnx]) pass through to the zoo at the same exact version.
+    extras = [r.split(";")[0].strip() for r in everything if "extra ==" in r]
+    assert extras and all(r.startswith("libreyolo-models[") and r.endswith(f"=={version('libreyolo-models')}")
+                          for r in extras), extras

@@ -35,6 +35,7 @@ def cmd_predict(options: dict[str, object]) -> int:
 
     model = _take_model(options, "predict")
     source = options.pop("source", str(SAMPLE_IMAGE))
+    options.setdefault("stream", True)  # print each result as it comes (videos, cameras)
     results = model.predict(str(source), **options)
     for res in results:
         print(f"{res.path}: {res.summary()} ({res.speed['inference']:.1f} ms)")
@@ -143,6 +144,41 @@ def cmd_version(options: dict[str, object]) -> int:
     return 0
 
 
+def cmd_export(options: dict[str, object]) -> int:
+    model = _take_model(options, "export")
+    print(model.export(**options))
+    return 0
+
+
+def cmd_checks(options: dict[str, object]) -> int:
+    from libreyolo_models.environment import environment_report
+
+    as_json = bool(options.pop("json", False))
+    if options:
+        raise UsageError(f"'libreyolo checks' takes --json only; unknown option {sorted(options)[0]!r}")
+    report = environment_report()
+    if as_json:
+        print(json.dumps(report, indent=2))
+        return 0
+    print(f"python {report['python']} on {report['platform']}")
+    for name, version in report["packages"].items():
+        print(f"{name} {version or '(not installed)'}")
+    print(f"CUDA: {'available' if report['cuda_available'] else 'not available'} "
+          f"(torch built with CUDA {report['torch_cuda'] or 'none'})")
+    for gpu in report["gpus"]:
+        print(f"  GPU {gpu['index']}: {gpu['name']}, {gpu['memory_gib']} GiB, compute {gpu['capability']}")
+    print(f"NCCL: {report['nccl'] or 'not available'}; Gloo: {'yes' if report['gloo'] else 'no'}")
+    for extra, found in report["extras"].items():
+        versions = ", ".join(f"{d} {v}" for d, v in found.items()) if found else \
+            f"not installed (pip install 'libreyolo[{extra}]')"
+        print(f"extra [{extra}]: {versions}")
+    if report["onnxruntime_providers"] is not None:
+        print(f"onnxruntime providers: {', '.join(report['onnxruntime_providers'])}")
+    print(f"cache folder: {report['cache_dir']}{'' if report['cache_dir_exists'] else ' (not created yet)'} "
+          f"(set {report['cache_dir_env']} to move it)")
+    return 0
+
+
 def cmd_cache(options: dict[str, object], action: str | None = None) -> int:
     """``libreyolo cache [list]``: every image cache, its size and whether a run uses it.
     ``libreyolo cache clean [dir=...]``: remove every unused one (RAM and disk, or ``dir``)."""
@@ -173,8 +209,8 @@ def cmd_cache(options: dict[str, object], action: str | None = None) -> int:
 
 
 COMMANDS: dict[str, Callable[..., int]] = {
-    "predict": cmd_predict, "track": cmd_track, "train": cmd_train, "val": cmd_val, "info": cmd_info, "version": cmd_version,
-    "cache": cmd_cache,
+    "predict": cmd_predict, "track": cmd_track, "train": cmd_train, "val": cmd_val, "export": cmd_export,
+    "info": cmd_info, "checks": cmd_checks, "version": cmd_version, "cache": cmd_cache,
 }
 
 
@@ -187,6 +223,7 @@ _SETTINGS: dict[str, tuple[list[tuple[str, str]], str]] = {
               "model=... source=... tracker=bytetrack (trackers: bytetrack)"),
     "train": ([("libreyolo_models.train.settings", "TrainConfig")], "model=... (architecture, weights or last.pt)"),
     "val": ([("libreyolo_models.val.settings", "ValConfig")], "model=..."),
+    "export": ([("libreyolo_models.export.settings", "ExportConfig")], "model=... format=onnx|torchscript|openvino"),
 }
 
 
@@ -198,6 +235,7 @@ def command_help(command: str) -> str:
 
     if command not in _SETTINGS:
         extra = {"info": "[model=...] [--json]   (without model=: every family)",
+                 "checks": "[--json]   (versions, CUDA, GPUs, NCCL, extras found, cache folder)",
                  "version": "(no options)",
                  "cache": "[list | clean] [dir=...]   (image caches: list them, or remove every unused one)"
                  }.get(command, "")

@@ -4,7 +4,9 @@
     libreyolo track model=LibreYOLO9t.pt source=video.mp4 tracker=bytetrack --save
     libreyolo train model=LibreYOLO9t.yaml data=shapes epochs=10 imgsz=256 device=cpu
     libreyolo val model=runs/train/exp/weights/best.pt data=shapes
+    libreyolo export model=best.pt format=onnx imgsz=640 --dynamic   (then model=best.onnx predicts)
     libreyolo info model=LibreYOLO9t.pt
+    libreyolo checks           (versions, CUDA, GPUs, NCCL, extras, cache folder)
     libreyolo cache            (image caches; 'libreyolo cache clean' removes unused ones)
     libreyolo version
     libreyolo train --help     (every option of a command, with its default)

@@ -31,3 +31,22 @@ def resolve_device(device: str | int | torch.device | None) -> torch.device:
         raise ConfigError(f"device={device!r} names several GPUs; prediction and validation run on one. "
                           "Pass a single device such as device=0 (multi-GPU is for model.train).")
     return plan.torch_device(0)
+
+
+def default_device(requested: str | int | torch.device | None, current: torch.device) -> torch.device:
+    """Where predict and val run: ``requested`` when given; else a model already on an
+    accelerator stays there, and a model on the CPU goes to ``cuda:0`` when there is a GPU
+    (``device="cpu"`` keeps it on the CPU)."""
+    if requested is not None:
+        return resolve_device(requested)
+    if current.type != "cpu" or not torch.cuda.is_available():
+        return current
+    return torch.device("cuda", 0)
+
+
+def describe_device(device: torch.device) -> str:
+    """``"cuda:0 (NVIDIA H200)"`` or ``"cpu"``: the first log line of predict and val."""
+    if device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        return f"cuda:{index} ({torch.cuda.get_device_name(index)})"
+    return str(device)

@@ -6,6 +6,7 @@ the family's network, and the model's identity (size, task, classes, image size)
     model = LibreYOLO(family="yolo9", size="m", nc=3)   # the same, from arguments
     results = model("image.jpg")
     model.train(data="shapes", epochs=10)
+    model.export(format="onnx")                         # then LibreYOLO("LibreYOLO9t.onnx") predicts
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from .devices import resolve_device
 from .errors import ConfigError
 from .family_spec import FamilySpec
 from .graphs import ModelGraphs, capture_ahead
+from .runtime import RuntimeNetwork, is_exported, load_exported
 from .settings import PredictConfig
 from .tasks import Task, get_task
 from .version import __version__
@@ -45,7 +47,9 @@ class LibreYOLO:
         model: a checkpoint path, a weights name (``"LibreYOLO9t.pt"``: local, then the weights
             folder, then the hub), an architecture spec (``"LibreYOLO9t.yaml"``: a file with
             ``family``/``size``/``task``/``nc``/``names``/``imgsz`` keys, or just that name), or
-            None with ``family=`` for an untrained model.
+            None with ``family=`` for an untrained model. An exported model (``best.onnx``,
+            ``best.torchscript``, an OpenVINO folder) loads on its runtime: it predicts and
+            validates, but does not train, fuse or capture CUDA graphs.
         family: family name (``"yolo9"``) for an untrained model, or to say which family a
             checkpoint without metadata belongs to.
         size: size of an untrained model (default: the family's).
@@ -60,9 +64,15 @@ class LibreYOLO:
                  size: str | None = None, task: str | None = None, nc: int | None = None,
                  names: Mapping[int, str] | list[str] | None = None, imgsz: int | None = None,
                  device: str | int | torch.device | None = None) -> None:
-        source = resolve_source(model, family=family, size=size, task=task, nc=nc, names=names, imgsz=imgsz)
         self.metrics: Any = None
-        self._assemble(source)
+        if is_exported(model):
+            if size is not None or nc is not None or names is not None or task is not None:
+                raise ConfigError(f"size/task/nc/names describe an untrained model; {str(model)!r} is an exported "
+                                  "model whose metadata sets them")
+            self._assemble_exported(Path(str(model)), family, imgsz)
+        else:
+            self._assemble(resolve_source(model, family=family, size=size, task=task, nc=nc, names=names,
+                                          imgsz=imgsz))
         if device is not None:
             self.to(device)
 
@@ -81,10 +91,38 @@ class LibreYOLO:
         self.graphs = ModelGraphs(self)
         self.checkpoint: dict[str, Any] = source.checkpoint
         self.ckpt_path: Path | None = source.path
+        self.runtime: RuntimeNetwork | None = None
         self.track_session: TrackSession | None = None   # what track(persist=True) continues
         if source.state is not None:
             self.family.check_state(self.net, source.state, str(source.path))
             self.net.load_state_dict(source.state)
+
+    def _assemble_exported(self, path: Path, family: str | FamilySpec | None, imgsz: int | None) -> None:
+        """The family (for post-processing) around a runtime backend (instead of a network)."""
+        from .registry import get_family
+
+        runtime = load_exported(path)
+        meta = runtime.meta
+        spec = get_family(meta.family)
+        wanted = get_family(family) if isinstance(family, str) else family
+        if wanted is not None and wanted.name != spec.name:
+            raise ConfigError(f"{path} is an exported {spec.name} model, not {wanted.name}; load it with "
+                              f"LibreYOLO({str(path)!r})")
+        self.spec, self.size, self.task, self.nc = spec, meta.size, meta.task, meta.nc
+        self.names = _normalize_names(meta.names, meta.nc)
+        self.imgsz = spec.check_imgsz(int(imgsz or meta.imgsz))
+        self.family = spec.implementation()(spec, self.size, self.task, self.nc)
+        self.net = self.runtime = runtime
+        self.fused = False
+        self.graphs = ModelGraphs(self)
+        self.checkpoint, self.ckpt_path = {}, path
+        self.track_session = None
+
+    def require_pytorch(self, action: str) -> None:
+        """Refuse ``action`` (train, fuse, CUDA graphs, save) on an exported model, naming the way back."""
+        if self.runtime is not None:
+            raise ConfigError(f"cannot {action}: {self.ckpt_path} is an exported {self.runtime.kind} model, which "
+                              "only predicts and validates; load the .pt checkpoint it was exported from for that")
 
     @property
     def task_spec(self) -> Task:
@@ -94,6 +132,7 @@ class LibreYOLO:
     def rebuild(self, *, nc: int | None = None, keep_weights: bool = True) -> None:
         """A new network (and family) for ``nc`` classes on the same device. With ``keep_weights``
         every weight whose shape still fits is carried over (all but the class outputs)."""
+        self.require_pytorch("rebuild the network")
         device, old_state = self.device, self.net.state_dict()
         self.graphs.invalidate("network rebuilt")
         self.graphs.release()
@@ -110,6 +149,7 @@ class LibreYOLO:
 
         Captured graphs are dropped first: graphs bake in parameter addresses.
         """
+        self.require_pytorch("load PyTorch weights into it")
         source = resolve_source(weights, family=self.spec)
         device = self.device
         self.graphs.invalidate(f"new weights loaded from {source.path}")
@@ -121,11 +161,14 @@ class LibreYOLO:
     # ----------------------------------------------------------------- graph seams
     def inference_forward(self, images: Tensor, net: nn.Module | None = None) -> TensorTree:
         """The inference seam (what inference capture records); ``net`` defaults to ``self.net``
-        (validation passes the EMA copy)."""
+        (validation passes the EMA copy). An exported model runs its runtime backend instead."""
+        if self.runtime is not None and (net is None or net is self.runtime):
+            return self.runtime(images)
         return self.family.inference_forward(net if net is not None else self.net, images)
 
     def training_forward(self, images: Tensor) -> TensorTree:
         """The training seam (the network half that training capture records)."""
+        self.require_pytorch("train")
         return self.family.training_forward(self.net, images)
 
     def training_module(self) -> nn.Module:
@@ -156,6 +199,7 @@ class LibreYOLO:
 
     def half(self) -> LibreYOLO:
         """fp16 weights (GPU inference); captured graphs are dropped."""
+        self.require_pytorch("cast to fp16 (export with half=True instead)")
         if self.dtype != torch.float16:
             self.graphs.invalidate("weights cast to float16")
             self.net.half()
@@ -179,6 +223,7 @@ class LibreYOLO:
         rounding (not bit for bit; see ``layers.fuse``). One-way: a fused model predicts and
         validates but cannot train or be saved; ``load()`` brings back the unfused network.
         """
+        self.require_pytorch("fuse")
         if not self.fused:
             from .layers.fuse import fuse_network
 
@@ -206,11 +251,13 @@ class LibreYOLO:
                 "parameters": self.n_parameters(), "device": str(self.device), "dtype": str(self.dtype),
                 "fused": self.fused, "checkpoint": str(self.ckpt_path) if self.ckpt_path else None,
                 "loss_names": list(decl.loss_names),
-                "inference_capture_verified": decl.inference_capture, "train_capture_verified": decl.train_capture}
+                "inference_capture_verified": decl.inference_capture, "train_capture_verified": decl.train_capture,
+                "exportable": decl.exportable, **(self.runtime.describe() if self.runtime is not None else {})}
 
     def state_for_checkpoint(self, weights: dict[str, Tensor] | None = None) -> dict[str, Any]:
         """The schema's metadata plus the network weights (CPU tensors): ``weights`` when the
         caller already copied them (the trainer saves the EMA's), else this network's."""
+        self.require_pytorch("save a checkpoint")
         self.require_unfused("save a checkpoint")
         meta = checkpoint_metadata(family=self.spec.name, size=self.size, task=self.task, nc=self.nc,
                                    names=self.names, imgsz=self.imgsz, version=__version__)
@@ -226,16 +273,21 @@ class LibreYOLO:
         return (_unpickle, (self.state_for_checkpoint(), str(self.ckpt_path) if self.ckpt_path else None))
 
     # ----------------------------------------------------------------- user verbs
-    def predict(self, source: object, **options: Any) -> list[Any]:
-        """Predict on ``source`` (see ``predict.sources`` for what it may be).
+    def predict(self, source: object, **options: Any) -> Any:
+        """Predict on ``source``: images, folders, globs, arrays, videos, cameras, URLs (see
+        ``predict.streams`` for the list and the stream API).
 
-        Options (``PredictConfig``): conf, iou, imgsz, classes, max_det, batch, save, device,
-        half, fuse (see ``fuse()``), cuda_graph (False | True | "auto"), project, name, verbose.
-        Returns one ``Results`` per image.
+        Options (``PredictConfig``): conf, iou, imgsz, classes, max_det, batch, save, device
+        (default: cuda:0 when there is a GPU and the model is on the CPU), half (fp16 weights),
+        fuse (see ``fuse()``), cuda_graph (False | True | "auto"), stream, vid_stride, project,
+        name, verbose. Returns one ``Results`` per image or frame: a list, or with
+        ``stream=True`` a generator.
         """
         from .predict.predictor import run_prediction
 
         cfg = load_config(PredictConfig, options, "predict()")
+        if cfg.cuda_graph is not False:
+            self.require_pytorch(f"predict(cuda_graph={cfg.cuda_graph!r})")
         return run_prediction(self, source, cfg)
 
     __call__ = predict
@@ -273,6 +325,7 @@ class LibreYOLO:
         """Train on ``data`` (see ``train.settings.TrainConfig``); the instance ends with the best weights."""
         from .train.entry import train_model
 
+        self.require_pytorch("train")
         return train_model(self, options)
 
     def val(self, **options: Any) -> Any:
@@ -281,9 +334,19 @@ class LibreYOLO:
 
         return validate_model(self, options)
 
+    def export(self, **options: Any) -> Path:
+        """Write the inference seam as ``format`` = ``"onnx"`` | ``"torchscript"`` | ``"openvino"``
+        (see ``export.ExportConfig``: imgsz, batch, dynamic, half, simplify, opset, device, file).
+        Returns the file written (OpenVINO: its folder); ``LibreYOLO(path)`` loads it back."""
+        from .export import export_model
+
+        self.require_pytorch("export")
+        return export_model(self, options)
+
     # ----------------------------------------------------------------- CUDA graphs
     def capture_graph(self, imgsz: int | None = None, batch: int = 1, dtype: torch.dtype | None = None) -> dict:
         """Capture the inference graph for ``batch x 3 x imgsz x imgsz`` ahead of the first request."""
+        self.require_pytorch("capture CUDA graphs")
         return capture_ahead(self, imgsz=imgsz or self.imgsz, batch=batch, dtype=dtype)
 
     def graph_info(self) -> dict[str, Any]:

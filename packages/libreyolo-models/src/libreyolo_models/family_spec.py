@@ -41,6 +41,10 @@ class TaskDecl:
         recipe: training defaults of this family, as ``TrainConfig`` values (``{"optimizer":
             "AdamW", "lr0": 1e-4}``). The user's options win; the merged values are what
             ``args.yaml`` records.
+        exportable: ``model.export()`` writes the inference seam (``inference_forward``) to ONNX,
+            TorchScript and OpenVINO; the family's ``postprocess`` (NMS, thresholds) always stays
+            outside the exported graph and runs in Python on the runtime's outputs.
+        export_note: why the task does not export, when ``exportable`` is False (shown to users).
         default_nc: classes of an untrained model when neither ``nc`` nor ``names`` is given
             (80, COCO, for detectors; 1000, ImageNet, for classifiers, so a fresh model has the
             reference architecture's shapes).
@@ -53,9 +57,13 @@ class TaskDecl:
     inference_capture: bool = False
     train_capture: bool = False
     recipe: Mapping[str, object] = field(default_factory=dict)
+    exportable: bool = True
+    export_note: str = ""
     default_nc: int = 80
 
     def __post_init__(self) -> None:
+        if not self.exportable and not self.export_note:
+            raise ConfigError("a task declared exportable=False needs export_note saying why")
         unknown = set(self.loss_gains) - set(self.loss_names)
         if unknown:
             raise ConfigError(f"loss_gains names {sorted(unknown)} that are not in loss_names {self.loss_names}")

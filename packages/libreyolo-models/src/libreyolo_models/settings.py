@@ -55,9 +55,13 @@ class PredictConfig:
     project: str = "runs/predict"
     name: str = "exp"
     verbose: bool = False
+    stream: bool = False      # True: a generator of Results (see predict.streams)
+    vid_stride: int = 1       # keep every n-th frame of videos and streams
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "device", device_text(self.device))
+        if self.vid_stride < 1:
+            raise ConfigError(f"vid_stride={self.vid_stride} must be at least 1 (keep every n-th video frame)")
         if not 0.0 <= self.conf <= 1.0:
             raise ConfigError(f"conf={self.conf} must be between 0 and 1 (a score threshold)")
         if not 0.0 <= self.iou <= 1.0:

@@ -69,11 +69,30 @@ def place_tiles(tiles: Tensor, offsets: Tensor, hw: Tensor, canvas: int, fill: i
     out = torch.full((batch, canvas, canvas, tiles.shape[-1]), fill, dtype=tiles.dtype, device=tiles.device)
     for b, (sample_offsets, sample_hw) in enumerate(zip(offsets.tolist(), hw.tolist())):
         for k, ((ox, oy), (h, w)) in enumerate(zip(sample_offsets, sample_hw)):
-            x0, x1 = max(ox, 0), min(ox + w, canvas)
-            y0, y1 = max(oy, 0), min(oy + h, canvas)
-            if x1 > x0 and y1 > y0:
-                out[b, y0:y1, x0:x1] = tiles[b, k, y0 - oy:y1 - oy, x0 - ox:x1 - ox]
+            paste(out[b], tiles[b, k, :h, :w], ox, oy)
     return out
+
+
+def paste(canvas: Tensor, tile: Tensor, x: int, y: int) -> None:
+    """Copy ``tile`` (``[h, w, C]``) onto ``canvas`` (``[S, S, C]``) with its top-left at ``(x, y)``.
+
+    The part of the tile off the canvas is cropped; one slice copy (one kernel on a GPU).
+    """
+    h, w, side_h, side_w = tile.shape[0], tile.shape[1], canvas.shape[0], canvas.shape[1]
+    x0, x1 = max(x, 0), min(x + w, side_w)
+    y0, y1 = max(y, 0), min(y + h, side_h)
+    if x1 > x0 and y1 > y0:
+        canvas[y0:y1, x0:x1] = tile[y0 - y:y1 - y, x0 - x:x1 - x]
+
+
+def to_network_input(images: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
+    """Letterboxed ``uint8 [B, 3, S, S]`` pixels -> the network's ``[B, 3, S, S]`` input in [0, 1].
+
+    Validation and predict both end here, so a model sees the same numbers from either: the
+    division happens in float32 and only then is the result cast to ``dtype`` (fp16 weights get
+    the rounding of one cast, whichever path made the batch). Runs on the images' device.
+    """
+    return images.float().div_(255.0).to(dtype).contiguous()
 
 
 def place_boxes(labels: Tensor, offsets: Tensor, hw: Tensor, canvas: int) -> Tensor:

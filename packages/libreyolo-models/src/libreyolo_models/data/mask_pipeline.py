@@ -9,8 +9,8 @@ image. Two paths share one set of draws and one render function (``mask_augment`
 - GPU path (``gpu_augment=True``; the default on CUDA): workers ship cached slots, masks and draws;
   the main process renders the whole batch on the device, one batch ahead on a side stream.
 
-Validation letterboxes each image with predict's own ``letterbox`` (so it measures exactly the
-pixels ``predict`` sees) and keeps each mask at its original size: metrics are computed on the
+Validation letterboxes each image with predict's own ``letterbox_batch`` (so it measures exactly
+the pixels ``predict`` sees on the CPU; on a GPU predict resizes there, within one grey level) and keeps each mask at its original size: metrics are computed on the
 predicted map carried back to the original image, as ``Results.masks`` holds it.
 """
 
@@ -31,7 +31,7 @@ from torch.utils.data import Dataset, RandomSampler
 import libreyolo_ddp
 
 from ..errors import ConfigError, SourceError
-from ..predict.letterbox import LetterboxInfo, letterbox
+from ..predict.letterbox import LetterboxInfo, letterbox_batch
 from ..predict.sources import read_image
 from .augment_draws import AugmentConfig
 from .collate import batch_tensor, pass_through
@@ -264,13 +264,14 @@ class _LetterboxedPairs(Dataset):
 
     def __getitem__(self, index: int) -> tuple[Tensor, Tensor, LetterboxInfo, str] | None:
         try:
-            tensor, info = letterbox(read_image(self.images[index]), self.imgsz)
+            pixels = torch.from_numpy(np.ascontiguousarray(read_image(self.images[index])))
+            images, (info,) = letterbox_batch([pixels], self.imgsz)
             mask = torch.from_numpy(load_mask(self.masks[index]))
         except (SourceError, OSError, ValueError, SyntaxError) as err:
             log.warning("val: skipped %s: %s (was the file changed after the dataset check?)", self.images[index],
                         getattr(err, "reason", None) or err)
             return None
-        return tensor, mask, info, str(self.images[index])
+        return images[0], mask, info, str(self.images[index])
 
 
 def _collate_val(found: Sequence[tuple[Tensor, Tensor, LetterboxInfo, str] | None]) -> MaskValBatch | None:

@@ -34,7 +34,14 @@ from ..errors import ConfigError
 from .augment_draws import AugmentConfig, SampleDraws, draw_sample
 from .collate import ImageBatch, Sample, TileBatch, collate_samples, collate_tiles, pass_through
 from .image_cache import CacheSetting, ImageCache, open_image_cache, usable_part
-from .letterbox import letterbox_map, letterbox_offsets, place_boxes, place_tiles, to_targets
+from .letterbox import (
+    letterbox_map,
+    letterbox_offsets,
+    place_boxes,
+    place_tiles,
+    to_network_input,
+    to_targets,
+)
 from .split_index import SplitIndex
 
 __all__ = ["AugmentConfig", "Batch", "TrainPipeline", "ValPipeline"]
@@ -265,7 +272,7 @@ class ValPipeline:
 
     def __iter__(self) -> Iterator[Batch]:
         for batch in self._loader:
-            images = batch.images.to(self.device, non_blocking=True).float().div_(255)
+            images = to_network_input(batch.images.to(self.device, non_blocking=True))
             yield Batch(images, batch.targets, batch.paths,
                         batch.ori_sizes, batch.ratio_pad)
 

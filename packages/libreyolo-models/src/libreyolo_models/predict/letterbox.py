@@ -2,17 +2,33 @@
 
 Every image of a batch gets the same ``imgsz x imgsz`` canvas, so batched and one-by-one
 prediction see identical inputs, and a CUDA graph sees one shape per batch size.
+
+Two implementations with one geometry:
+
+- :func:`letterbox_batch` is what predict runs: uint8 pixels go to the model's device as they
+  are (a quarter of the bytes of float32), and the resize, the grey bars, the scaling to [0, 1]
+  and the ``[B, 3, S, S]`` layout all happen there as torch ops. The pasting and the final
+  scaling are ``data.letterbox``'s :func:`~libreyolo_models.data.letterbox.paste` and
+  :func:`~libreyolo_models.data.letterbox.to_network_input`, the functions validation calls
+  on its cached images, with the same fill (114), so validation measures the pixels predict
+  sees. The resized image is rounded to uint8 like the validation cache's.
+- :func:`letterbox` is the CPU reference for one image (float, unrounded): tests hold the
+  device path to it within one grey level, on the CPU and on a GPU.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch import Tensor
 
-PAD_VALUE = 114
+from ..data.letterbox import FILL, letterbox_offset, paste, to_network_input
+
+PAD_VALUE = FILL
 
 
 @dataclass(frozen=True)
@@ -24,16 +40,68 @@ class LetterboxInfo:
     orig_shape: tuple[int, int]  # (h, w)
 
 
-def letterbox(image: np.ndarray, imgsz: int) -> tuple[torch.Tensor, LetterboxInfo]:
-    """RGB uint8 ``[H, W, 3]`` -> float ``[3, imgsz, imgsz]`` in [0, 1] plus the mapping."""
-    h, w = image.shape[:2]
+def letterbox_geometry(h: int, w: int, imgsz: int) -> tuple[int, int, LetterboxInfo]:
+    """Resized ``(new_h, new_w)`` of an ``h x w`` image on an ``imgsz`` square, and its mapping back."""
     ratio = min(imgsz / h, imgsz / w)
     new_h, new_w = max(1, round(h * ratio)), max(1, round(w * ratio))
+    left, top = letterbox_offset(new_h, new_w, imgsz)
+    return new_h, new_w, LetterboxInfo(ratio, (float(left), float(top)), (h, w))
+
+
+def letterbox(image: np.ndarray, imgsz: int) -> tuple[torch.Tensor, LetterboxInfo]:
+    """RGB uint8 ``[H, W, 3]`` -> float ``[3, imgsz, imgsz]`` in [0, 1] plus the mapping (CPU reference)."""
+    h, w = image.shape[:2]
+    new_h, new_w, info = letterbox_geometry(h, w, imgsz)
     chw = torch.from_numpy(image if image.flags.writeable else image.copy()).permute(2, 0, 1).float()
     if (new_h, new_w) != (h, w):
         chw = F.interpolate(chw[None], size=(new_h, new_w), mode="bilinear", align_corners=False,
                             antialias=True)[0].clamp_(0, 255)
-    top, left = (imgsz - new_h) // 2, (imgsz - new_w) // 2
+    left, top = int(info.pad[0]), int(info.pad[1])
     canvas = torch.full((3, imgsz, imgsz), float(PAD_VALUE))
     canvas[:, top:top + new_h, left:left + new_w] = chw
-    return canvas.div_(255.0), LetterboxInfo(ratio, (float(left), float(top)), (h, w))
+    return canvas.div_(255.0), info
+
+
+def resize_images(images: Tensor, new_h: int, new_w: int) -> Tensor:
+    """``uint8 [N, H, W, 3]`` -> ``uint8 [N, new_h, new_w, 3]``: bilinear, antialiased when shrinking
+    (the filter the validation cache's PIL resize uses), rounded to the nearest grey level."""
+    if images.shape[1:3] == (new_h, new_w):
+        return images
+    nchw = images.permute(0, 3, 1, 2).float()
+    out = F.interpolate(nchw, size=(new_h, new_w), mode="bilinear", align_corners=False, antialias=True)
+    return out.round_().clamp_(0, 255).to(torch.uint8).permute(0, 2, 3, 1)
+
+
+def letterbox_batch(images: Sequence[Tensor], imgsz: int, dtype: torch.dtype = torch.float32
+                    ) -> tuple[Tensor, list[LetterboxInfo]]:
+    """Letterbox a batch on the images' device: the device half of predict's preprocessing.
+
+    Images of one size (the frames of a video) are resized by one call, so a batch of frames
+    costs one resize kernel, not one per frame.
+
+    Args:
+        images: ``uint8 [H, W, 3]`` RGB tensors, all on one device; sizes may differ.
+        imgsz: side of the square network input.
+        dtype: the network's input dtype (fp16 for ``half=True``).
+
+    Returns:
+        ``dtype [B, 3, imgsz, imgsz]`` in [0, 1] on the images' device, and per image the mapping
+        back to its pixels.
+    """
+    if not images:
+        raise ValueError("letterbox_batch() needs at least one image")
+    device = images[0].device
+    canvas = torch.full((len(images), imgsz, imgsz, 3), FILL, dtype=torch.uint8, device=device)
+    infos: list[LetterboxInfo] = []
+    groups: dict[tuple[int, int], list[int]] = {}
+    for i, image in enumerate(images):
+        new_h, new_w, info = letterbox_geometry(int(image.shape[0]), int(image.shape[1]), imgsz)
+        infos.append(info)
+        groups.setdefault((int(image.shape[0]), int(image.shape[1])), []).append(i)
+    for members in groups.values():
+        info = infos[members[0]]
+        new_h, new_w, _ = letterbox_geometry(*info.orig_shape, imgsz)
+        resized = resize_images(torch.stack([images[i] for i in members]), new_h, new_w)
+        for j, i in enumerate(members):
+            paste(canvas[i], resized[j], int(info.pad[0]), int(info.pad[1]))
+    return to_network_input(canvas.permute(0, 3, 1, 2), dtype), infos

@@ -1,104 +1,195 @@
-"""The predict loop: sources -> the task's preprocessing -> network (eager or graphed) -> the
-family's post-processing -> the task's ``Results``."""
+"""The predict loop: frames -> device letterbox -> network (eager or graphed) -> the family's
+post-processing -> the task's ``Results``, one batch at a time.
+
+Where each step runs, and why:
+
+- decoding (and pinning, on CUDA) happens on a prefetch thread, ``PREFETCH_BATCHES`` batches
+  ahead, so the next batch decodes while this one is on the GPU (``predict.prefetch``);
+- uint8 pixels are uploaded as they are and letterboxed, scaled and laid out on the device
+  (``Task.prepare_batch``, by default ``predict.letterbox.letterbox_batch``; a task whose
+  preprocessing is still a CPU function, such as classify's centre crop, overrides it);
+- per-phase times are CUDA events, not synchronisations (``predict.timing``), and a batch's
+  predictions reach the host in one copy (``Task.predictions_to_host``);
+- per-result side effects (saving images and videos, logging) live in ``Predictor._emit``.
+
+``stream=True`` yields results as batches finish (see ``predict.streams`` for the stream API);
+``stream=False`` collects them into a list.
+"""
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Iterator
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
+from torch import Tensor
 
+from ..devices import default_device, describe_device
 from ..errors import ConfigError
 from ..graphs import forward_for_predict
 from ..rundir import next_run_dir
 from ..settings import PredictConfig
-from .results import ResultsList
-from .sources import SourceImage, SourceReport, iter_sources
+from .prefetch import Prefetcher
+from .results import Results, ResultsList
+from .sources import SourceReport
+from .streams import Frame, SourcePlan, open_source
+from .timing import PhaseClock
+from .video import VideoWriter
 
 if TYPE_CHECKING:
     from ..facade import LibreYOLO
 
 log = logging.getLogger(__name__)
 
-
-def _chunks(items: Iterable[SourceImage], size: int) -> Iterator[list[SourceImage]]:
-    it = iter(items)
-    while chunk := list(islice(it, size)):
-        yield chunk
+PREFETCH_BATCHES = 2
+"""Batches decoded ahead of the one on the device (bounds the memory a long source holds)."""
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+@dataclass
+class FrameBatch:
+    """Frames decoded on the prefetch thread, with their pixels as (pinned) uint8 tensors."""
+
+    frames: list[Frame]
+    pixels: list[Tensor]
+    decode_ms: float
 
 
-def run_prediction(model: LibreYOLO, source: object, cfg: PredictConfig) -> ResultsList:
-    """Predict every readable image of ``source``; batches of ``cfg.batch`` share one forward pass.
+def _batches(frames: Iterator[Frame], size: int, *, pin: bool) -> Iterator[FrameBatch]:
+    """Group frames into batches (runs on the prefetch thread, which also closes the source)."""
+    try:
+        while True:
+            started = time.perf_counter()
+            chunk = list(islice(frames, size))
+            if not chunk:
+                return
+            with warnings.catch_warnings():  # read-only decoder output: only ever read (copied to the device)
+                warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+                pixels = [torch.from_numpy(np.ascontiguousarray(f.image)) for f in chunk]
+            if pin:
+                pixels = [p.pin_memory() for p in pixels]
+            yield FrameBatch(chunk, pixels, (time.perf_counter() - started) * 1e3)
+    finally:
+        close = getattr(frames, "close", None)
+        if close is not None:
+            close()
 
-    Unreadable items of a folder, glob, list or stream are skipped (see ``sources``) and listed
-    on the returned list's ``skipped``.
+
+def run_prediction(model: LibreYOLO, source: object, cfg: PredictConfig) -> ResultsList | Iterator[Results]:
+    """Predict every image or frame of ``source``; batches of ``cfg.batch`` share one forward pass.
+
+    Returns a generator of ``Results`` with ``cfg.stream``, else a ``ResultsList``. Unreadable
+    items of a folder, glob or list are skipped with a warning naming each (``predict.sources``),
+    listed on the list's ``skipped``.
     """
-    if cfg.device is not None:
-        model.to(cfg.device)
-    if cfg.half:
-        model.half()
-    if cfg.fuse:
-        model.fuse()
-    imgsz = model.spec.check_imgsz(cfg.imgsz or model.imgsz)
-    task = model.task_spec
-    options = task.postprocess_options(vars(cfg))
-    if cfg.classes is not None:
-        bad = [c for c in cfg.classes if not 0 <= c < model.nc]
-        if bad:
-            raise ConfigError(f"classes={cfg.classes}: class id {bad[0]} is not one of this model's "
-                              f"{model.nc} classes (0..{model.nc - 1})")
-    model.net.eval()
-    forward = forward_for_predict(model, cfg.cuda_graph)
-    save_dir = next_run_dir(cfg.project, cfg.name) if cfg.save else None
-    device, dtype = model.device, model.dtype
-    results = ResultsList()
     report = SourceReport()
-    saved_names: set[str] = set()
-    for chunk in _chunks(iter_sources(source, report), cfg.batch):
-        t0 = time.perf_counter()
-        prepared = [task.prepare(item.image, imgsz) for item in chunk]
-        x = torch.stack([p.tensor for p in prepared]).to(device=device, dtype=dtype, non_blocking=True)
-        _sync(device)
-        t1 = time.perf_counter()
+    plan = open_source(source, vid_stride=cfg.vid_stride, report=report)
+    if plan.is_live and not cfg.stream:
+        raise ConfigError(f"source={source!r} is a camera or network stream, which never ends, so a list of its "
+                          "results would grow without bound; pass stream=True and iterate the results")
+    predictor = Predictor(model, cfg)
+    results = predictor.stream(plan, report)
+    return results if cfg.stream else ResultsList(list(results), report.skipped)
+
+
+class Predictor:
+    """One ``predict()`` call's resolved plan (device, dtype, image size, forward) and its loop."""
+
+    def __init__(self, model: LibreYOLO, cfg: PredictConfig) -> None:
+        device = default_device(cfg.device, model.device)
+        model.to(device)
+        log.info("predict on %s", describe_device(model.device))
+        if cfg.fuse:  # before the cast: BatchNorm folds from fp32 statistics, then rounds once
+            model.fuse()
+        if cfg.half:
+            model.half()
+        self.model, self.cfg = model, cfg
+        self.imgsz = model.spec.check_imgsz(cfg.imgsz or model.imgsz)
+        self.task = model.task_spec
+        self.options = self.task.postprocess_options(vars(cfg))
+        if cfg.classes is not None:
+            bad = [c for c in cfg.classes if not 0 <= c < model.nc]
+            if bad:
+                raise ConfigError(f"classes={cfg.classes}: class id {bad[0]} is not one of this model's "
+                                  f"{model.nc} classes (0..{model.nc - 1})")
+        model.net.eval()
+        self.forward = forward_for_predict(model, cfg.cuda_graph)
+        self.save_dir = next_run_dir(cfg.project, cfg.name) if cfg.save else None
+        self.names = dict(model.names)
+        self._writers: dict[str, VideoWriter] = {}
+        self._saved_names: set[str] = set()
+
+    def stream(self, plan: SourcePlan, report: SourceReport | None = None) -> Iterator[Results]:
+        """Results of every frame of ``plan`` in order, one batch at a time (``report``: what the
+        source skipped, summarised at the end)."""
+        device = self.model.device
+        batches = Prefetcher(_batches(plan.frames, self.cfg.batch, pin=device.type == "cuda"),
+                             depth=PREFETCH_BATCHES)
+        try:
+            for batch in batches:
+                yield from self.run_batch(batch)
+        finally:
+            batches.close()
+            for writer in self._writers.values():
+                writer.close()
+            if self.save_dir is not None:
+                log.info("predictions saved to %s", self.save_dir)
+            if report is not None and report.skipped:
+                log.warning("%d input(s) skipped as unreadable (each named above); results for the rest",
+                            len(report.skipped))
+
+    def run_batch(self, batch: FrameBatch) -> list[Results]:
+        """One forward pass over ``batch``: upload, letterbox, network, post-process, results."""
+        model, task = self.model, self.task
+        clock = PhaseClock(model.device)
+        x, infos = task.prepare_batch(batch.pixels, self.imgsz, model.dtype, model.device)
+        clock.mark("preprocess")
         with torch.inference_mode():
-            out = forward(x)
-        _sync(device)
-        t2 = time.perf_counter()
-        predictions = model.family.postprocess(out, options)
-        t3 = time.perf_counter()
-        n = len(chunk)
-        speed = {"preprocess": (t1 - t0) * 1e3 / n, "inference": (t2 - t1) * 1e3 / n,
-                 "postprocess": (t3 - t2) * 1e3 / n}
-        for item, prediction, prep in zip(chunk, predictions, prepared):
-            res = task.make_results(item.image, item.name, dict(model.names), prediction, prep.info, dict(speed))
-            if save_dir is not None:
-                res.save(save_dir / _unique_name(Path(item.name).stem, saved_names))
-            if cfg.verbose:
-                log.info("%s: %s (%.1f ms)", item.name, res.summary(), speed["inference"])
+            out = self.forward(x)
+        clock.mark("inference")
+        predictions = task.predictions_to_host(model.family.postprocess(out, self.options))
+        clock.mark("postprocess")
+        n = len(batch.frames)
+        speed = {"decode": batch.decode_ms / n, **{k: v / n for k, v in clock.ms().items()}}
+        results = []
+        for frame, prediction, info in zip(batch.frames, predictions, infos):
+            res = task.make_results(frame.image, frame.name, self.names, prediction, info, dict(speed))
+            res.source, res.frame, res.fps = frame.source, frame.frame, frame.fps
+            self._emit(res, frame)
             results.append(res)
-    results.skipped = report.skipped
-    if save_dir is not None:
-        log.info("predictions saved to %s", save_dir)
-    if report.skipped:
-        log.warning("%d input(s) skipped as unreadable (each named above); results for the rest",
-                    len(report.skipped))
-    return results
+        return results
+
+    def _emit(self, res: Results, frame: Frame) -> None:
+        """Side effects of one result: save it (image, or a frame of the source's video) and log it."""
+        if self.save_dir is not None:
+            if frame.frame is None:
+                res.save(self.save_dir / _unique_name(Path(frame.name).stem, self._saved_names, ".jpg"))
+            else:
+                writer = self._writers.get(frame.source)
+                if writer is None:
+                    stem = Path(frame.name).stem or "stream"
+                    writer = VideoWriter(self.save_dir / _unique_name(stem, self._saved_names, ".mp4"), frame.fps)
+                    self._writers[frame.source] = writer
+                writer.write(res.plot())
+        if self.cfg.verbose:
+            where = res.source if res.frame is None else f"{res.source} frame {res.frame}"
+            log.info("%s: %s (%.1f ms)", where, res.summary(), res.speed.get("inference", 0.0))
 
 
-def _unique_name(stem: str, used: set[str]) -> str:
+def _unique_name(stem: str, used: set[str], suffix: str) -> str:
     """``stem.jpg``, or ``stem_2.jpg``, ``stem_3.jpg``... when inputs share a name (no overwrites)."""
-    name, n = f"{stem}.jpg", 1
+    name, n = f"{stem}{suffix}", 1
     while name in used:
         n += 1
-        name = f"{stem}_{n}.jpg"
+        name = f"{stem}_{n}{suffix}"
     used.add(name)
     return name
+
+
+__all__ = ["FrameBatch", "Predictor", "run_prediction"]

@@ -92,9 +92,12 @@ class Results:
     path: str
     names: dict[int, str]
     boxes: Boxes | None = None
-    speed: dict[str, float] = field(default_factory=dict)  # ms per image: preprocess, inference, postprocess
+    speed: dict[str, float] = field(default_factory=dict)  # ms per image: decode, preprocess, inference, postprocess
     probs: Probs | None = None    # classify: class probabilities (``probs.top1``, ``probs.top5``...)
     masks: Any = None
+    source: str = ""               # where it came from: path, URL, camera index, label (see predict.streams)
+    frame: int | None = None       # frame index within a video or stream; None for still images
+    fps: float | None = None       # frame rate of that video or stream, when it states one
     # model.track only: recent box centres per track id, ``float [K, 2]`` (x, y pixels, oldest
     # first), for the ids in ``boxes.id``; drawn as trails by ``plot``.
     trails: dict[int, np.ndarray] | None = None

@@ -10,7 +10,7 @@ the model's task and never name one.
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
@@ -122,6 +122,21 @@ class Task(abc.ABC):
     @abc.abstractmethod
     def prepare(self, image: np.ndarray, imgsz: int) -> Prepared:
         """RGB uint8 ``[H, W, 3]`` -> the network input and the mapping back (CPU reference path)."""
+
+    def prepare_batch(self, images: Sequence[Tensor], imgsz: int, dtype: torch.dtype, device: torch.device
+                      ) -> tuple[Tensor, list[Any]]:
+        """Predict's preprocessing: host ``uint8 [H, W, 3]`` RGB tensors (pinned on CUDA; sizes may
+        differ) -> the network input ``dtype [B, 3, S, S]`` on ``device`` and per image what
+        ``make_results`` needs to map back. The default uploads the uint8 pixels and letterboxes
+        them there, as validation does (``predict.letterbox.letterbox_batch``)."""
+        from ..predict.letterbox import letterbox_batch
+
+        return letterbox_batch([image.to(device, non_blocking=True) for image in images], imgsz, dtype)
+
+    def predictions_to_host(self, predictions: Any) -> Any:
+        """A batch's post-processed predictions, moved to the CPU if the task's results live
+        there (one copy for the whole batch); the default leaves them where they are."""
+        return predictions
 
     @abc.abstractmethod
     def make_results(self, image: np.ndarray, name: str, names: dict[int, str], prediction: Any, info: Any,

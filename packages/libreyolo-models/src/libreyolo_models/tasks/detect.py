@@ -82,6 +82,13 @@ class DetectTask(Task):
         tensor, info = letterbox(image, imgsz)
         return Prepared(tensor, info)
 
+    def predictions_to_host(self, predictions: Any) -> Any:
+        """Every image's ``[N, 6]`` detections in one device-to-host copy (one sync per batch)."""
+        if not predictions or predictions[0].device.type == "cpu":
+            return predictions
+        sizes = [len(p) for p in predictions]
+        return list(torch.cat(predictions).cpu().split(sizes))
+
     def make_results(self, image: np.ndarray, name: str, names: dict[int, str], prediction: Any, info: Any,
                      speed: dict[str, float]) -> Results:
         det = scale_to_original(prediction, info.ratio, info.pad, info.orig_shape).cpu()

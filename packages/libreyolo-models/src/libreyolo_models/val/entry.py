@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..config import load_config
+from ..devices import default_device, describe_device
 from ..errors import ConfigError
 from ..tasks import EvalSettings, TaskMetrics
 from ..workers import default_workers
@@ -20,8 +21,8 @@ log = logging.getLogger(__name__)
 
 def validate_model(model: LibreYOLO, options: Mapping[str, Any]) -> TaskMetrics:
     cfg = load_config(ValConfig, options, "val()")
-    if cfg.device is not None:
-        model.to(cfg.device)
+    model.to(default_device(cfg.device, model.device))
+    log.info("val on %s", describe_device(model.device))
     if cfg.half and model.device.type != "cuda":
         raise ConfigError(f"val(half=True) runs fp16 weights, which needs a CUDA GPU; the model is on {model.device}. "
                           "Pass device=0 (or move the model with model.to(0)), or leave half=False on the CPU")
@@ -35,10 +36,10 @@ def validate_model(model: LibreYOLO, options: Mapping[str, Any]) -> TaskMetrics:
     workers = default_workers(cfg.workers, batch=cfg.batch)
     pipeline = task.val_pipeline(index, imgsz=imgsz, batch_size=cfg.batch, device=model.device, workers=workers,
                                  cache=cfg.cache)
+    if cfg.fuse:  # before the cast: BatchNorm folds from fp32 statistics, then rounds once
+        model.fuse()
     if cfg.half:
         model.half()
-    if cfg.fuse:
-        model.fuse()
     model.net.eval()
     settings = EvalSettings(conf=cfg.conf, iou=cfg.iou, max_det=cfg.max_det, half=cfg.half)
     result = task.evaluate(model, model.inference_forward, pipeline, settings=settings, progress=cfg.verbose)

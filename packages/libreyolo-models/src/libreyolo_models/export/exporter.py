@@ -1,0 +1,102 @@
+"""``model.export(...)``: the family's inference seam, traced once, written in the asked format.
+
+The exported graph is exactly ``inference_forward`` (the seam inference capture records), so the
+family's ``postprocess`` (NMS, thresholds, top-k) runs in Python on the runtime's outputs and an
+exported model predicts and validates through the same task code as the PyTorch one.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import Tensor, nn
+
+from ..config import load_config
+from ..devices import resolve_device
+from ..errors import ConfigError
+from ..version import __version__
+from .formats import write_onnx, write_openvino, write_torchscript
+from .metadata import ExportMetadata
+from .settings import ExportConfig
+
+if TYPE_CHECKING:
+    from ..contract import Family
+    from ..facade import LibreYOLO
+
+log = logging.getLogger(__name__)
+
+SUFFIXES = {"onnx": ".onnx", "torchscript": ".torchscript", "openvino": "_openvino_model"}
+
+
+class ExportSeam(nn.Module):
+    """``family.inference_forward(net, images)`` as a module over a private copy of the network,
+    with its outputs flattened to a tuple of tensors (what every format can name)."""
+
+    def __init__(self, family: Family, net: nn.Module) -> None:
+        super().__init__()
+        self.net = net
+        self._family = family
+
+    def forward(self, images: Tensor) -> tuple[Tensor, ...]:
+        out = self._family.inference_forward(self.net, images)
+        return flatten_outputs(out, self._family.spec.name)
+
+
+def flatten_outputs(out: Any, family: str) -> tuple[Tensor, ...]:
+    """A tensor or a flat sequence of tensors -> a tuple; other trees are not exportable yet."""
+    if isinstance(out, Tensor):
+        return (out,)
+    if isinstance(out, list | tuple) and all(isinstance(t, Tensor) for t in out):
+        return tuple(out)
+    raise ConfigError(f"{family}: inference_forward returns {type(out).__name__}, but export handles a tensor or "
+                      "a flat list of tensors; declare the task exportable=False with a reason, or flatten the seam")
+
+
+def default_path(model: LibreYOLO, fmt: str) -> Path:
+    stem = model.ckpt_path.with_suffix("") if model.ckpt_path else Path(model.spec.weight_name(model.size, model.task, ""))
+    return Path(f"{stem}{SUFFIXES[fmt]}")
+
+
+def export_model(model: LibreYOLO, options: dict[str, Any]) -> Path:
+    """Write ``model`` in ``options['format']``; returns the file (OpenVINO: the folder)."""
+    cfg = load_config(ExportConfig, options, "export()")
+    decl = model.spec.task(model.task)
+    if not decl.exportable:
+        raise ConfigError(f"{model.spec.display_name} ({model.task}) does not export: {decl.export_note}")
+    imgsz = model.spec.check_imgsz(cfg.imgsz or model.imgsz)
+    device = resolve_device(cfg.device) if cfg.device is not None else model.device
+    if cfg.half and cfg.format != "openvino" and device.type != "cuda":
+        raise ConfigError(f"export(format={cfg.format!r}, half=True) traces fp16 weights, which needs a CUDA device "
+                          f"(device is {device}); pass device=0, or export fp32 (half=False)")
+    net = copy.deepcopy(model.net).to(device).eval()
+    for param in net.parameters():
+        param.requires_grad_(False)
+    half_graph = cfg.half and cfg.format != "openvino"
+    if half_graph:
+        net.half()
+    seam = ExportSeam(model.family, net)
+    generator = torch.Generator().manual_seed(0)
+    example = torch.rand(cfg.batch, 3, imgsz, imgsz, generator=generator)
+    example = example.to(device=device, dtype=torch.float16 if half_graph else torch.float32)
+    with torch.no_grad():
+        outputs = len(seam(example))
+    meta = ExportMetadata(format=cfg.format, family=model.spec.name, size=model.size, task=model.task, nc=model.nc,
+                          names=dict(model.names), imgsz=imgsz, batch=cfg.batch, dynamic=cfg.dynamic, half=cfg.half,
+                          input_dtype="float16" if half_graph else "float32", stride=model.spec.stride,
+                          mean=model.spec.mean, std=model.spec.std, outputs=outputs, version=__version__,
+                          extra={"traced_on": device.type})
+    path = Path(cfg.file) if cfg.file else default_path(model, cfg.format)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if cfg.format == "onnx":
+        written = write_onnx(seam, example, path, meta, opset=cfg.opset, simplify=cfg.simplify)
+    elif cfg.format == "torchscript":
+        written = write_torchscript(seam, example, path, meta)
+    else:
+        written = write_openvino(seam, example, path, meta, opset=cfg.opset, simplify=cfg.simplify)
+    log.info("exported %s-%s %s to %s (%s, batch %d, imgsz %d%s%s)", model.spec.name, model.size, model.task, written,
+             cfg.format, cfg.batch, imgsz, ", dynamic" if cfg.dynamic else "", ", fp16" if cfg.half else "")
+    return written

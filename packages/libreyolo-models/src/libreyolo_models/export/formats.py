@@ -1,0 +1,85 @@
+"""One writer per format. Each takes the traced seam module and an example input and writes the
+file(s) with the metadata embedded; the exporter decides everything else."""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from ..optional import require
+from .metadata import METADATA_FILE, METADATA_KEY, ExportMetadata
+
+log = logging.getLogger(__name__)
+
+
+@contextmanager
+def _quiet_tracing() -> Iterator[None]:
+    """Tracing warns about Python values it folds into constants (shapes of a fixed-size export,
+    which is intended) and about the legacy exporter's future; neither is the user's to act on."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.simplefilter("ignore", FutureWarning)
+        warnings.filterwarnings("ignore", message=".*legacy TorchScript-based ONNX export.*")
+        yield
+
+
+def write_onnx_graph(module: nn.Module, example: torch.Tensor, path: Path, *, outputs: int, dynamic: bool,
+                     opset: int) -> None:
+    """The seam as an ONNX graph (TorchScript-based exporter: it handles every family's ops at
+    opset 17 on the torch versions we support, where the torch.export path still rejects some)."""
+    names = [f"output{i}" for i in range(outputs)]
+    axes = None
+    if dynamic:
+        axes = {"images": {0: "batch"}, **{n: {0: "batch"} for n in names}}
+    with _quiet_tracing():
+        torch.onnx.export(module, (example,), str(path), dynamo=False, opset_version=opset,
+                          input_names=["images"], output_names=names, dynamic_axes=axes, do_constant_folding=True)
+
+
+def write_onnx(module: nn.Module, example: torch.Tensor, path: Path, meta: ExportMetadata, *,
+               opset: int, simplify: bool) -> Path:
+    onnx = require("onnx", "onnx", "export(format='onnx')")
+    write_onnx_graph(module, example, path, outputs=meta.outputs, dynamic=meta.dynamic, opset=opset)
+    proto = onnx.load(str(path))
+    if simplify:
+        onnxslim = require("onnxslim", "onnx", "export(simplify=True)")
+        proto = onnxslim.slim(proto)
+    del proto.metadata_props[:]
+    entry = proto.metadata_props.add()
+    entry.key, entry.value = METADATA_KEY, meta.to_json()
+    onnx.save(proto, str(path))
+    return path
+
+
+def write_torchscript(module: nn.Module, example: torch.Tensor, path: Path, meta: ExportMetadata) -> Path:
+    with _quiet_tracing(), torch.no_grad():
+        traced = torch.jit.trace(module, (example,), check_trace=False)
+        torch.jit.save(traced, str(path), _extra_files={METADATA_FILE: meta.to_json()})
+    return path
+
+
+def write_openvino(module: nn.Module, example: torch.Tensor, folder: Path, meta: ExportMetadata, *,
+                   opset: int, simplify: bool) -> Path:
+    """An OpenVINO IR folder (``model.xml``/``.bin`` + ``libreyolo.json``), converted from ONNX:
+    the one path that keeps dynamic dimensions and the same operators as the ONNX export."""
+    ov = require("openvino", "openvino", "export(format='openvino')")
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        onnx_path = Path(tmp) / "model.onnx"
+        write_onnx_graph(module, example, onnx_path, outputs=meta.outputs, dynamic=meta.dynamic, opset=opset)
+        if simplify:
+            onnx = require("onnx", "onnx", "export(format='openvino', simplify=True)")
+            onnxslim = require("onnxslim", "onnx", "export(simplify=True)")
+            onnx.save(onnxslim.slim(onnx.load(str(onnx_path))), str(onnx_path))
+        ov_model = ov.convert_model(str(onnx_path))
+        ov.save_model(ov_model, str(folder / "model.xml"), compress_to_fp16=meta.half)
+    (folder / METADATA_FILE).write_text(meta.to_json() + "\n")
+    return folder

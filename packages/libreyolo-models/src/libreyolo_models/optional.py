@@ -1,0 +1,30 @@
+"""Optional dependencies: import them on first use, and name the extra that installs them.
+
+Runtimes for exported models (onnxruntime, OpenVINO) are extras of ``libreyolo-models``, so a user
+who only trains never installs them. A missing one is an ``ImportError`` whose message is the
+command that fixes it, not a bare ``No module named ...``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+
+def require(module: str, extra: str, purpose: str) -> ModuleType:
+    """Import ``module`` or raise ``ImportError`` naming ``extra`` (``pip install 'libreyolo[onnx]'``)."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as err:
+        raise ImportError(f"{purpose} needs the {module!r} package, which is not installed: "
+                          f"pip install 'libreyolo[{extra}]' (or 'libreyolo-models[{extra}]')") from err
+
+
+def find_version(dist: str) -> str | None:
+    """The installed version of distribution ``dist``, or None when it is absent."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return None

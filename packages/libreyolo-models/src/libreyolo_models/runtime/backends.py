@@ -1,0 +1,192 @@
+"""Runtime backends behind the inference seam.
+
+A backend is an ``nn.Module`` whose forward is the exported ``inference_forward``: images in,
+the family's inference outputs out, as torch tensors on the device the model was moved to. The
+facade holds it where it holds the PyTorch network, so ``model.device``, ``predict`` and ``val``
+keep working unchanged; what needs a PyTorch network (train, fuse, CUDA graphs, saving) is
+refused by the facade.
+
+A file exported at a fixed batch runs any batch: the backend feeds it chunks of that batch and
+pads the last one, so a batch-1 ONNX file still validates with ``batch=16``.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from ..errors import CheckpointError, ConfigError
+from ..export.metadata import METADATA_FILE, METADATA_KEY, ExportMetadata
+from ..optional import require
+
+log = logging.getLogger(__name__)
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16}
+
+
+def is_exported(model: object) -> bool:
+    """Whether ``model`` names an exported model: ``.onnx``, ``.torchscript`` or an OpenVINO folder."""
+    if not isinstance(model, str | Path):
+        return False
+    path = Path(model)
+    if path.suffix.lower() in (".onnx", ".torchscript"):
+        return True
+    return path.is_dir() and (path / METADATA_FILE).is_file()
+
+
+def load_exported(model: str | Path) -> RuntimeNetwork:
+    """The backend for ``model``, chosen from the file; ``FileNotFoundError`` / ``CheckpointError``
+    naming it when it is missing or was not written by ``model.export``."""
+    path = Path(model)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such exported model (export one with model.export(format=...))")
+    if path.is_dir():
+        return OpenVINONetwork(path)
+    if path.suffix.lower() == ".onnx":
+        return OnnxNetwork(path)
+    return TorchScriptNetwork(path)
+
+
+class RuntimeNetwork(nn.Module):
+    """The common part: metadata, device/dtype anchor, input checks and fixed-batch chunking.
+
+    ``anchor`` is an empty fp32 parameter: ``model.device`` / ``model.dtype`` read it, and
+    ``model.to(device)`` moves it, which is where the outputs are returned.
+    """
+
+    kind = "runtime"
+
+    def __init__(self, path: Path, meta: ExportMetadata) -> None:
+        super().__init__()
+        self.path, self.meta = path, meta
+        self.anchor = nn.Parameter(torch.zeros(0), requires_grad=False)
+
+    def forward(self, images: Tensor) -> Tensor | tuple[Tensor, ...]:
+        self._check(images)
+        step = len(images) if self.meta.dynamic else self.meta.batch
+        parts: list[list[Tensor]] = []
+        for start in range(0, len(images), step):
+            chunk = images[start:start + step]
+            n = len(chunk)
+            if n < step:
+                chunk = torch.cat((chunk, chunk.new_zeros((step - n, *chunk.shape[1:]))))
+            parts.append([out[:n] for out in self.run(chunk)])
+        outs = [torch.cat(column) if len(parts) > 1 else column[0] for column in zip(*parts)]
+        outs = [out.to(self.anchor.device) for out in outs]
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def _check(self, images: Tensor) -> None:
+        meta = self.meta
+        h, w = images.shape[-2:]
+        if images.ndim != 4 or images.shape[1] != 3:
+            raise ConfigError(f"{self.path}: expects images [B, 3, H, W], got {tuple(images.shape)}")
+        if (h, w) != (meta.imgsz, meta.imgsz):
+            raise ConfigError(f"{self.path} was exported for imgsz={meta.imgsz} but got {h}x{w} images; use "
+                              f"imgsz={meta.imgsz}, or re-export from the .pt with imgsz={max(h, w)}")
+
+    def run(self, images: Tensor) -> list[Tensor]:
+        """One call of the runtime on exactly the batch it accepts."""
+        raise NotImplementedError
+
+    def describe(self) -> dict[str, Any]:
+        return {"runtime": self.kind, "file": str(self.path), "exported_batch": self.meta.batch,
+                "dynamic": self.meta.dynamic, "half": self.meta.half}
+
+
+def _numpy_input(images: Tensor, dtype: str) -> np.ndarray:
+    return np.ascontiguousarray(images.detach().to("cpu", DTYPES[dtype]).numpy())
+
+
+class OnnxNetwork(RuntimeNetwork):
+    """onnxruntime; the CUDA execution provider when the model is on a GPU and onnxruntime has it."""
+
+    kind = "onnxruntime"
+
+    def __init__(self, path: Path) -> None:
+        onnx_rt = require("onnxruntime", "onnx", f"LibreYOLO({str(path)!r})")
+        self._ort = onnx_rt
+        options = onnx_rt.SessionOptions()
+        options.log_severity_level = 3
+        self._options = options
+        session = onnx_rt.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        props = session.get_modelmeta().custom_metadata_map
+        if METADATA_KEY not in props:
+            raise CheckpointError(f"{path}: an ONNX file without LibreYOLO metadata (key {METADATA_KEY!r}); only "
+                                  "files written by model.export(format='onnx') load as models")
+        super().__init__(path, ExportMetadata.from_json(props[METADATA_KEY], str(path)))
+        self._sessions: dict[str, Any] = {"cpu": session}
+
+    def _session(self) -> Any:
+        kind = self.anchor.device.type
+        if kind not in self._sessions:
+            available = self._ort.get_available_providers()
+            if kind == "cuda" and "CUDAExecutionProvider" in available:
+                providers = [("CUDAExecutionProvider", {"device_id": self.anchor.device.index or 0}),
+                             "CPUExecutionProvider"]
+                self._sessions[kind] = self._ort.InferenceSession(str(self.path), self._options, providers=providers)
+            else:
+                log.warning("onnxruntime has no execution provider for %s (available: %s); running on the CPU",
+                            self.anchor.device, ", ".join(available))
+                self._sessions[kind] = self._sessions["cpu"]
+        return self._sessions[kind]
+
+    def run(self, images: Tensor) -> list[Tensor]:
+        session = self._session()
+        feed = {session.get_inputs()[0].name: _numpy_input(images, self.meta.input_dtype)}
+        return [torch.from_numpy(np.asarray(out)) for out in session.run(None, feed)]
+
+
+class TorchScriptNetwork(RuntimeNetwork):
+    """A traced TorchScript module (``torch.jit.load``); it moves with ``model.to(device)``."""
+
+    kind = "torchscript"
+
+    def __init__(self, path: Path) -> None:
+        files = {METADATA_FILE: ""}
+        try:
+            with warnings.catch_warnings():  # torch.jit's deprecation notice is not the user's to act on
+                warnings.simplefilter("ignore", FutureWarning)
+                script = torch.jit.load(str(path), map_location="cpu", _extra_files=files)
+        except RuntimeError as err:
+            raise CheckpointError(f"{path}: not a TorchScript file ({str(err).splitlines()[0]})") from None
+        if not files[METADATA_FILE]:
+            raise CheckpointError(f"{path}: a TorchScript file without LibreYOLO metadata ({METADATA_FILE}); only "
+                                  "files written by model.export(format='torchscript') load as models")
+        super().__init__(path, ExportMetadata.from_json(files[METADATA_FILE], str(path)))
+        self.script = script
+
+    def run(self, images: Tensor) -> list[Tensor]:
+        traced_on = str(self.meta.extra.get("traced_on", "cpu"))
+        if traced_on != self.anchor.device.type:
+            # A trace records tensors made inside the network (anchor grids) on the device it ran on.
+            raise ConfigError(f"{self.path} was traced on {traced_on} and runs only there; "
+                              + ("move it with model.to(0)" if traced_on == "cuda" else "keep it on the CPU")
+                              + f", or re-export from the .pt with device={'cpu' if traced_on == 'cuda' else 0}")
+        with torch.no_grad():
+            out = self.script(images.to(self.anchor.device, DTYPES[self.meta.input_dtype]))
+        return list(out) if isinstance(out, tuple | list) else [out]
+
+
+class OpenVINONetwork(RuntimeNetwork):
+    """An OpenVINO IR folder on the OpenVINO CPU plugin (outputs moved to the model's device)."""
+
+    kind = "openvino"
+
+    def __init__(self, folder: Path) -> None:
+        ov = require("openvino", "openvino", f"LibreYOLO({str(folder)!r})")
+        meta_file, xml = folder / METADATA_FILE, folder / "model.xml"
+        if not meta_file.is_file() or not xml.is_file():
+            raise CheckpointError(f"{folder}: an OpenVINO model folder needs model.xml and {METADATA_FILE}, as "
+                                  "model.export(format='openvino') writes them")
+        super().__init__(folder, ExportMetadata.from_json(meta_file.read_text(), str(meta_file)))
+        self._compiled = ov.Core().compile_model(str(xml), "CPU")
+
+    def run(self, images: Tensor) -> list[Tensor]:
+        result = self._compiled(_numpy_input(images, self.meta.input_dtype))
+        return [torch.from_numpy(np.asarray(result[out])) for out in self._compiled.outputs]

@@ -1,0 +1,219 @@
+"""Export (ONNX, TorchScript, OpenVINO) and the runtime backends that load the files back.
+
+YOLOv9-t is checked in full: detections on the sample image and 20 ``shapes`` validation images
+match PyTorch's (same classes, box IoU >= 0.99, scores within 1e-3), validation through the
+exported model gives PyTorch's mAP within 0.005, dynamic batch runs at 1 and 8. The other
+families get a parity check of the exported seam (test_export_families.py). Image size 64 keeps
+every export to seconds of CPU.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from libreyolo_models import SAMPLE_IMAGE, ConfigError, LibreYOLO
+from libreyolo_models.errors import CheckpointError
+from libreyolo_models.layers.boxes import box_iou
+
+IMGSZ = 64
+NAMES = ["a", "b", "c", "d", "e"]  # shapes has five classes
+
+
+@pytest.fixture(scope="module")
+def shapes20(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from libreyolo_models.data.shapes import generate_shapes
+
+    root = tmp_path_factory.mktemp("shapes20")
+    generate_shapes(root, split_sizes={"train": 1, "val": 20})
+    return root / "data.yaml"
+
+
+@pytest.fixture(scope="module")
+def model() -> LibreYOLO:
+    """Untrained YOLOv9-t with its biases spread (seeded): scores of every level between 0 and 1,
+    so hundreds of detections survive NMS and every one is compared."""
+    torch.manual_seed(0)
+    model = LibreYOLO(family="yolo9", size="t", nc=5, names=NAMES, imgsz=IMGSZ).eval()
+    with torch.no_grad():
+        for name, param in model.net.named_parameters():
+            if name.endswith("bias"):
+                param.normal_(0.0, 0.5)
+    return model
+
+
+@pytest.fixture(scope="module")
+def exported(model: LibreYOLO, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """ONNX and OpenVINO with a dynamic batch; TorchScript at a fixed batch of 1 (run in chunks)."""
+    out = tmp_path_factory.mktemp("exported")
+    return {"onnx": model.export(format="onnx", dynamic=True, simplify=True, file=str(out / "y9.onnx")),
+            "torchscript": model.export(format="torchscript", file=str(out / "y9.torchscript")),
+            "openvino": model.export(format="openvino", dynamic=True, file=str(out / "y9_openvino_model"))}
+
+
+def _val_images(data_yaml: Path) -> list[Path]:
+    images = sorted((data_yaml.parent / "images" / "val").glob("*"))
+    assert len(images) == 20
+    return images
+
+
+def assert_same_detections(expected: torch.Tensor, got: torch.Tensor, *, iou: float = 0.99, score: float = 1e-3) -> None:
+    """One to one: every PyTorch detection has its own exported one of the same class with box
+    IoU >= ``iou`` and a score within ``score`` (the closest unused one; near-equal scores may
+    swap places in the sorted lists)."""
+    assert len(got) == len(expected), f"{len(got)} detections, PyTorch has {len(expected)}"
+    if not len(expected):
+        return
+    overlap = box_iou(expected[:, :4], got[:, :4])
+    same = expected[:, 5:6] == got[:, 5].unsqueeze(0)
+    close = (expected[:, 4:5] - got[:, 4].unsqueeze(0)).abs()
+    cost = (1 - overlap) + close + (~same).float() * 10
+    used: set[int] = set()
+    for i in range(len(expected)):
+        order = [j for j in cost[i].argsort().tolist() if j not in used]
+        j = order[0]
+        used.add(j)
+        assert same[i, j], f"detection {i}: class {expected[i, 5].item()} has no exported match"
+        assert overlap[i, j].item() >= iou, f"detection {i}: box IoU {overlap[i, j].item():.4f}"
+        assert close[i, j].item() <= score, f"detection {i}: scores differ by {close[i, j].item():.2e}"
+
+
+@pytest.mark.parametrize("fmt", ["onnx", "torchscript", "openvino"])
+def test_exported_detections_match_pytorch(fmt: str, model: LibreYOLO, exported: dict[str, Path],
+                                           shapes20: Path) -> None:
+    runtime = LibreYOLO(exported[fmt])
+    sources = [SAMPLE_IMAGE, *_val_images(shapes20)]
+    ours = model.predict(sources, conf=0.01, batch=4)
+    theirs = runtime.predict(sources, conf=0.01, batch=4)
+    assert sum(len(r.boxes) for r in ours) > 50, "too few detections to compare anything"
+    for a, b in zip(ours, theirs, strict=True):
+        assert_same_detections(a.boxes.data, b.boxes.data)
+
+
+@pytest.mark.parametrize("fmt", ["onnx", "torchscript"])
+def test_val_through_the_exported_model_matches_pytorch(fmt: str, model: LibreYOLO, exported: dict[str, Path],
+                                                        shapes20: Path) -> None:
+    options = {"data": str(shapes20), "batch": 8, "conf": 0.001, "workers": 0, "verbose": False}
+    ours = model.val(**options)
+    theirs = LibreYOLO(exported[fmt]).val(**options)  # TorchScript: batch-1 file, run in 8 chunks
+    assert ours.n_images == theirs.n_images == 20
+    assert abs(ours.map50 - theirs.map50) <= 0.005 and abs(ours.map50_95 - theirs.map50_95) <= 0.005
+
+
+@pytest.mark.parametrize("fmt", ["onnx", "openvino"])
+def test_dynamic_batch_runs_at_1_and_8(fmt: str, model: LibreYOLO, exported: dict[str, Path]) -> None:
+    runtime = LibreYOLO(exported[fmt])
+    for batch in (1, 8):
+        images = torch.rand(batch, 3, IMGSZ, IMGSZ, generator=torch.Generator().manual_seed(batch))
+        with torch.no_grad():
+            expected = model.inference_forward(images)
+        got = runtime.inference_forward(images)
+        assert got.shape == expected.shape == (batch, 4 + 5, 84)
+        assert torch.allclose(got, expected, atol=1e-3, rtol=1e-4), (got - expected).abs().max()
+
+
+def test_the_onnx_graph_declares_a_free_batch_and_carries_the_metadata(exported: dict[str, Path]) -> None:
+    import onnx
+
+    proto = onnx.load(str(exported["onnx"]))
+    dims = proto.graph.input[0].type.tensor_type.shape.dim
+    assert dims[0].dim_param == "batch" and [d.dim_value for d in dims[1:]] == [3, IMGSZ, IMGSZ]
+    runtime = LibreYOLO(exported["onnx"])
+    info = runtime.info()
+    assert (info["family"], info["size"], info["task"], info["nc"], info["imgsz"]) == ("yolo9", "t", "detect", 5, IMGSZ)
+    assert runtime.names == dict(enumerate(NAMES)) and info["runtime"] == "onnxruntime"
+
+
+def test_a_fixed_batch_file_runs_other_batches_in_chunks(model: LibreYOLO, exported: dict[str, Path]) -> None:
+    runtime = LibreYOLO(exported["torchscript"])
+    images = torch.rand(3, 3, IMGSZ, IMGSZ, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        assert torch.allclose(runtime.inference_forward(images), model.inference_forward(images), atol=1e-4)
+
+
+def test_another_image_size_is_refused_with_the_exported_one(exported: dict[str, Path]) -> None:
+    runtime = LibreYOLO(exported["onnx"])
+    with pytest.raises(ConfigError, match=f"exported for imgsz={IMGSZ}.*use imgsz={IMGSZ}"):
+        runtime.predict(SAMPLE_IMAGE, imgsz=96)
+
+
+@pytest.mark.parametrize(("verb", "what"), [
+    (lambda m: m.train(data="shapes", epochs=1), "train"),
+    (lambda m: m.fuse(), "fuse"),
+    (lambda m: m.half(), "cast to fp16"),
+    (lambda m: m.predict(SAMPLE_IMAGE, cuda_graph=True), r"predict\(cuda_graph=True\)"),
+    (lambda m: m.capture_graph(), "capture CUDA graphs"),
+    (lambda m: m.save("x.pt"), "save a checkpoint"),
+    (lambda m: m.export(format="onnx"), "export"),
+])
+def test_what_needs_pytorch_is_refused_naming_the_pt_way_back(verb, what: str, exported: dict[str, Path]) -> None:
+    runtime = LibreYOLO(exported["onnx"])
+    with pytest.raises(ConfigError, match=rf"cannot {what}.*exported onnxruntime model.*\.pt checkpoint"):
+        verb(runtime)
+
+
+def test_a_missing_runtime_names_its_extra(exported: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)
+    with pytest.raises(ImportError, match=r"pip install 'libreyolo\[onnx\]'"):
+        LibreYOLO(exported["onnx"])
+    monkeypatch.setitem(sys.modules, "openvino", None)
+    with pytest.raises(ImportError, match=r"pip install 'libreyolo\[openvino\]'"):
+        LibreYOLO(exported["openvino"])
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_an_onnx_file_without_our_metadata_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "plain.onnx"
+    torch.onnx.export(torch.nn.Conv2d(3, 4, 3), (torch.rand(1, 3, 8, 8),), str(path), dynamo=False)
+    with pytest.raises(CheckpointError, match="without LibreYOLO metadata.*model.export"):
+        LibreYOLO(path)
+
+
+def test_bad_export_options_are_refused_before_any_work(model: LibreYOLO) -> None:
+    with pytest.raises(ConfigError, match="format='onxx'.*did you mean 'onnx'"):
+        model.export(format="onxx")
+    with pytest.raises(ConfigError, match="half=True.*needs a CUDA device"):
+        model.export(format="onnx", half=True)
+    with pytest.raises(ConfigError, match="imgsz=70 must be a positive multiple of 32"):
+        model.export(format="onnx", imgsz=70)
+
+
+def test_a_family_declared_not_exportable_says_why(model: LibreYOLO, monkeypatch: pytest.MonkeyPatch) -> None:
+    from libreyolo_models import TaskDecl
+
+    with pytest.raises(ConfigError, match="needs export_note"):
+        TaskDecl(loss_names=("x",), exportable=False)
+    decl = replace(model.spec.task("detect"), exportable=False, export_note="its decoder loops in Python")
+    monkeypatch.setattr(model, "spec", replace(model.spec, tasks={"detect": decl}))
+    with pytest.raises(ConfigError, match="does not export: its decoder loops in Python"):
+        model.export(format="onnx")
+
+
+@pytest.mark.cuda
+def test_onnx_on_the_gpu_matches_pytorch_and_half_exports(model: LibreYOLO, exported: dict[str, Path],
+                                                         tmp_path: Path) -> None:
+    """On a GPU: the CUDA execution provider (when onnxruntime has it) and fp16 TorchScript."""
+    runtime = LibreYOLO(exported["onnx"]).to(0)
+    images = torch.rand(8, 3, IMGSZ, IMGSZ, generator=torch.Generator().manual_seed(8))
+    with torch.no_grad():
+        expected = model.inference_forward(images)
+    got = runtime.inference_forward(images.cuda())
+    assert got.device.type == "cuda" and torch.allclose(got.cpu(), expected, atol=1e-3)
+    gpu = LibreYOLO(family="yolo9", size="t", nc=5, imgsz=IMGSZ)
+    gpu.net.load_state_dict(model.net.state_dict())
+    path = gpu.to(0).eval().export(format="torchscript", half=True, device="0", file=str(tmp_path / "h.torchscript"))
+    half = LibreYOLO(path).to(0)
+    assert_same_detections(gpu.predict(SAMPLE_IMAGE, conf=0.01)[0].boxes.data.cpu(),
+                           half.predict(SAMPLE_IMAGE, conf=0.01)[0].boxes.data.cpu(), iou=0.95, score=1e-2)
+
+
+def test_a_torchscript_file_runs_only_where_it_was_traced(exported: dict[str, Path]) -> None:
+    runtime = LibreYOLO(exported["torchscript"])
+    assert runtime.runtime is not None and runtime.runtime.meta.extra["traced_on"] == "cpu"
+    runtime.runtime.meta = replace(runtime.runtime.meta, extra={"traced_on": "cuda"})  # as if traced on a GPU
+    with pytest.raises(ConfigError, match=r"traced on cuda.*model\.to\(0\).*re-export from the \.pt with device=cpu"):
+        runtime.predict(SAMPLE_IMAGE)

@@ -1,0 +1,327 @@
+#!/usr/bin/env python
+"""End-to-end predict benchmark (GPU): our arms and Ultralytics' predict on the same files, one run.
+
+Scenarios, each for every arm:
+
+- ``image``: one 1280x720 JPEG at batch 1, median of ``--reps`` calls (after warmup);
+- ``folder``: ``--images`` 1280x720 JPEGs streamed at ``--batch``, images/s;
+- ``video``: a ``--video-s`` second 720p 30 fps H.264 video the script writes (PyAV, else
+  OpenCV; the scenario is skipped with a line when neither is installed), streamed at ``--batch``.
+
+Arms: ``eager`` (fp32), ``graph`` (fp32, ``cuda_graph=True``), ``half+fuse+graph`` (fp16
+weights, fused, graphed), and ``ultralytics`` (``tools/peer_ultralytics.py predict`` in a
+subprocess, the same files; skipped with a line when it is not importable). For ours: per-phase
+times (decode on the prefetch thread, preprocess, network, postprocess: ms per image, means of
+``Results.speed``), peak GPU memory per arm and the graph pools' bytes. Then a network-only
+table: the fused fp16 network eager, graphed (``GraphRunner``) and ``torch.compile(mode=
+"reduce-overhead")`` at batch 1 and ``--batch`` (CUDA events, medians). Ratios are printed
+against eager and against Ultralytics.
+
+    python tools/bench_predict.py --out bench-predict.md
+    python tools/bench_predict.py --images 200 --video-s 5 --no-compile   # a quick look
+
+Random weights (``--size`` of YOLOv9, the same ``yolov9<size>.yaml`` for the peer), so detections
+are few and NMS is cheap for both. ``--data-dir`` keeps the generated files between runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from PIL import Image
+from report import emit_report, log
+
+ARMS = {"eager": {}, "graph": {"cuda_graph": True}, "half+fuse+graph": {"half": True, "fuse": True, "cuda_graph": True}}
+PHASES = ("decode", "preprocess", "inference", "postprocess")
+
+
+# --------------------------------------------------------------------------- data
+def scene(seed: int, h: int = 720, w: int = 1280) -> np.ndarray:
+    """A smooth background with a few solid shapes: JPEG-compressible like a photo, not noise."""
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[0:h, 0:w]
+    img = np.stack([(xx * 255 // w), (yy * 255 // h), np.full_like(xx, int(rng.integers(0, 255)))], -1)
+    for _ in range(6):
+        x, y = int(rng.integers(0, w - 200)), int(rng.integers(0, h - 200))
+        img[y:y + int(rng.integers(40, 200)), x:x + int(rng.integers(40, 200))] = rng.integers(0, 255, 3)
+    return img.astype(np.uint8)
+
+
+def write_images(folder: Path, n: int) -> list[Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = [folder / f"img{i:05d}.jpg" for i in range(n)]
+    todo = [(i, p) for i, p in enumerate(paths) if not p.exists()]
+    if todo:
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(lambda ip: Image.fromarray(scene(ip[0])).save(ip[1], quality=90), todo))
+    return paths
+
+
+def write_video(path: Path, seconds: int, fps: int = 30) -> str | None:
+    """A 720p moving-shapes video; returns None, or why it could not be written."""
+    if path.exists():
+        return None
+    frames = (_moving(i) for i in range(seconds * fps))
+    try:
+        import av
+    except ImportError:
+        av = None
+    if av is not None:
+        with av.open(str(path), mode="w") as out:
+            stream = out.add_stream("libx264" if "libx264" in av.codecs_available else "mpeg4", rate=fps)
+            stream.width, stream.height, stream.pix_fmt = 1280, 720, "yuv420p"
+            for img in frames:
+                for packet in stream.encode(av.VideoFrame.from_ndarray(img, format="rgb24")):
+                    out.mux(packet)
+            for packet in stream.encode():
+                out.mux(packet)
+        return None
+    try:
+        import cv2
+    except ImportError:
+        return "neither PyAV (av) nor OpenCV (cv2) is installed"
+    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"mp4v"), fps, (1280, 720))
+    for img in frames:
+        writer.write(img[:, :, ::-1])
+    writer.release()
+    return None
+
+
+_BASE = scene(12345)
+
+
+def _moving(i: int) -> np.ndarray:
+    img = _BASE.copy()
+    x = (i * 7) % 1000
+    img[200:400, x:x + 200] = (250, 40, 40)
+    return img
+
+
+# --------------------------------------------------------------------------- our arms
+def fresh_model(size: str, imgsz: int) -> Any:
+    from libreyolo_models import LibreYOLO
+
+    torch.manual_seed(0)
+    model = LibreYOLO(family="yolo9", size=size, imgsz=imgsz)
+    norms = [m for m in model.net.modules() if isinstance(m, torch.nn.BatchNorm2d)]
+    for m in norms:  # BatchNorm statistics from one batch, so fp16 stays finite
+        m.momentum = 1.0
+    model.net.train()
+    with torch.no_grad():
+        model.net(torch.rand(2, 3, imgsz, imgsz))
+    model.net.eval()
+    return model
+
+
+def phase_means(results: Iterable[Any]) -> tuple[int, dict[str, float]]:
+    sums = dict.fromkeys(PHASES, 0.0)
+    n = 0
+    for res in results:
+        n += 1
+        for k in PHASES:
+            sums[k] += res.speed.get(k, 0.0)
+    return n, {k: v / max(n, 1) for k, v in sums.items()}
+
+
+def run_ours(arm: str, args: argparse.Namespace, image: Path, folder: Path, video: Path | None) -> dict[str, Any]:
+    options = {"device": 0, "imgsz": args.imgsz, "conf": args.conf, **ARMS[arm]}
+    model = fresh_model(args.size, args.imgsz)
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    out: dict[str, Any] = {}
+    for _ in range(args.warmup):
+        model.predict(image, **options)
+    times, speeds = [], []
+    for _ in range(args.reps):
+        t0 = time.perf_counter()
+        (res,) = model.predict(image, **options)
+        times.append((time.perf_counter() - t0) * 1e3)
+        speeds.append(res)
+    out["image_ms"] = statistics.median(times)
+    out["image_phases"] = phase_means(speeds)[1]
+    model.predict(str(folder), batch=args.batch, stream=True, **options).__next__()  # capture the batch shape
+    t0 = time.perf_counter()
+    n, out["folder_phases"] = phase_means(model.predict(str(folder), batch=args.batch, stream=True, **options))
+    out["folder_per_s"] = n / (time.perf_counter() - t0)
+    if video is not None:
+        t0 = time.perf_counter()
+        n, out["video_phases"] = phase_means(model.predict(str(video), batch=args.batch, stream=True, **options))
+        out["video_per_s"] = n / (time.perf_counter() - t0)
+    out["peak_mib"] = torch.cuda.max_memory_allocated() / 2**20
+    out["pool_mib"] = sum(g["pool_bytes"] or 0 for g in model.graph_info()["graphs"]) / 2**20
+    model.release_graphs()
+    del model
+    torch.cuda.empty_cache()
+    return out
+
+
+# --------------------------------------------------------------------------- network only
+def median_ms(fn: Callable[[], Any], reps: int, warmup: int) -> float:
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def network_only(args: argparse.Namespace) -> list[str]:
+    model = fresh_model(args.size, args.imgsz).fuse().to(0).half()
+    module = model.inference_module().eval()
+    rows = ["| batch | eager ms | graph ms | compile(reduce-overhead) ms | graph/eager | compile/eager | compile first call s |",
+            "|---:|---:|---:|---:|---:|---:|---:|"]
+    compiled = None
+    if args.compile:
+        compiled = torch.compile(module, mode="reduce-overhead")
+    for batch in sorted({1, args.batch}):
+        rows.append(_network_row(module, compiled, batch, args))
+    return rows
+
+
+def _network_row(module: torch.nn.Module, compiled: Any, batch: int, args: argparse.Namespace) -> str:
+    from libreyolo_cudagraph import GraphRunner
+
+    x = torch.rand(batch, 3, args.imgsz, args.imgsz, device="cuda", dtype=torch.float16)
+    mark = getattr(torch.compiler, "cudagraph_mark_step_begin", lambda: None)
+
+    def call_compiled() -> Any:
+        mark()  # a new step for compile's graph trees: the previous output is not kept
+        return compiled(x)
+
+    with torch.no_grad():  # as tools/bench_infer_graphs.py: compile's graph trees and ours alike
+        eager = median_ms(lambda: module(x), args.reps, args.warmup)
+        runner = GraphRunner(module, mode="on", name=f"net-b{batch}")
+        graph = median_ms(lambda: runner(x), args.reps, args.warmup)
+        runner.release()
+        comp, first = float("nan"), float("nan")
+        if compiled is not None:
+            t0 = time.perf_counter()
+            call_compiled()
+            torch.cuda.synchronize()
+            first = time.perf_counter() - t0
+            comp = median_ms(call_compiled, args.reps, args.warmup)
+    return (f"| {batch} | {eager:.3f} | {graph:.3f} | {comp:.3f} | {eager / graph:.2f}x | "
+            f"{eager / comp:.2f}x | {first:.1f} |")
+
+
+# --------------------------------------------------------------------------- report
+def _fmt(v: Any, spec: str = ".2f") -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def report(results: dict[str, dict[str, Any]], net_rows: list[str], notes: list[str],
+           args: argparse.Namespace) -> list[str]:
+    gpu = torch.cuda.get_device_name(0)
+    lines = [f"## Predict end to end ({datetime.date.today()}, {gpu}, torch {torch.__version__})", "",
+             f"YOLOv9-{args.size} random weights, imgsz {args.imgsz}, conf {args.conf}; image: batch 1, median of "
+             f"{args.reps}; folder: {args.images} JPEGs 1280x720 at batch {args.batch}; video: {args.video_s} s "
+             f"720p30 at batch {args.batch}.", "",
+             "| arm | image ms | folder img/s | video frames/s | peak GPU MiB | graph pool MiB |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for arm, r in results.items():
+        lines.append(f"| {arm} | {_fmt(r.get('image_ms'))} | {_fmt(r.get('folder_per_s'), '.0f')} | "
+                     f"{_fmt(r.get('video_per_s'), '.0f')} | {_fmt(r.get('peak_mib'), '.0f')} | "
+                     f"{_fmt(r.get('pool_mib'), '.0f')} |")
+    lines += ["", "Per-phase ms per image (decode runs on the prefetch thread, overlapping the GPU):", "",
+              "| arm | scenario | decode | preprocess | network | postprocess |", "|---|---|---:|---:|---:|---:|"]
+    for arm, r in results.items():
+        for scenario in ("image", "folder", "video"):
+            ph = r.get(f"{scenario}_phases")
+            if ph:
+                lines.append(f"| {arm} | {scenario} | " + " | ".join(_fmt(ph.get(k), ".3f") for k in PHASES) + " |")
+    lines += ["", "Ratios (speed, higher is better for ours):", ""]
+    base, peer = results.get("eager", {}), results.get("ultralytics", {})
+    for arm, r in results.items():
+        if arm == "ultralytics":
+            continue
+        parts = []
+        for key, higher in (("image_ms", False), ("folder_per_s", True), ("video_per_s", True)):
+            for ref_name, ref in (("eager", base), ("ultralytics", peer)):
+                if arm == ref_name or not r.get(key) or not ref.get(key):
+                    continue
+                ratio = r[key] / ref[key] if higher else ref[key] / r[key]
+                parts.append(f"{key.split('_')[0]} {ratio:.2f}x vs {ref_name}")
+        lines.append(f"- {arm}: " + (", ".join(parts) or "-"))
+    lines += ["", "Network only (fused fp16, CUDA events, medians):", "", *net_rows]
+    if notes:
+        lines += ["", *[f"- {n}" for n in notes]]
+    return lines
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--size", default="t")
+    p.add_argument("--imgsz", type=int, default=640)
+    p.add_argument("--conf", type=float, default=0.25)
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--images", type=int, default=1000)
+    p.add_argument("--video-s", type=int, default=30)
+    p.add_argument("--reps", type=int, default=100)
+    p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--arms", default="eager,graph,half+fuse+graph,ultralytics")
+    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--data-dir", type=Path, default=Path("/tmp/bench-predict-data"))
+    p.add_argument("--out", type=Path, default=None)
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if not torch.cuda.is_available():
+        sys.exit("bench_predict.py needs a CUDA GPU")
+    notes: list[str] = []
+    log(f"writing data into {args.data_dir}")
+    image = args.data_dir / "one.jpg"
+    args.data_dir.mkdir(parents=True, exist_ok=True)
+    if not image.exists():
+        Image.fromarray(scene(999)).save(image, quality=90)
+    folder = args.data_dir / f"folder{args.images}"
+    write_images(folder, args.images)
+    video: Path | None = args.data_dir / f"video{args.video_s}s.mp4"
+    why = write_video(video, args.video_s)
+    if why is not None:
+        notes.append(f"video scenario skipped: {why}")
+        video = None
+    results: dict[str, dict[str, Any]] = {}
+    for arm in args.arms.split(","):
+        log(f"arm {arm}")
+        if arm == "ultralytics":
+            from peer_ultralytics import run_peer
+
+            peer = run_peer("predict", timeout_s=420, model=f"yolov9{args.size}.yaml", source=image, folder=folder,
+                            video=video, imgsz=args.imgsz, batch=args.batch, reps=args.reps, warmup=args.warmup,
+                            conf=args.conf, device="0")
+            if "skipped" in peer:
+                notes.append(f"ultralytics skipped: {peer['skipped']}")
+            else:
+                results[arm] = peer
+        elif arm in ARMS:
+            try:
+                results[arm] = run_ours(arm, args, image, folder, video)
+            except Exception as err:  # noqa: BLE001 - one arm's failure is reported, the others still run
+                notes.append(f"{arm} failed: {type(err).__name__}: {str(err)[:300]}")
+        else:
+            sys.exit(f"unknown arm {arm!r}; known: {', '.join([*ARMS, 'ultralytics'])}")
+    net_rows = network_only(args)
+    emit_report(report(results, net_rows, notes, args), args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
