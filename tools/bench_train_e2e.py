@@ -1,23 +1,29 @@
 """End-to-end training throughput: eager vs ``cuda_graph=True``, full epochs, in one run.
 
-Trains YOLOv9 (default t) on a synthetic 640 px YOLO dataset with the real trainer (data pipeline,
-augmentation, AMP, EMA, optimizer), once eagerly and once with CUDA graphs, from the same seed and
-weights, and reports per arm the training images/s of the epochs after the first (the first pays
-for the image cache, worker start-up and capture), the share of time waiting for data, the ratio,
-and whether the per-epoch losses were bit-identical. The peer, Ultralytics' YOLOv9 of the same size,
-trains on the same data with the same batch, image size, AMP and epoch count in the same
-invocation (``tools/peer_ultralytics.py``, a subprocess; ``--no-peer`` skips it); a ratio to a
-figure from another run would be noise (the same Ultralytics run measured 161 and 327 img/s).
+Trains YOLOv9 (sizes ``--sizes``, default t) on a synthetic YOLO dataset with the real trainer
+(data pipeline, augmentation, AMP, EMA, optimizer), once per arm (eagerly, with CUDA graphs, ...)
+at every batch of ``--batches``, from the same seed and weights. Per arm it reports the training
+images/s of the epochs after the first (the first pays for the image cache, worker start-up and
+capture), the share of time waiting for data, the time to the first optimizer step (from
+``model.train()``), the peak GPU memory (allocated and reserved) and the CUDA-graph pool, the
+ratios to eager and to the peer, and whether eager and graphed per-epoch losses were bit-identical.
+The peer, Ultralytics' YOLOv9 of the same size, trains on the same data with the same batch, image
+size, AMP and epoch count in the same invocation (``tools/peer_ultralytics.py``, a subprocess;
+``--no-peer`` skips it); a ratio to a figure from another run would be noise (the same Ultralytics
+run measured 161 and 327 img/s).
 
-    python tools/bench_train_e2e.py --images 2048 --epochs 3 --batch 32
-    python tools/bench_train_e2e.py --profile   # where a step's time goes (synchronizes each phase)
+    python tools/bench_train_e2e.py --images 2048 --epochs 3 --batches 32
+    python tools/bench_train_e2e.py --profile --batches 8,32,64 --images 512 --epochs 2 --no-peer
+    python tools/bench_train_e2e.py --sizes t,s --batches 8,32 --no-peer
     python tools/bench_train_e2e.py --arms eager,graph,graph-cl,graph-cl-fast
 
-An arm is ``eager`` or ``graph`` plus optional suffixes: ``-cl`` trains with ``channels_last=True``;
-``-fast`` trains with ``deterministic=False``, so the trainer's default ``cudnn_benchmark="auto"``
-lets cuDNN pick the fastest kernels (losses are then no longer reproducible run to run); arms
-without ``-fast`` use ``--deterministic`` (default on, for the bit-identical loss check). Arms
-without ``-cl`` pass ``channels_last=False``.
+``--profile`` synchronizes around every phase of every step (data wait, forward, loss, backward,
+gradient sync, optimizer, EMA, logging) and adds a per-step table in milliseconds; images/s drop,
+so profile in its own invocation. An arm is ``eager`` or ``graph`` plus optional suffixes: ``-cl``
+trains with ``channels_last=True``; ``-fast`` trains with ``deterministic=False``, so the
+trainer's default ``cudnn_benchmark="auto"`` lets cuDNN pick the fastest kernels (losses are then
+no longer reproducible run to run); arms without ``-fast`` use ``--deterministic`` (default on,
+for the bit-identical loss check). Arms without ``-cl`` pass ``channels_last=False``.
 """
 
 from __future__ import annotations
@@ -25,10 +31,12 @@ from __future__ import annotations
 import argparse
 import csv
 import datetime
+import gc
 import os
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -36,13 +44,45 @@ from peer_ultralytics import run_peer
 from report import emit_report, log
 from synthetic_set import write_yolo_dataset
 
+PHASES = ("data", "forward", "loss", "backward", "sync", "optimizer", "ema", "log")
+LOSS_KEYS = ("train/box_loss", "train/cls_loss", "train/dfl_loss")
+GIB = 2**30
+
+
+@dataclass
+class ArmResult:
+    """One arm's training run at one (size, batch)."""
+
+    rows: list[dict[str, float]]
+    setup_s: float = float("nan")          # model.train() -> the first epoch (cache, workers, optimizer)
+    peak_allocated: int = 0
+    peak_reserved: int = 0
+    pool_bytes: int = 0
+    graph_note: str = ""
+    extra: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def timed(self) -> list[dict[str, float]]:
+        return self.rows[1:] or self.rows
+
+    def images_per_s(self) -> float:
+        images = sum(r["train/images_per_s"] * r["train/epoch_s"] for r in self.timed)
+        return images / sum(r["train/epoch_s"] for r in self.timed)
+
+    def data_wait(self) -> float:
+        seconds = sum(r["train/epoch_s"] for r in self.timed)
+        return sum(r["train/data_wait_share"] * r["train/epoch_s"] for r in self.timed) / seconds
+
+    def first_step_s(self) -> float:
+        return self.setup_s + self.rows[0].get("train/first_step_s", float("nan"))
+
 
 def read_rows(run_dir: Path) -> list[dict[str, float]]:
     with (run_dir / "results.csv").open() as fh:
         return [{k: float(v) for k, v in row.items() if v} for row in csv.DictReader(fh)]
 
 
-def run_arm(data: Path, project: Path, *, arm: str, args: argparse.Namespace) -> list[dict[str, float]]:
+def run_arm(data: Path, project: Path, *, size: str, batch: int, arm: str, args: argparse.Namespace) -> ArmResult:
     from libreyolo_models import LibreYOLO9
 
     kind, *suffixes = arm.split("-")
@@ -50,60 +90,104 @@ def run_arm(data: Path, project: Path, *, arm: str, args: argparse.Namespace) ->
         sys.exit(f"--arms: unknown arm {arm!r}; use eager or graph, optionally with -cl and/or -fast")
     graph, fast = kind == "graph", "fast" in suffixes
     deterministic = args.deterministic and not fast
+    gc.collect()
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
     torch.manual_seed(0)
-    model = LibreYOLO9(size=args.size)
-
+    model = LibreYOLO9(size=size)
+    result = ArmResult(rows=[])
     started = time.perf_counter()
 
     def report(event) -> None:  # noqa: ANN001 - the training graphs as they stand when training ends
         if type(event).__name__ == "TrainStart":
-            setup_s[arm] = time.perf_counter() - started
+            result.setup_s = time.perf_counter() - started
         if type(event).__name__ == "TrainEnd" and model.graphs.training is not None:
             info = model.graphs.training.info()
-            log(f"    graphs: {[(g.signature, g.replays, round(g.capture_ms)) for g in info.graphs]}, "
-                f"eager calls {info.eager_calls}, latched {info.latched}")
+            result.pool_bytes = sum(g.pool_bytes for g in info.graphs)
+            result.graph_note = (f"{len(info.graphs)} graph(s), {info.replays} replays, {info.eager_calls} eager calls"
+                                 + (f", latched: {info.latched}" if info.latched else ""))
 
-    outcome = model.train(data=str(data), epochs=args.epochs, imgsz=args.imgsz, batch=args.batch, device=0,
+    outcome = model.train(data=str(data), epochs=args.epochs, imgsz=args.imgsz, batch=batch, device=0,
                           workers=args.workers, amp=True, cuda_graph=graph, val=False, plots=False,
                           close_mosaic=0, seed=0, deterministic=deterministic, profile=args.profile,
                           channels_last="cl" in suffixes, project=str(project),
-                          name=arm, verbose=False, callbacks=[report])
-    return read_rows(outcome.run_dir)
+                          name=f"{size}-b{batch}-{arm}", verbose=False, callbacks=[report])
+    result.rows = read_rows(outcome.run_dir)
+    result.peak_allocated = torch.cuda.max_memory_allocated()
+    result.peak_reserved = torch.cuda.max_memory_reserved()
+    return result
 
 
-setup_s: dict[str, float] = {}  # arm -> seconds from model.train() to the first epoch (cache, workers)
-
-
-def summarize(rows: list[dict[str, float]]) -> tuple[float, float]:
-    timed = rows[1:] or rows
-    images = sum(r["train/images_per_s"] * r["train/epoch_s"] for r in timed)
-    seconds = sum(r["train/epoch_s"] for r in timed)
-    wait = sum(r["train/data_wait_share"] * r["train/epoch_s"] for r in timed) / seconds
-    return images / seconds, wait
-
-
-def phase_table(results: dict[str, list[dict[str, float]]], batch: int) -> list[str]:
-    """Milliseconds per step in each phase, epochs after the first, from the profile/* columns."""
-    phases = ("data", "forward", "loss", "backward", "optimizer")
-    lines = ["", "Per-step phase times (ms, synchronized; epochs after the first):", "",
-             "| arm | " + " | ".join(phases) + " | sum |", "|---" * (len(phases) + 2) + "|"]
-    for arm, rows in results.items():
-        timed = rows[1:] or rows
-        steps = sum(round(r["train/images_per_s"] * r["train/epoch_s"] / batch) for r in timed)
-        if not steps or not all(f"profile/{p}_s" in r for r in timed for p in phases):
-            lines.append(f"| {arm} | " + " | ".join("-" for _ in phases) + " | - |")
+def throughput_table(size: str, batch: int, results: dict[str, ArmResult], peer: dict) -> list[str]:
+    peer_ips = peer.get("images_per_s")
+    lines = [f"### YOLOv9-{size}, batch {batch}", "",
+             "| arm | images/s | data wait | first step s | setup s | first epoch s | peak alloc GiB | "
+             "peak reserved GiB | graph pool GiB | vs eager (same settings) | vs Ultralytics (same run) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    eager = results.get("eager") or next((r for a, r in results.items() if a.startswith("eager")), None)
+    for arm, res in results.items():
+        ips = res.images_per_s()
+        twin = results.get(eager_twin(arm)) or eager
+        ratio = f"{ips / twin.images_per_s():.2f}x" if twin else "-"
+        vs_peer = f"{ips / peer_ips:.2f}x" if peer_ips else "-"
+        pool = f"{res.pool_bytes / GIB:.2f}" if arm.startswith("graph") else "-"
+        lines.append(f"| {arm} | {ips:.0f} | {res.data_wait():.0%} | {res.first_step_s():.1f} | {res.setup_s:.1f} | "
+                     f"{res.rows[0]['train/epoch_s']:.1f} | {res.peak_allocated / GIB:.2f} | "
+                     f"{res.peak_reserved / GIB:.2f} | {pool} | {ratio} | {vs_peer} |")
+    if peer_ips:
+        first = peer.get("first_step_s")
+        lines.append(f"| Ultralytics yolov9{size} | {peer_ips:.0f} | - | {first:.1f} | - | - | - | - | - | "
+                     f"{peer_ips / eager.images_per_s():.2f}x | 1.00x |" if first and eager else
+                     f"| Ultralytics yolov9{size} | {peer_ips:.0f} | | | | | | | | | 1.00x |")
+    else:
+        lines.append(f"| Ultralytics | not run: {peer.get('skipped') or peer.get('error')} | | | | | | | | | |")
+    for arm, res in results.items():
+        if res.graph_note:
+            lines.append(f"\n{arm}: {res.graph_note}")
+    for arm, res in results.items():
+        twin_name = eager_twin(arm)
+        if not arm.startswith("graph") or twin_name not in results:
             continue
-        ms = [1000 * sum(r[f"profile/{p}_s"] for r in timed) / steps for p in phases]
-        lines.append(f"| {arm} | " + " | ".join(f"{v:.1f}" for v in ms) + f" | {sum(ms):.1f} |")
+        twin = results[twin_name]
+        lines.append(f"\nmemory {arm} / {twin_name}: allocated {res.peak_allocated / twin.peak_allocated:.2f}x, "
+                     f"reserved {res.peak_reserved / twin.peak_reserved:.2f}x (goal <= 1.25x)")
+        if "fast" in arm:  # autotuned kernels: not reproducible run to run, so not compared bit for bit
+            continue
+        a_rows, b_rows = twin.rows, res.rows
+        same = len(a_rows) == len(b_rows) and all(a[k] == b[k] for a, b in zip(a_rows, b_rows) for k in LOSS_KEYS)
+        lines += ["", f"per-epoch losses identical ({twin_name} vs {arm}, as written to results.csv): "
+                  f"{'yes' if same else 'no'}"]
+        for a, b in zip(a_rows, b_rows):
+            lines.append(f"- epoch {int(a['epoch'])}: eager {[a[k] for k in LOSS_KEYS]} / graph {[b[k] for k in LOSS_KEYS]}")
+    return lines
+
+
+def eager_twin(arm: str) -> str:
+    """The eager arm with the same suffixes (``graph-cl-fast`` -> ``eager-cl-fast``)."""
+    return "eager" + arm[len("graph"):] if arm.startswith("graph") else arm
+
+
+def phase_table(results: dict[str, ArmResult]) -> list[str]:
+    """Milliseconds per step in each phase, epochs after the first, from the profile/* columns."""
+    lines = ["", "Per-step phase times (ms, synchronized; epochs after the first):", "",
+             "| arm | " + " | ".join(PHASES) + " | sum | data share |", "|---" * (len(PHASES) + 3) + "|"]
+    for arm, res in results.items():
+        timed = res.timed
+        steps = sum(r.get("profile/steps", 0.0) for r in timed)
+        if not steps or not all(f"profile/{p}_s" in r for r in timed for p in PHASES):
+            lines.append(f"| {arm} | " + " | ".join("-" for _ in PHASES) + " | - | - |")
+            continue
+        ms = [1000 * sum(r[f"profile/{p}_s"] for r in timed) / steps for p in PHASES]
+        lines.append(f"| {arm} | " + " | ".join(f"{v:.2f}" for v in ms) + f" | {sum(ms):.1f} | {ms[0] / sum(ms):.0%} |")
     return lines
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--size", default="t")
+    p.add_argument("--sizes", "--size", default="t", help="YOLOv9 sizes, comma-separated (t,s)")
+    p.add_argument("--batches", "--batch", default="32", help="batches, comma-separated (8,32,64)")
     p.add_argument("--images", type=int, default=2048)
     p.add_argument("--imgsz", type=int, default=640)
-    p.add_argument("--batch", type=int, default=32)
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--workers", type=int, default=min(12, os.cpu_count() or 1))
     p.add_argument("--arms", default="eager,graph")
@@ -117,50 +201,37 @@ def main() -> int:
     args = p.parse_args()
     if not torch.cuda.is_available():
         sys.exit("bench_train_e2e.py needs a CUDA GPU")
+    sizes = [s for s in args.sizes.split(",") if s]
+    batches = [int(b) for b in args.batches.split(",") if b]
+    gpu = torch.cuda.get_device_name(0)
+    lines = [f"End-to-end training, YOLOv9 {'/'.join(sizes)}, {args.imgsz} px, batches {batches}, AMP, "
+             f"{args.images} images x {args.epochs} epochs (first epoch not timed), {args.workers} workers, "
+             f"deterministic={args.deterministic}, profile={args.profile}; {datetime.date.today()}, "
+             f"torch {torch.__version__}, {gpu}", ""]
     with tempfile.TemporaryDirectory() as tmp:
         os.environ.setdefault("LIBREYOLO_CACHE_DIR", str(Path(tmp) / "cache"))
         log(f"writing {args.images} synthetic images at {args.imgsz} px ...")
         data = write_yolo_dataset(Path(tmp) / "data", n_train=args.images, n_val=64, imgsz=args.imgsz)
-        results = {}
-        for arm in args.arms.split(","):
-            log(f"arm {arm}: {args.epochs} epochs ...")
-            results[arm] = run_arm(data, Path(tmp) / "runs", arm=arm, args=args)
-            log(f"    {[round(r['train/images_per_s'], 1) for r in results[arm]]} images/s per epoch")
-        peer: dict = {"skipped": "--no-peer"}
-        if args.peer:
-            log("peer: Ultralytics ...")
-            peer = run_peer("train", data=str(data), model=f"yolov9{args.size}.yaml", imgsz=args.imgsz,
-                            batch=args.batch, epochs=max(args.epochs, 3), device="0", workers=args.workers,
-                            images=args.images)
-            log(f"    {peer}")
-    peer_ips = peer.get("images_per_s")
-    gpu = torch.cuda.get_device_name(0)
-    lines = [f"End-to-end training, YOLOv9-{args.size}, {args.imgsz} px, batch {args.batch}, AMP, "
-             f"{args.images} images x {args.epochs} epochs (first epoch not timed), {args.workers} workers, "
-             f"deterministic={args.deterministic}; {datetime.date.today()}, torch {torch.__version__}, {gpu}",
-             "", "| arm | images/s | data wait | setup s | first epoch s | vs eager | vs Ultralytics (same run) |",
-             "|---|---|---|---|---|---|---|"]
-    eager_ips = summarize(results["eager"])[0] if "eager" in results else None
-    for arm, rows in results.items():
-        ips, wait = summarize(rows)
-        ratio = f"{ips / eager_ips:.2f}x" if eager_ips else "-"
-        vs_peer = f"{ips / peer_ips:.2f}x" if peer_ips else "-"
-        lines.append(f"| {arm} | {ips:.0f} | {wait:.0%} | {setup_s.get(arm, float('nan')):.1f} | "
-                     f"{rows[0]['train/epoch_s']:.1f} | {ratio} | {vs_peer} |")
-    if peer_ips:
-        first = peer.get("first_step_s")
-        lines.append(f"| Ultralytics yolov9{args.size} | {peer_ips:.0f} | - | first step after "
-                     f"{first:.1f} s | - | - | 1.00x |" if first else f"| Ultralytics | {peer_ips:.0f} | | | | | 1.00x |")
-    else:
-        lines.append(f"| Ultralytics | not run: {peer.get('skipped') or peer.get('error')} | | | | | |")
-    if {"eager", "graph"} <= set(results):
-        keys = ("train/box_loss", "train/cls_loss", "train/dfl_loss")
-        same = all(a[k] == b[k] for a, b in zip(results["eager"], results["graph"]) for k in keys)
-        lines += ["", f"per-epoch losses identical (eager vs graph, as written to results.csv): {'yes' if same else 'no'}"]
-        for a, b in zip(results["eager"], results["graph"]):
-            lines.append(f"- epoch {int(a['epoch'])}: eager {[a[k] for k in keys]} / graph {[b[k] for k in keys]}")
-    if args.profile:
-        lines += phase_table(results, args.batch)
+        for size in sizes:
+            for batch in batches:
+                results: dict[str, ArmResult] = {}
+                for arm in args.arms.split(","):
+                    log(f"YOLOv9-{size} batch {batch} arm {arm}: {args.epochs} epochs ...")
+                    results[arm] = run_arm(data, Path(tmp) / "runs", size=size, batch=batch, arm=arm, args=args)
+                    log(f"    {[round(r['train/images_per_s'], 1) for r in results[arm].rows]} images/s per epoch")
+                peer: dict = {"skipped": "--no-peer"}
+                if args.peer:
+                    log(f"peer: Ultralytics yolov9{size} batch {batch} ...")
+                    peer = run_peer("train", data=str(data), model=f"yolov9{size}.yaml", imgsz=args.imgsz,
+                                    batch=batch, epochs=max(args.epochs, 3), device="0", workers=args.workers,
+                                    images=args.images)
+                    log(f"    {peer}")
+                lines += throughput_table(size, batch, results, peer)
+                if args.profile:
+                    lines += phase_table(results)
+                lines.append("")
+                if args.out is not None:  # after every (size, batch): a time-out keeps what finished
+                    args.out.write_text("\n".join(lines) + "\n")
     emit_report(lines, args.out)
     return 0
 

@@ -3,6 +3,7 @@
 # benchmarks. Each step is time-boxed; logs go to $OUT/<step>.log; a summary prints last.
 #   tools/gpu_session.sh tests parity bench_infer bench_train bench_data
 #   tools/gpu_session.sh e2e ddp shapes20 compile
+#   tools/gpu_session.sh e2e_grid e2e_profile tta   (issue 21: one per 10-minute call)
 #   tools/gpu_session.sh tests_cls parity_cls bench_infer_cls bench_train_cls   (classifiers, issue 16)
 set -u
 cd "$(dirname "$0")/.."
@@ -51,6 +52,15 @@ for what in "$@"; do
     tests_quick) step tests_quick 40 $PY -m pytest -p no:cacheprovider --import-mode=importlib -m cuda -q -rfE -o addopts="" \
              packages/libreyolo-models/tests/test_augment_equivalence.py ;;
     e2e) step e2e ${E2E_S:-300} $PY tools/bench_train_e2e.py --images 2048 --epochs 3 --batch 32 --deterministic --arms eager,graph,eager-cl-fast,graph-cl-fast --out "$OUT/bench-e2e.md" ;;
+    e2e_grid) step e2e_grid ${E2E_S:-560} $PY tools/bench_train_e2e.py --sizes ${SIZES:-t,s} --batches ${BATCHES:-8,32,64} \
+             --images ${IMAGES:-1024} --epochs 2 --deterministic --no-peer ${E2E_ARMS:+--arms $E2E_ARMS} --out "$OUT/bench-e2e-grid.md" ;;
+    e2e_profile) step e2e_profile ${E2E_S:-560} $PY tools/bench_train_e2e.py --profile --sizes ${SIZES:-t} \
+             --batches ${BATCHES:-8,32,64} --images ${IMAGES:-512} --epochs 2 --deterministic --no-peer ${E2E_ARMS:+--arms $E2E_ARMS} \
+             --out "$OUT/bench-e2e-profile.md" ;;
+    tests_speed) step tests_speed 240 $PY -m pytest -p no:cacheprovider --import-mode=importlib -m cuda -q -rA -o addopts="" \
+             packages/libreyolo-models/tests/test_train_speed.py ;;
+    tta) step tta ${TTA_S:-570} $PY tools/bench_time_to_accuracy.py --epochs ${TTA_EPOCHS:-30} ${ARMS:+--arms $ARMS} \
+             --peer-timeout ${PEER_S:-300} --out "$OUT/bench-tta.md" ;;
     ddp) step ddp ${DDP_S:-420} $PY tools/bench_ddp.py --size s --per-gpu-batch 32 --images 1536 --epochs 3 --out "$OUT/bench-ddp.md" ;;
     shapes20) step shapes20 ${SHAPES_S:-150} $PY tools/shapes_graph_run.py --epochs 20 --imgsz 320 --batch 32 --out "$OUT/shapes20.md" ;;
     compile_yolo) step compile_yolo 85 $PY tools/bench_infer_graphs.py --compile --models '' --batches 1 --dtypes fp32 \

@@ -7,6 +7,8 @@ carried in ``.whl/`` into a folder on ``PYTHONPATH`` (``tools/gpu_session.sh`` d
 
     python tools/peer_ultralytics.py train --data data.yaml --model yolov9t.yaml --imgsz 640 \
         --batch 32 --epochs 4 --device 0 --workers 8
+    python tools/peer_ultralytics.py fit --data shapes/data.yaml --model yolov9t.yaml --imgsz 320 \
+        --batch 32 --epochs 30 --device 0
     python tools/peer_ultralytics.py predict --model yolov9t.yaml --source img.jpg --reps 100 --device 0
 
 Training throughput comes from Ultralytics' own ``results.csv`` (its cumulative ``time``
@@ -78,6 +80,41 @@ def train(args: argparse.Namespace) -> None:
     rates = _epoch_rates(csv_path, images)
     _emit({"images_per_s": statistics.median(rates), "per_epoch": rates, "first_step_s": first_step.get("s"),
            "wall_s": time.perf_counter() - started, "ended_with": error})
+
+
+def fit(args: argparse.Namespace) -> None:
+    """Ultralytics' defaults (validation every epoch included) on ``--data``; per epoch the wall
+    seconds since before ``model.train`` and the validation mAP50, for time-to-accuracy."""
+    YOLO = _import_yolo()  # noqa: N806
+    project = Path(tempfile.mkdtemp(prefix="peer-ultralytics-fit-"))
+    model = YOLO(args.model)
+    epochs: list[dict[str, float]] = []
+    first_step: dict[str, float] = {}
+    started = time.perf_counter()
+
+    def on_batch_end(trainer) -> None:  # noqa: ANN001
+        first_step.setdefault("s", time.perf_counter() - started)
+
+    def on_fit_epoch_end(trainer) -> None:  # noqa: ANN001
+        metrics = getattr(trainer, "metrics", {}) or {}
+        epochs.append({"wall_s": time.perf_counter() - started,
+                       "mAP50": float(metrics.get("metrics/mAP50(B)", float("nan"))),
+                       "mAP50-95": float(metrics.get("metrics/mAP50-95(B)", float("nan")))})
+
+    model.add_callback("on_train_batch_end", on_batch_end)
+    model.add_callback("on_fit_epoch_end", on_fit_epoch_end)
+    error = None
+    try:
+        model.train(data=args.data, imgsz=args.imgsz, batch=args.batch, epochs=args.epochs, device=args.device,
+                    workers=args.workers, plots=False, project=str(project), name="fit", exist_ok=True,
+                    verbose=False, seed=0)
+    except Exception as err:  # noqa: BLE001 - see the module docstring (polars at the very end)
+        error = f"{type(err).__name__}: {str(err)[:200]}"
+    if not epochs:
+        _emit({"error": error or "no epoch finished"})
+        sys.exit(1)
+    _emit({"epochs": epochs, "first_step_s": first_step.get("s"), "wall_s": time.perf_counter() - started,
+           "ended_with": error})
 
 
 def _phases(results) -> dict[str, float]:  # noqa: ANN001 - Ultralytics' Results
@@ -167,6 +204,14 @@ def main() -> int:
     t.add_argument("--workers", type=int, default=8)
     t.add_argument("--images", type=int, default=0, help="training images (for images/s)")
     t.add_argument("--train-images", default=None, help="or the training images folder to count")
+    f = sub.add_parser("fit", help="train with Ultralytics' defaults, validating every epoch")
+    f.add_argument("--data", required=True)
+    f.add_argument("--model", default="yolov9t.yaml")
+    f.add_argument("--imgsz", type=int, default=640)
+    f.add_argument("--batch", type=int, default=16)
+    f.add_argument("--epochs", type=int, default=30)
+    f.add_argument("--device", default="0")
+    f.add_argument("--workers", type=int, default=8)
     q = sub.add_parser("predict")
     q.add_argument("--model", default="yolov9t.yaml")
     q.add_argument("--source", default=None, help="one image, predicted --reps times at batch 1")
@@ -180,7 +225,7 @@ def main() -> int:
     q.add_argument("--half", action="store_true")
     q.add_argument("--device", default="0")
     args = p.parse_args()
-    train(args) if args.verb == "train" else predict(args)
+    {"train": train, "fit": fit, "predict": predict}[args.verb](args)
     return 0
 
 

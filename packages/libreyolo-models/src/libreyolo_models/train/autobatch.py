@@ -28,13 +28,35 @@ def resolve_batch(model: LibreYOLO, plan: TrainPlan) -> TrainPlan:
         raise ConfigError("batch=-1 (fit the batch to GPU memory) needs a CUDA device; on "
                           f"{plan.devices.type} pass a fixed batch, e.g. batch=16")
     device = libreyolo_ddp.local_device() if libreyolo_ddp.dist_env().world_size > 1 else plan.devices.torch_device(0)
-    batch = libreyolo_ddp.resolve_autobatch(lambda: probe_training_batch(model, plan.imgsz, device, plan.cfg.amp),
-                                            world_size=plan.world_size, nbs=plan.cfg.nbs)
+    fraction = memory_fraction(graphed=bool(plan.cfg.cuda_graph))
+    batch = libreyolo_ddp.resolve_autobatch(
+        lambda: probe_training_batch(model, plan.imgsz, device, plan.cfg.amp, fraction=fraction),
+        world_size=plan.world_size, nbs=plan.cfg.nbs)
     return plan.with_batch(batch)
 
 
-def probe_training_batch(model: LibreYOLO, imgsz: int, device: torch.device, amp: bool) -> int:
-    """Images per step that fit on ``device`` for a forward+backward at ``imgsz`` (60 % of memory)."""
+MEMORY_FRACTION = 0.6
+"""Share of the device's memory an eager training step is planned to reserve at its peak."""
+
+GRAPH_POOL_SHARE = 0.25
+"""Extra memory a captured training step holds, as a share of the eager step's peak.
+
+A CUDA graph keeps its forward+backward tensors in a private pool for the whole run, which the
+eager loss, optimizer and EMA cannot reuse; the acceptance bound for that overhead (graphed peak
+<= 1.25x eager at the same batch) is what autobatch plans for. ``tools/bench_train_e2e.py``
+prints the measured pool and peaks per arm to check the estimate."""
+
+
+def memory_fraction(*, graphed: bool) -> float:
+    """The share of device memory the probe may fill: smaller under ``cuda_graph=True`` so the
+    graph pool fits on top of the probed (eager) step."""
+    return MEMORY_FRACTION / (1.0 + GRAPH_POOL_SHARE) if graphed else MEMORY_FRACTION
+
+
+def probe_training_batch(model: LibreYOLO, imgsz: int, device: torch.device, amp: bool, *,
+                         fraction: float = MEMORY_FRACTION) -> int:
+    """Images per step that fit on ``device`` for a forward+backward at ``imgsz`` within
+    ``fraction`` of its memory."""
     net = model.net.to(device).train()
 
     def step(batch: int) -> None:
@@ -48,7 +70,7 @@ def probe_training_batch(model: LibreYOLO, imgsz: int, device: torch.device, amp
         net.zero_grad(set_to_none=True)
 
     try:
-        return libreyolo_ddp.probe_batch_size(step, device)
+        return libreyolo_ddp.probe_batch_size(step, device, fraction=fraction)
     finally:
         net.zero_grad(set_to_none=True)
 

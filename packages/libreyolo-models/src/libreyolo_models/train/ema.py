@@ -4,9 +4,22 @@ from __future__ import annotations
 
 import copy
 import math
+from typing import NamedTuple
 
 import torch
 from torch import Tensor, nn
+
+
+class _Pairs(NamedTuple):
+    """EMA entries and their sources: same-dtype floats (lerped together), integers (copied
+    together) and floats whose source has another dtype (lerped one by one, after a cast)."""
+
+    floats_e: list[Tensor]
+    floats_s: list[Tensor]
+    ints_e: list[Tensor]
+    ints_s: list[Tensor]
+    cast_e: list[Tensor]
+    cast_s: list[Tensor]
 
 
 class ModelEMA:
@@ -14,9 +27,9 @@ class ModelEMA:
 
     The decay ramps up (``d = decay * (1 - exp(-updates / tau))``) so early, fast-changing
     weights are not averaged with the random start. Buffers (BatchNorm statistics) are averaged
-    too; integer buffers are copied. The update is two fused multi-tensor kernels, not one small
-    kernel per tensor: at ~1,300 state entries the per-tensor loop cost more than a graphed
-    forward and backward.
+    too; integer buffers are copied. The update is two multi-tensor ops (a lerp over the floats,
+    a copy of the integers), not one small kernel per tensor: at ~1,300 state entries the
+    per-tensor loop cost more than a graphed forward and backward.
     """
 
     def __init__(self, net: nn.Module, decay: float = 0.9999, tau: float = 2000.0, updates: int = 0) -> None:
@@ -24,16 +37,17 @@ class ModelEMA:
         for p in self.ema.parameters():
             p.requires_grad_(False)
         self.decay, self.tau, self.updates = decay, tau, updates
-        self._pairs: tuple[int, list[Tensor], list[Tensor], list[Tensor], list[Tensor]] | None = None
+        self._pairs: tuple[int, _Pairs] | None = None
 
     def current_decay(self) -> float:
         return self.decay * (1 - math.exp(-self.updates / self.tau))
 
-    def _paired(self, net: nn.Module) -> tuple[list[Tensor], list[Tensor], list[Tensor], list[Tensor]]:
-        """(ema floats, source floats, ema others, source others), cached per source network."""
+    def _paired(self, net: nn.Module) -> _Pairs:
+        """The EMA's state entries beside the source's, sorted by how they update; cached per
+        source network (the tensors are updated in place, so the lists stay valid)."""
         if self._pairs is None or self._pairs[0] != id(net):
             source = net.state_dict()
-            floats_e, floats_s, other_e, other_s = [], [], [], []
+            pairs = _Pairs([], [], [], [], [], [])
             seen: set[int] = set()
             for key, value in self.ema.state_dict().items():
                 # A tensor shared under several keys (RTMDet's head convs) is averaged once, not
@@ -42,27 +56,29 @@ class ModelEMA:
                     continue
                 seen.add(value.data_ptr())
                 src = source[key].detach()
-                if value.dtype.is_floating_point and src.dtype == value.dtype:
-                    floats_e.append(value)
-                    floats_s.append(src)
+                if not value.dtype.is_floating_point:
+                    pairs.ints_e.append(value)
+                    pairs.ints_s.append(src)
+                elif src.dtype == value.dtype:
+                    pairs.floats_e.append(value)
+                    pairs.floats_s.append(src)
                 else:
-                    other_e.append(value)
-                    other_s.append(src)
-            self._pairs = (id(net), floats_e, floats_s, other_e, other_s)
-        return self._pairs[1:]
+                    pairs.cast_e.append(value)
+                    pairs.cast_s.append(src)
+            self._pairs = (id(net), pairs)
+        return self._pairs[1]
 
     @torch.no_grad()
     def update(self, net: nn.Module) -> None:
         self.updates += 1
         d = self.current_decay()
-        floats_e, floats_s, other_e, other_s = self._paired(_unwrap(net))
-        if floats_e:
-            torch._foreach_lerp_(floats_e, floats_s, 1.0 - d)
-        for value, src in zip(other_e, other_s):
-            if value.dtype.is_floating_point:
-                value.lerp_(src.to(value.dtype), 1.0 - d)
-            else:
-                value.copy_(src)
+        pairs = self._paired(_unwrap(net))
+        if pairs.floats_e:
+            torch._foreach_lerp_(pairs.floats_e, pairs.floats_s, 1.0 - d)
+        if pairs.ints_e:  # BatchNorm's num_batches_tracked (221 in YOLOv9-t): one op, not one each
+            torch._foreach_copy_(pairs.ints_e, pairs.ints_s)
+        for value, src in zip(pairs.cast_e, pairs.cast_s):  # a source in another float dtype (rare)
+            value.lerp_(src.to(value.dtype), 1.0 - d)
 
     def load_state_dict(self, state: dict[str, Tensor], updates: int) -> None:
         self.ema.load_state_dict(state)

@@ -19,17 +19,20 @@ from .ema import ModelEMA
 
 class StepTimer:
     """With ``profile=True``: synchronize and time each phase (data, forward, loss, backward,
-    optimizer); otherwise free. Totals are per epoch, in seconds."""
+    gradient sync, optimizer, EMA, logging); otherwise free. Totals are per epoch, in seconds;
+    ``steps`` counts the micro-batches they cover, so a benchmark can report per-step times."""
 
-    PHASES = ("data", "forward", "loss", "backward", "sync", "optimizer")
+    PHASES = ("data", "forward", "loss", "backward", "sync", "optimizer", "ema", "log")
 
     def __init__(self, enabled: bool, device: torch.device) -> None:
         self.enabled = enabled
         self.device = device
         self.totals = dict.fromkeys(self.PHASES, 0.0)
+        self.steps = 0
 
     def reset(self) -> None:
         self.totals = dict.fromkeys(self.PHASES, 0.0)
+        self.steps = 0
 
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -94,7 +97,8 @@ class TrainStep:
             self.scaler.step(self.optimizer)
             self.scaler.update()
             self.optimizer.zero_grad(set_to_none=True)
-            if self.ema is not None:
+        if self.ema is not None:
+            with self.timer.phase("ema"):
                 self.ema.update(self.net)
 
 

@@ -47,7 +47,7 @@ from .loggers.images import first_images, prediction_images
 from .optim import align_state_layout, build_optimizer
 from .plan import TrainPlan
 from .results_log import ResultsLog
-from .schedule import accumulate_steps, apply_lr, warmup_iterations
+from .schedule import MIN_STEPS_PER_EPOCH, accumulate_steps, apply_lr, nominal_accumulation, warmup_iterations
 from .start_plots import plot_start_of_training, plot_train_batch
 from .step import SeamThenHead, StepTimer, TrainStep
 
@@ -55,6 +55,10 @@ if TYPE_CHECKING:
     from ..facade import LibreYOLO
 
 log = logging.getLogger(__name__)
+
+LOG_EVERY = 10
+"""Iterations between progress-bar updates: the loss sums stay on the device and are read back
+(one host sync) only this often, never per step."""
 
 
 @dataclass
@@ -115,7 +119,11 @@ class Trainer:
                                            workers=workers, cache=cfg.cache) if val_index is not None else None)
         self.skipped = [*getattr(self.train_data, "skipped", ()), *getattr(self.val_data, "skipped", ())]
         self.n_batches = len(self.train_data)
-        self.accumulate = max(round(cfg.nbs / self.global_batch), 1)
+        self.accumulate = nominal_accumulation(cfg.nbs, self.global_batch, self.n_batches)
+        if self.accumulate < nominal_accumulation(cfg.nbs, self.global_batch):
+            log.info("small dataset: %d batches an epoch, so gradients accumulate over %d batches instead of "
+                     "nbs/batch = %d (every epoch keeps at least %d optimizer steps)", self.n_batches,
+                     self.accumulate, nominal_accumulation(cfg.nbs, self.global_batch), MIN_STEPS_PER_EPOCH)
         weight_decay = cfg.weight_decay * self.global_batch * self.accumulate / cfg.nbs
         iterations = math.ceil(self.n_batches / self.accumulate) * cfg.epochs
         groups = model.family.parameter_groups(model.net, weight_decay=weight_decay)
@@ -312,10 +320,10 @@ class Trainer:
         cfg, step, nb = self.cfg, self.step, self.n_batches
         self.forward_module.train()
         self.timer.reset()
-        warmup = warmup_iterations(cfg.warmup_epochs, nb)
+        warmup = warmup_iterations(cfg.warmup_epochs, nb, cfg.epochs)
         sums = torch.zeros(len(self.loss_names), device=self.device)
         last_opt = (epoch * nb) - 1
-        wait_s, started = 0.0, time.perf_counter()
+        wait_s, first_step_s, started = 0.0, 0.0, time.perf_counter()
         bar = tqdm(total=nb, desc=f"epoch {epoch + 1}/{cfg.epochs}", disable=not (self.rank0 and cfg.verbose),
                    leave=False, dynamic_ncols=True)
         batches = iter(self.train_data)
@@ -328,7 +336,7 @@ class Trainer:
             ni = i + nb * epoch
             if self.rank0 and cfg.plots and epoch == self.start_epoch and i < 3 and not self.resume:
                 plot_train_batch(batch, self.model.names, self.run_dir / f"train_batch{i}.jpg")
-            accumulate = accumulate_steps(ni, warmup, cfg.nbs, self.global_batch)
+            accumulate = accumulate_steps(ni, warmup, cfg.nbs, self.global_batch, nb)
             apply_lr(self.optimizer, iteration=ni, warmup_iters=warmup, epoch=epoch, epochs=cfg.epochs, lrf=cfg.lrf,
                      cosine=cfg.cos_lr, warmup_bias_lr=cfg.warmup_bias_lr, warmup_momentum=cfg.warmup_momentum,
                      momentum=cfg.momentum)
@@ -344,12 +352,18 @@ class Trainer:
             if ni - last_opt >= accumulate or i == nb - 1:
                 step.optimizer_step()
                 last_opt = ni
-            if self.rank0 and cfg.verbose and (i % 10 == 0 or i == nb - 1):
-                mean = (sums / (i + 1)).tolist()
-                elapsed = time.perf_counter() - started
-                losses = " ".join(f"{n} {v:.3f}" for n, v in zip(self.loss_names, mean))
-                bar.set_postfix_str(f"{losses} | {(i + 1) * self.global_batch / elapsed:.0f} img/s, "
-                                    f"data {wait_s / elapsed:.0%}")
+            if self.rank0 and cfg.verbose and (i % LOG_EVERY == 0 or i == nb - 1):
+                with self.timer.phase("log"):
+                    mean = (sums / (i + 1)).tolist()  # the loop's only read-back of a device value
+                    elapsed = time.perf_counter() - started
+                    losses = " ".join(f"{n} {v:.3f}" for n, v in zip(self.loss_names, mean))
+                    bar.set_postfix_str(f"{losses} | {(i + 1) * self.global_batch / elapsed:.0f} img/s, "
+                                        f"data {wait_s / elapsed:.0%}")
+            self.timer.steps += 1
+            if i == 0:  # one sync an epoch, so the figure is the step's end and not its launch
+                if self.device.type == "cuda":
+                    torch.cuda.synchronize(self.device)
+                first_step_s = time.perf_counter() - started
             bar.update(1)
         bar.close()
         elapsed = time.perf_counter() - started
@@ -358,8 +372,10 @@ class Trainer:
         stats = {f"train/{name}_loss": value for name, value in zip(self.loss_names, mean)}
         stats.update(global_throughput(images=nb * self.batch, wait_s=wait_s, elapsed_s=elapsed))
         stats["train/loss"] = sum(mean)
+        stats["train/first_step_s"] = first_step_s
         if self.timer.enabled:
             stats.update({f"profile/{k}_s": v for k, v in self.timer.totals.items()})
+            stats["profile/steps"] = float(self.timer.steps)
         return stats
 
     def _prediction_images(self) -> dict[str, Any]:
