@@ -318,6 +318,8 @@ def main(argv: list[str] | None = None) -> int:
                 notes.append(f"{arm} failed: {type(err).__name__}: {str(err)[:300]}")
         else:
             sys.exit(f"unknown arm {arm!r}; known: {', '.join([*ARMS, 'ultralytics'])}")
+        if args.out is not None:  # a partial report after every arm: a timeout keeps what finished
+            emit_report(report(results, [], [*notes, "partial: network-only rows not run yet"], args), args.out)
     net_rows = network_only(args)
     emit_report(report(results, net_rows, notes, args), args.out)
     return 0

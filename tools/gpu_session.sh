@@ -52,6 +52,9 @@ for what in "$@"; do
     tests_quick) step tests_quick 40 $PY -m pytest -p no:cacheprovider --import-mode=importlib -m cuda -q -rfE -o addopts="" \
              packages/libreyolo-models/tests/test_augment_equivalence.py ;;
     e2e) step e2e ${E2E_S:-300} $PY tools/bench_train_e2e.py --images 2048 --epochs 3 --batch 32 --deterministic --arms eager,graph,eager-cl-fast,graph-cl-fast --out "$OUT/bench-e2e.md" ;;
+    e2e_peer) step e2e_peer ${E2E_S:-300} $PY tools/bench_train_e2e.py --sizes ${SIZES:-t} --batches ${BATCHES:-32} \
+             --images ${IMAGES:-1024} --epochs ${EPOCHS:-3} --no-deterministic --peer --arms ${E2E_ARMS:-eager-cl-fast,graph-cl-fast} \
+             --out "$OUT/bench-e2e-peer.md" ;;
     e2e_grid) step e2e_grid ${E2E_S:-560} $PY tools/bench_train_e2e.py --sizes ${SIZES:-t,s} --batches ${BATCHES:-8,32,64} \
              --images ${IMAGES:-1024} --epochs 2 --deterministic --no-peer ${E2E_ARMS:+--arms $E2E_ARMS} --out "$OUT/bench-e2e-grid.md" ;;
     e2e_profile) step e2e_profile ${E2E_S:-560} $PY tools/bench_train_e2e.py --profile --sizes ${SIZES:-t} \
@@ -65,10 +68,16 @@ for what in "$@"; do
     shapes20) step shapes20 ${SHAPES_S:-150} $PY tools/shapes_graph_run.py --epochs 20 --imgsz 320 --batch 32 --out "$OUT/shapes20.md" ;;
     compile_yolo) step compile_yolo 85 $PY tools/bench_infer_graphs.py --compile --models '' --batches 1 --dtypes fp32 \
              --reps 30 --extra bench_models:yolo9t_infer --out "$OUT/bench-compile-yolo.md" ;;
+    tests_new) step tests_new ${TESTS_NEW_S:-240} $PY -m pytest -p no:cacheprovider --import-mode=importlib -m cuda -q -rfE -o addopts="" \
+             -n ${TEST_PROCS:-4} packages/libreyolo-models/tests/test_predict_streams.py packages/libreyolo-models/tests/test_predict_device.py \
+             packages/libreyolo-models/tests/test_letterbox_device.py packages/libreyolo-models/tests/test_nms_batched.py \
+             packages/libreyolo-models/tests/test_train_speed.py packages/libreyolo-models/tests/test_export.py \
+             packages/libreyolo-models/tests/test_track.py packages/libreyolo-models/tests/test_predict_outputs.py \
+             tests-integration/test_gpu_zoo.py tests-integration/test_gpu_semantic.py tests-integration/test_gpu_classify.py ;;
     predict_tests) step predict_tests 300 $PY -m pytest -p no:cacheprovider --import-mode=importlib -m cuda -q -rfE -o addopts="" \
              packages/libreyolo-models/tests/test_predict_streams.py packages/libreyolo-models/tests/test_predict_device.py \
              packages/libreyolo-models/tests/test_letterbox_device.py packages/libreyolo-models/tests/test_nms_batched.py ;;
-    bench_predict) step bench_predict ${BENCH_PREDICT_S:-540} $PY tools/bench_predict.py --out "$OUT/bench-predict.md" ;;
+    bench_predict) step bench_predict ${BENCH_PREDICT_S:-540} $PY tools/bench_predict.py ${BENCH_PREDICT_ARGS:-} --out "$OUT/bench-predict.md" ;;
     tests_cls) step tests_cls ${TESTS_CLS_S:-420} $PY -m pytest -p no:cacheprovider --import-mode=importlib -m "cuda or multigpu" -q -rfE \
              -o addopts="" tests-integration/test_gpu_classify.py tests-integration/test_multigpu_train.py -k "classif or resnet or cuda" ;;
     parity_cls) step parity_cls ${PARITY_CLS_S:-600} $PY tools/parity_matrix.py --families resnet,efficientnetv2,convnext,mobilenetv4 \
