@@ -72,11 +72,15 @@ def test_train_and_eval_mode_return_the_same_structure() -> None:
 
 def test_a_checkpoint_written_before_the_family_contract_predicts_the_same_boxes(tmp_path) -> None:
     """A YOLOv9-t checkpoint in the schema the previous release wrote (hash weights) loads through
-    today's facade and predicts, on the sample image, the boxes that release predicted (recorded
-    in data/upstream/yolo9t-hash-sample-boxes.json with commit d3c6899)."""
+    today's facade with every weight intact, and predicts exactly what a model built today from
+    the same weights predicts. Against the boxes that release predicted on the sample image
+    (data/upstream/yolo9t-hash-sample-boxes.json, commit d3c6899): predict's letterbox moved to
+    the device since (issue 20), which shifts the hash network's boxes by hundredths of a pixel
+    and reorders its near-tied scores (0.5947 vs 0.5950), so only the two clear leaders are
+    compared there."""
     import json
 
-    from libreyolo_models import SAMPLE_IMAGE, LibreYOLO
+    from libreyolo_models import SAMPLE_IMAGE, LibreYOLO, LibreYOLO9
     from libreyolo_models.coco_names import default_names
 
     net = Yolo9Net("t", nc=80)
@@ -85,7 +89,12 @@ def test_a_checkpoint_written_before_the_family_contract_predicts_the_same_boxes
            "task": "detect", "nc": 80, "names": default_names(80), "imgsz": 320, "model": net.state_dict()}
     torch.save(old, tmp_path / "old.pt")
     model = LibreYOLO(tmp_path / "old.pt")
+    loaded = model.net.state_dict()
+    assert all(torch.equal(loaded[k], v) for k, v in net.state_dict().items())
+    fresh = LibreYOLO9(size="t", nc=80)
+    fresh.net.load_state_dict(net.state_dict())
     got = model(SAMPLE_IMAGE, conf=0.5, imgsz=320, max_det=20)[0].boxes.data
+    assert torch.equal(got, fresh(SAMPLE_IMAGE, conf=0.5, imgsz=320, max_det=20)[0].boxes.data)
     expected = torch.tensor(json.loads((DATA / "yolo9t-hash-sample-boxes.json").read_text()))
     assert got.shape == expected.shape == (20, 6)
-    torch.testing.assert_close(got, expected, rtol=0, atol=1e-3)
+    torch.testing.assert_close(got[:2], expected[:2], rtol=0, atol=0.1)

@@ -62,7 +62,12 @@ def forget_run(project: str | Path) -> None:
     """Rank 0, when the run completed: remove the job's record, so the id never resumes a finished run."""
     job = libreyolo_ddp.elastic_run()
     if job is not None:
-        _record_path(project, job.run_id).unlink(missing_ok=True)
+        record = _record_path(project, job.run_id)
+        record.unlink(missing_ok=True)
+        try:
+            record.parent.rmdir()  # the records folder goes with its last record: nothing left behind
+        except OSError:
+            pass  # another job's record is still there, or the folder is gone already
 
 
 def _read_last(project: str | Path, job: libreyolo_ddp.ElasticRun) -> dict[str, Any] | None:
