@@ -33,3 +33,27 @@ def test_segformer_b0_learns_shapes_seg_on_cpu_to_miou_over_0_6(tmp_path) -> Non
     again = model.val(data="shapes-seg", imgsz=64, workers=0, verbose=False)
     assert again.miou >= 0.6 and again.pixel_accuracy > 0.9, again.table()
     assert min(again.iou.values()) > 0.2, again.table()  # every class is learned, not only the background
+
+
+@pytest.mark.slow
+@pytest.mark.learning
+@pytest.mark.ci
+@pytest.mark.timeout(600)
+def test_segformer_b0_fits_a_16_image_slice_in_ci_time(tmp_path) -> None:
+    """The semantic task's CI learning test (about 45 s on 2 cores): SegFormer-b0 from scratch fits
+    16 shapes-seg images at 64 px in 80 optimizer steps, validated on the same images. Predicting
+    only the background scores mIoU 0.15 here (1 of 6 classes); the run reached 0.35 on the
+    machine it was tuned on, with circle, square and cross above IoU 0.2."""
+    from libreyolo_models.data.shapes_seg import generate_shapes_seg
+
+    generate_shapes_seg(tmp_path / "data", split_sizes={"train": 16, "val": 1})
+    text = (tmp_path / "data" / "data.yaml").read_text(encoding="utf-8")
+    fit = tmp_path / "data" / "fit.yaml"  # validation on the training images: the fit is what is checked
+    fit.write_text(text.replace("val: images/val", "val: images/train"), encoding="utf-8")
+    model = LibreSegFormer(size="b0")
+    model.train(data=str(fit), imgsz=64, batch=8, nbs=8, epochs=40, lr0=2e-3, warmup_epochs=0, scale=0.0,
+                fliplr=0.0, hsv_h=0.0, hsv_s=0.0, hsv_v=0.0, workers=0, device="cpu", val=False, verbose=False,
+                plots=False, project=str(tmp_path / "runs"))
+    fitted = model.val(data=str(fit), imgsz=64, workers=0, verbose=False)
+    learned = [c for c, iou in fitted.iou.items() if c != 0 and iou >= 0.2]
+    assert fitted.miou >= 0.25 and len(learned) >= 2, fitted.table()
