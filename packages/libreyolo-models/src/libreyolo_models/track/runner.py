@@ -3,7 +3,6 @@ annotated frames (a video per video source) once ids are known."""
 
 from __future__ import annotations
 
-import inspect
 import logging
 from collections.abc import Iterator, Mapping
 from dataclasses import fields
@@ -13,11 +12,11 @@ from typing import TYPE_CHECKING, Any
 from ..config import load_config, suggest
 from ..errors import ConfigError
 from ..predict.results import Results
+from ..predict.video import VideoWriter
 from ..rundir import next_run_dir
 from ..settings import PredictConfig
 from .registry import get_tracker
 from .session import TrackSession, sequence_key
-from .video_out import VideoOut
 
 if TYPE_CHECKING:
     from ..facade import LibreYOLO
@@ -55,21 +54,12 @@ def start_tracking(model: LibreYOLO, source: object, *, tracker: str, persist: b
 
 
 def predict_stream(model: LibreYOLO, source: object, options: dict[str, Any]) -> Iterator[Results]:
-    """``model.predict(source, stream=True, ...)``: a lazy generator of one ``Results`` per frame.
-
-    Until the streaming predict (video files, cameras, URLs) is on main, ``predict`` returns a
-    list for still images; iterate over that instead. Drop this fallback when ``predict`` takes
-    ``stream``.
-    """
-    takes_stream = "stream" in inspect.signature(model.predict).parameters or "stream" in {
-        f.name for f in fields(PredictConfig)}
-    if takes_stream:
-        return iter(model.predict(source, stream=True, **options))
-    return iter(model.predict(source, **options))
+    """``model.predict(source, stream=True, ...)``: a lazy generator of one ``Results`` per frame."""
+    return iter(model.predict(source, stream=True, **options))
 
 
 def _track(session: TrackSession, frames: Iterator[Results], save_dir: Path | None) -> Iterator[Results]:
-    videos: dict[tuple[str, int], VideoOut] = {}
+    videos: dict[tuple[str, int], VideoWriter] = {}
     try:
         for res in frames:
             res = session(res)
@@ -83,7 +73,7 @@ def _track(session: TrackSession, frames: Iterator[Results], save_dir: Path | No
             log.info("tracking results saved to %s", save_dir)
 
 
-def _save(res: Results, save_dir: Path, videos: dict[tuple[str, int], VideoOut], sequence: int) -> None:
+def _save(res: Results, save_dir: Path, videos: dict[tuple[str, int], VideoWriter], sequence: int) -> None:
     """A video or stream frame is appended to its sequence's ``.mp4`` (``name.mp4``, then
     ``name-1.mp4``... when a name repeats); a still image is saved alone."""
     source = sequence_key(res)
@@ -95,5 +85,5 @@ def _save(res: Results, save_dir: Path, videos: dict[tuple[str, int], VideoOut],
         name = f"{Path(source).stem or 'stream'}.mp4"
         if name in {v.path.name for v in videos.values()}:
             name = f"{Path(name).stem}-{len(videos)}.mp4"
-        videos[key] = VideoOut(save_dir / name, fps=float(getattr(res, "fps", None) or 30.0))
+        videos[key] = VideoWriter(save_dir / name, getattr(res, "fps", None))
     videos[key].write(res.plot())
