@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from export_checks import assert_same_detections
 
 from libreyolo_models import SAMPLE_IMAGE, ConfigError, LibreYOLO
 from libreyolo_models.errors import CheckpointError
-from libreyolo_models.layers.boxes import box_iou
 
 IMGSZ = 64
 NAMES = ["a", "b", "c", "d", "e"]  # shapes has five classes
@@ -64,27 +64,6 @@ def _val_images(data_yaml: Path) -> list[Path]:
     return images
 
 
-def assert_same_detections(expected: torch.Tensor, got: torch.Tensor, *, iou: float = 0.99, score: float = 1e-3) -> None:
-    """One to one: every PyTorch detection has its own exported one of the same class with box
-    IoU >= ``iou`` and a score within ``score`` (the closest unused one; near-equal scores may
-    swap places in the sorted lists)."""
-    assert len(got) == len(expected), f"{len(got)} detections, PyTorch has {len(expected)}"
-    if not len(expected):
-        return
-    overlap = box_iou(expected[:, :4], got[:, :4])
-    same = expected[:, 5:6] == got[:, 5].unsqueeze(0)
-    close = (expected[:, 4:5] - got[:, 4].unsqueeze(0)).abs()
-    cost = (1 - overlap) + close + (~same).float() * 10
-    used: set[int] = set()
-    for i in range(len(expected)):
-        order = [j for j in cost[i].argsort().tolist() if j not in used]
-        j = order[0]
-        used.add(j)
-        assert same[i, j], f"detection {i}: class {expected[i, 5].item()} has no exported match"
-        assert overlap[i, j].item() >= iou, f"detection {i}: box IoU {overlap[i, j].item():.4f}"
-        assert close[i, j].item() <= score, f"detection {i}: scores differ by {close[i, j].item():.2e}"
-
-
 @pytest.mark.parametrize("fmt", ["onnx", "torchscript", "openvino"])
 def test_exported_detections_match_pytorch(fmt: str, model: LibreYOLO, exported: dict[str, Path],
                                            shapes20: Path) -> None:
@@ -97,7 +76,7 @@ def test_exported_detections_match_pytorch(fmt: str, model: LibreYOLO, exported:
         assert_same_detections(a.boxes.data, b.boxes.data)
 
 
-@pytest.mark.parametrize("fmt", ["onnx", "torchscript"])
+@pytest.mark.parametrize("fmt", ["onnx", "torchscript", "openvino"])
 def test_val_through_the_exported_model_matches_pytorch(fmt: str, model: LibreYOLO, exported: dict[str, Path],
                                                         shapes20: Path) -> None:
     options = {"data": str(shapes20), "batch": 8, "conf": 0.001, "workers": 0, "verbose": False}
@@ -150,7 +129,13 @@ def test_a_dynamic_export_refuses_a_size_off_the_stride_naming_the_fix(exported:
         LibreYOLO(exported["onnx"], imgsz=100)
     with pytest.raises(ConfigError, match="got 80x96 images.*multiples of 32"):
         runtime.inference_forward(torch.rand(1, 3, 80, 96))
-    assert LibreYOLO(exported["onnx"], imgsz=128).predict(SAMPLE_IMAGE)[0].orig_shape  # a free size is the default
+
+
+def test_a_dynamic_export_loaded_with_imgsz_predicts_at_that_size(model: LibreYOLO, exported: dict[str, Path]) -> None:
+    runtime = LibreYOLO(exported["onnx"], imgsz=128)
+    assert runtime.imgsz == 128
+    assert_same_detections(model.predict(SAMPLE_IMAGE, imgsz=128, conf=0.01)[0].boxes.data,
+                           runtime.predict(SAMPLE_IMAGE, conf=0.01)[0].boxes.data)
 
 
 def test_the_onnx_graph_declares_free_batch_and_image_axes_and_carries_the_metadata(
