@@ -9,7 +9,8 @@ onnxruntime execution provider this machine has, at batch 1 and 32, in one invoc
 Runs from source (``tools/gpu_session.sh bench_export`` puts the packages on ``PYTHONPATH``).
 Every row is the family's inference seam (what ``model.export`` writes; NMS excluded), fp32,
 random weights, median of ``--reps`` synchronized calls after ``--warmup`` (a row stops early
-after ``--row-seconds``, with at least 3 calls, so slow CPU rows cannot eat the session). GPU
+after ``--row-seconds``, with at least 3 calls, and its warmup after a third of that, so slow CPU
+rows cannot eat the session). GPU
 execution providers bind CUDA tensors in place (IO binding): they time the runtime, not host
 copies. The CPU execution provider times ``session.run`` on an input already on the host. The
 report's header lists onnxruntime's providers and says plainly when CUDA / TensorRT are absent;
@@ -42,8 +43,11 @@ def median_ms(fn: Callable[[], Any], args: argparse.Namespace, device: torch.dev
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
-    for _ in range(args.warmup):
+    started_warmup = time.perf_counter()
+    for _ in range(args.warmup):  # at least one call, then no more than a third of the row's time
         fn()
+        if time.perf_counter() - started_warmup > args.row_seconds / 3:
+            break
     sync()
     times: list[float] = []
     started_row = time.perf_counter()
