@@ -117,7 +117,7 @@ class LibreYOLO:
         self.checkpoint, self.ckpt_path = {}, path
         self.track_session = None
         self.imgsz = meta.imgsz
-        self.imgsz = self.resolve_imgsz(imgsz)
+        self.imgsz = self.resolve_imgsz(int(imgsz) if imgsz else None)
 
     def resolve_imgsz(self, imgsz: int | None = None, source: str = "imgsz") -> int:
         """The image size to letterbox to: ``imgsz``, else the model's, as a multiple of the stride;
