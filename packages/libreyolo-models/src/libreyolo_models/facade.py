@@ -110,13 +110,30 @@ class LibreYOLO:
                               f"LibreYOLO({str(path)!r})")
         self.spec, self.size, self.task, self.nc = spec, meta.size, meta.task, meta.nc
         self.names = _normalize_names(meta.names, meta.nc)
-        self.imgsz = spec.check_imgsz(int(imgsz or meta.imgsz))
         self.family = spec.implementation()(spec, self.size, self.task, self.nc)
         self.net = self.runtime = runtime
         self.fused = False
         self.graphs = ModelGraphs(self)
         self.checkpoint, self.ckpt_path = {}, path
         self.track_session = None
+        self.imgsz = meta.imgsz
+        self.imgsz = self.resolve_imgsz(int(imgsz) if imgsz else None)
+
+    def resolve_imgsz(self, imgsz: int | None = None, source: str = "imgsz") -> int:
+        """The image size to letterbox to: ``imgsz``, else the model's, as a multiple of the stride;
+        for an exported model also one its file runs at (a fixed-size export refuses the others
+        here, before any image is read, naming the size it has and how to get another)."""
+        size = self.spec.check_imgsz(imgsz or self.imgsz, source)
+        fixed = self.runtime.fixed_imgsz if self.runtime is not None else None
+        if fixed is not None and size != fixed:
+            decl = self.spec.task(self.task)
+            how = (f"re-export from the .pt with dynamic=True (any multiple of {self.spec.stride}) or imgsz={size}"
+                   if decl.dynamic_imgsz else
+                   f"re-export from the .pt with imgsz={size} ({self.spec.display_name} exports one size per file: "
+                   f"{decl.dynamic_imgsz_note})")
+            raise ConfigError(f"{source}={size}: {self.ckpt_path} was exported for imgsz={fixed} only; use "
+                              f"imgsz={fixed}, or {how}")
+        return size
 
     def require_pytorch(self, action: str) -> None:
         """Refuse ``action`` (train, fuse, CUDA graphs, save) on an exported model, naming the way back."""

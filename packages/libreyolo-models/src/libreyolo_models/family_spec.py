@@ -45,6 +45,12 @@ class TaskDecl:
             TorchScript and OpenVINO; the family's ``postprocess`` (NMS, thresholds) always stays
             outside the exported graph and runs in Python on the runtime's outputs.
         export_note: why the task does not export, when ``exportable`` is False (shown to users).
+        dynamic_imgsz: ``export(dynamic=True)`` frees the image size as well as the batch: the
+            seam computes everything size-dependent (anchor grids, position embeddings) from the
+            input's shape, so a trace generalises. False where something is laid out for the
+            traced size; such an export keeps a dynamic batch at a fixed ``imgsz`` and says why.
+            Every family claiming True is checked at two sizes in ``tests/test_export_families.py``.
+        dynamic_imgsz_note: why the image size cannot be dynamic, when ``dynamic_imgsz`` is False.
         default_nc: classes of an untrained model when neither ``nc`` nor ``names`` is given
             (80, COCO, for detectors; 1000, ImageNet, for classifiers, so a fresh model has the
             reference architecture's shapes).
@@ -59,11 +65,15 @@ class TaskDecl:
     recipe: Mapping[str, object] = field(default_factory=dict)
     exportable: bool = True
     export_note: str = ""
+    dynamic_imgsz: bool = True
+    dynamic_imgsz_note: str = ""
     default_nc: int = 80
 
     def __post_init__(self) -> None:
         if not self.exportable and not self.export_note:
             raise ConfigError("a task declared exportable=False needs export_note saying why")
+        if not self.dynamic_imgsz and not self.dynamic_imgsz_note:
+            raise ConfigError("a task declared dynamic_imgsz=False needs dynamic_imgsz_note saying why")
         unknown = set(self.loss_gains) - set(self.loss_names)
         if unknown:
             raise ConfigError(f"loss_gains names {sorted(unknown)} that are not in loss_names {self.loss_names}")

@@ -111,7 +111,7 @@ class Predictor:
         if cfg.half:
             model.half()
         self.model, self.cfg = model, cfg
-        self.imgsz = model.spec.check_imgsz(cfg.imgsz or model.imgsz)
+        self.imgsz = model.resolve_imgsz(cfg.imgsz)
         self.task = model.task_spec
         self.options = self.task.postprocess_options(vars(cfg))
         if cfg.classes is not None:

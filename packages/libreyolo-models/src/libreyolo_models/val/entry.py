@@ -29,7 +29,7 @@ def validate_model(model: LibreYOLO, options: Mapping[str, Any]) -> TaskMetrics:
     if cfg.half and model.device.type != "cuda":
         raise ConfigError(f"val(half=True) runs fp16 weights, which needs a CUDA GPU; the model is on {model.device}. "
                           "Pass device=0 (or move the model with model.to(0)), or leave half=False on the CPU")
-    imgsz = model.spec.check_imgsz(cfg.imgsz or model.imgsz)
+    imgsz = model.resolve_imgsz(cfg.imgsz)
     task = model.task_spec
     data = task.load_data(cfg.data)
     if data.nc != model.nc:
