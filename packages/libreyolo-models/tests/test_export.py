@@ -256,10 +256,13 @@ def test_a_family_declared_not_exportable_says_why(model: LibreYOLO, monkeypatch
 
 
 @pytest.mark.cuda
-def test_onnx_on_the_gpu_matches_pytorch_and_half_exports(model: LibreYOLO, exported: dict[str, Path],
-                                                         tmp_path: Path) -> None:
-    """On a GPU: the CUDA execution provider (when onnxruntime has it) and fp16 TorchScript."""
-    runtime = LibreYOLO(exported["onnx"]).to(0)
+def test_onnx_on_the_gpu_matches_pytorch_and_half_exports(model: LibreYOLO, tmp_path: Path) -> None:
+    """On a GPU: the CUDA execution provider (when onnxruntime has it) and fp16 TorchScript.
+
+    Exports its own ONNX file, unsimplified: the GPU machine has onnx and onnxruntime but neither
+    onnxslim nor OpenVINO, which the CPU fixture ``exported`` needs."""
+    pytest.importorskip("onnxruntime", reason="the [onnx] extra runs ONNX files")
+    runtime = LibreYOLO(model.export(format="onnx", dynamic=True, file=str(tmp_path / "g.onnx"))).to(0)
     images = torch.rand(8, 3, IMGSZ, IMGSZ, generator=torch.Generator().manual_seed(8))
     with torch.no_grad():
         expected = model.inference_forward(images)
@@ -279,3 +282,16 @@ def test_a_torchscript_file_runs_only_where_it_was_traced(exported: dict[str, Pa
     runtime.runtime.meta = replace(runtime.runtime.meta, extra={"traced_on": "cuda"})  # as if traced on a GPU
     with pytest.raises(ConfigError, match=r"traced on cuda.*model\.to\(0\).*re-export from the \.pt with device=cpu"):
         runtime.predict(SAMPLE_IMAGE)
+
+
+def test_a_cpu_trace_stays_on_the_cpu_when_no_device_is_asked(exported: dict[str, Path], monkeypatch) -> None:
+    """predict/val default to cuda:0 when there is a GPU; a file traced on the CPU runs only there,
+    so with no device given it stays on the CPU instead of failing (seen on the H200)."""
+    from libreyolo_models.devices import default_device
+
+    runtime = LibreYOLO(exported["torchscript"])
+    assert runtime.runs_only_on == "cpu" and LibreYOLO(exported["onnx"]).runs_only_on is None
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert default_device(None, torch.device("cpu"), runtime.runs_only_on) == torch.device("cpu")
+    assert default_device(None, torch.device("cpu"), None) == torch.device("cuda", 0)
+    assert default_device("cpu", torch.device("cpu"), "cuda") == torch.device("cpu")

@@ -203,6 +203,11 @@ class LibreYOLO:
         return next(self.net.parameters()).device
 
     @property
+    def runs_only_on(self) -> str | None:
+        """The device type an exported file is bound to (a TorchScript trace), else None."""
+        return self.runtime.runs_only_on if self.runtime is not None else None
+
+    @property
     def dtype(self) -> torch.dtype:
         return next(self.net.parameters()).dtype
 

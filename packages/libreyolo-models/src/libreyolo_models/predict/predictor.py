@@ -103,7 +103,7 @@ class Predictor:
     """One ``predict()`` call's resolved plan (device, dtype, image size, forward) and its loop."""
 
     def __init__(self, model: LibreYOLO, cfg: PredictConfig) -> None:
-        device = default_device(cfg.device, model.device)
+        device = default_device(cfg.device, model.device, model.runs_only_on)
         model.to(device)
         log.info("predict on %s", describe_device(model.device))
         if cfg.fuse:  # before the cast: BatchNorm folds from fp32 statistics, then rounds once

@@ -70,6 +70,11 @@ class RuntimeNetwork(nn.Module):
         self.path, self.meta = path, meta
         self.anchor = nn.Parameter(torch.zeros(0), requires_grad=False)
 
+    @property
+    def runs_only_on(self) -> str | None:
+        """The device type the file is bound to ("cpu", "cuda"), or None when it runs anywhere."""
+        return None
+
     def forward(self, images: Tensor) -> Tensor | tuple[Tensor, ...]:
         self._check(images)
         step = len(images) if self.meta.dynamic else self.meta.batch
@@ -174,10 +179,14 @@ class TorchScriptNetwork(RuntimeNetwork):
         super().__init__(path, ExportMetadata.from_json(files[METADATA_FILE], str(path)))
         self.script = script
 
+    @property
+    def runs_only_on(self) -> str | None:
+        """A trace records tensors made inside the network (anchor grids) on the device it ran on."""
+        return str(self.meta.extra.get("traced_on", "cpu"))
+
     def run(self, images: Tensor) -> list[Tensor]:
-        traced_on = str(self.meta.extra.get("traced_on", "cpu"))
+        traced_on = self.runs_only_on
         if traced_on != self.anchor.device.type:
-            # A trace records tensors made inside the network (anchor grids) on the device it ran on.
             raise ConfigError(f"{self.path} was traced on {traced_on} and runs only there; "
                               + ("move it with model.to(0)" if traced_on == "cuda" else "keep it on the CPU")
                               + f", or re-export from the .pt with device={'cpu' if traced_on == 'cuda' else 0}")

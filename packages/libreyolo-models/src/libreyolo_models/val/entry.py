@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 
 def validate_model(model: LibreYOLO, options: Mapping[str, Any]) -> TaskMetrics:
     cfg = load_config(ValConfig, options, "val()")
-    model.to(default_device(cfg.device, model.device))
+    model.to(default_device(cfg.device, model.device, model.runs_only_on))
     log.info("val on %s", describe_device(model.device))
     if cfg.half and model.device.type != "cuda":
         raise ConfigError(f"val(half=True) runs fp16 weights, which needs a CUDA GPU; the model is on {model.device}. "
