@@ -106,8 +106,9 @@ class Predictor:
         device = default_device(cfg.device, model.device)
         model.to(device)
         log.info("predict on %s", describe_device(model.device))
-        if cfg.fuse:  # before the cast: BatchNorm folds from fp32 statistics, then rounds once
-            model.fuse()
+        fusing = model.wants_fuse(cfg.fuse)
+        if fusing:  # before the cast: BatchNorm folds from fp32 statistics, then rounds once
+            model.fused_net()
         if cfg.half:
             model.half()
         self.model, self.cfg = model, cfg
@@ -120,7 +121,8 @@ class Predictor:
                 raise ConfigError(f"classes={cfg.classes}: class id {bad[0]} is not one of this model's "
                                   f"{model.nc} classes (0..{model.nc - 1})")
         model.net.eval()
-        self.forward = forward_for_predict(model, cfg.cuda_graph)
+        self.net = model.inference_net(fusing)  # the fused copy, or the exact network (fuse=False)
+        self.forward = forward_for_predict(model, cfg.cuda_graph, self.net)
         self.save_dir = next_run_dir(cfg.project, cfg.name) if wants_run_dir(cfg) else None
         self.outputs = PredictOutputs(cfg, self.save_dir)  # labels, crops, windows (predict.outputs)
         self.names = dict(model.names)
