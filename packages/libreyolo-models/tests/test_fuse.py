@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from libreyolo_models import SAMPLE_IMAGE, ConfigError, LibreYOLO, LibreYOLO9
+from libreyolo_models import SAMPLE_IMAGE, LibreYOLO, LibreYOLO9
 from libreyolo_models.families.yolo9.blocks import RepConvN
 from libreyolo_models.layers.fuse import fold_batchnorm, fuse_network, merge_parallel_convs
 

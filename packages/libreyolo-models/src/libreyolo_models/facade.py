@@ -181,10 +181,12 @@ class LibreYOLO:
         """``training_forward`` as a module over ``self.net``: what training capture wraps."""
         return _SeamModule(self.net, self.training_forward)
 
-    def inference_module(self) -> nn.Module:
-        """``inference_forward`` as a module over ``self.net`` (benchmarks compare eager, graphs
-        and torch.compile on modules)."""
-        return _SeamModule(self.net, self.inference_forward)
+    def inference_module(self, net: nn.Module | None = None) -> nn.Module:
+        """``inference_forward`` as a module over ``net`` (``self.net`` by default, or the fused
+        copy); benchmarks compare eager, graphs and torch.compile on modules."""
+        if net is None or net is self.net:
+            return _SeamModule(self.net, self.inference_forward)
+        return _SeamModule(net, lambda x: self.inference_forward(x, net=net))
 
     # ----------------------------------------------------------------- state
     @property
@@ -264,7 +266,13 @@ class LibreYOLO:
 
     def fused_net(self) -> nn.Module:
         """The fused inference copy of ``net`` (eval mode), built now if none is held or the held one
-        was folded from weights that have changed since."""
+        was folded from weights that have changed since.
+
+        It shares the tensors fusion leaves alone with ``net``: move or cast the model
+        (``to``, ``half``), not the copy. Rebuilt when a sample of ``net``'s tensors shows new
+        values (``fused_net`` (module ``fused_net``) lists what is seen); after editing weights through
+        ``tensor.data``, call ``fuse()`` to fold them anew.
+        """
         self.require_pytorch("fuse")
         if self._fused.stale(self.net):
             self.drop_fused("weights changed since the fused copy was built")
