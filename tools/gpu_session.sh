@@ -77,6 +77,7 @@ for what in "$@"; do
     predict_tests) step predict_tests 300 $PY -m pytest -p no:cacheprovider --import-mode=importlib -m cuda -q -rfE -o addopts="" \
              packages/libreyolo-models/tests/test_predict_streams.py packages/libreyolo-models/tests/test_predict_device.py \
              packages/libreyolo-models/tests/test_letterbox_device.py packages/libreyolo-models/tests/test_nms_batched.py ;;
+    probe_decode) step probe_decode 120 $PY tools/probe_decode.py --out "$OUT/probe-decode.md" ;;
     bench_predict) step bench_predict ${BENCH_PREDICT_S:-540} $PY tools/bench_predict.py ${BENCH_PREDICT_ARGS:-} --out "$OUT/bench-predict.md" ;;
     tests_cls) step tests_cls ${TESTS_CLS_S:-420} $PY -m pytest -p no:cacheprovider --import-mode=importlib -m "cuda or multigpu" -q -rfE \
              -o addopts="" tests-integration/test_gpu_classify.py tests-integration/test_multigpu_train.py -k "classif or resnet or cuda" ;;
