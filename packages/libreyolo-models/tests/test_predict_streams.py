@@ -256,8 +256,12 @@ def test_the_first_batch_decodes_on_the_callers_thread_and_the_rest_ahead_of_it(
 
     monkeypatch.setattr(streams, "read_image", reading)
     monkeypatch.setattr(streams, "iter_sources", arrays)
+    starts: list[int] = []
+    start = Prefetcher.start
+    monkeypatch.setattr(Prefetcher, "start", lambda self: starts.append(1) or start(self))
     here = threading.current_thread().name
     assert len(model(str(path))) == 1 and decoded_on == [here]  # one image: no thread hop for its decode
+    assert starts == []  # a one-batch source starts no thread at all
     decoded_on.clear()
     images = [np.full((40, 56, 3), 40 * i, np.uint8) for i in range(3)]
     results = model(images, batch=1)

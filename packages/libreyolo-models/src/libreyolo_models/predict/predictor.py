@@ -142,13 +142,16 @@ class Predictor:
         batches = Prefetcher(source, depth=PREFETCH_BATCHES)
         try:
             # The first batch decodes here: nothing runs yet that it could overlap, and a thread
-            # hop would only add latency to a one-image call. The thread takes over the source
-            # before that batch runs, so the next ones decode while it is on the device.
+            # hop would only add latency to a one-image call (starting a thread costs up to a
+            # GIL switch interval, 5 ms). The thread takes over the source before that batch
+            # runs, so the next ones decode while it is on the device.
             first = next(source, None)
             if first is not None:
-                batches.start()
+                more = plan.count is None or plan.count > self.cfg.batch
+                if more:  # a one-batch source (one image at batch 1) never starts the thread
+                    batches.start()
                 yield from self.run_batch(first)
-                for batch in batches:
+                for batch in batches if more else source:
                     yield from self.run_batch(batch)
         finally:
             batches.close()
