@@ -208,3 +208,15 @@ def test_a_fuse_hook_that_writes_into_shared_weights_is_caught() -> None:
 
     with pytest.raises(RuntimeError, match="wrote into 1 of its original tensors"):
         fused_copy(Bad())
+
+
+def test_graph_warmup_restoring_the_copys_buffers_does_not_make_it_stale() -> None:
+    from libreyolo_cudagraph.state import preserved_state
+
+    model = _calibrated_model()
+    fused = model.fused_net()
+    own = {id(b) for b in model.net.buffers()}
+    assert not any(id(b) in own for b in fused.buffers())  # buffers are the copy's own
+    with preserved_state(fused):  # what GraphRunner does around warmup: copy_ into every buffer
+        _output(model, fused, X)
+    assert model.fused and model.fused_net() is fused  # still current: no rebuild, no recapture

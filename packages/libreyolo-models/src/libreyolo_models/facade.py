@@ -268,7 +268,7 @@ class LibreYOLO:
         """The fused inference copy of ``net`` (eval mode), built now if none is held or the held one
         was folded from weights that have changed since.
 
-        It shares the tensors fusion leaves alone with ``net``: move or cast the model
+        It shares the parameters fusion leaves alone with ``net``: move or cast the model
         (``to``, ``half``), not the copy. Rebuilt when a sample of ``net``'s tensors shows new
         values (``fused_net`` (module ``fused_net``) lists what is seen); after editing weights through
         ``tensor.data``, call ``fuse()`` to fold them anew.

@@ -3,7 +3,7 @@
 Predict runs BatchNorm-folded networks by default where the family declares fusing
 (``TaskDecl.inference_fuse``): fewer kernels, about half the eager latency of YOLOv9-t at batch 1.
 The model itself stays trainable and savable because its own network is never fused: the fused
-network is a separate copy (``layers.fuse.fused_copy``, which shares every tensor fusion leaves
+network is a separate copy (``layers.fuse.fused_copy``, which shares every parameter fusion leaves
 alone), built on first use and dropped whenever the weights it was folded from may have changed.
 
 Two guards keep it from going stale:

@@ -6,7 +6,7 @@ replays every one of them; fusing removes a BatchNorm kernel per convolution and
 RepConvN. The folded weights are computed in float64, so a fused network agrees with the unfused one
 to rounding (about 1e-6 relative in fp32), but not bit for bit, and it can no longer train. So the
 model never fuses its own network: :func:`fused_copy` builds a separate inference copy (what
-``LibreYOLO.fused_net`` holds) that shares every tensor fusion leaves alone. Modules take part by
+``LibreYOLO.fused_net`` holds) that shares every parameter fusion leaves alone. Modules take part by
 defining ``fuse_for_inference()``, which must replace the modules it folds rather than write into
 their tensors (those are shared with the original); :func:`fuse_network` calls it on every module,
 children before parents, so a parent can merge children that are already folded.
@@ -77,13 +77,15 @@ def fuse_network(net: nn.Module) -> int:
 def fused_copy(net: nn.Module) -> tuple[nn.Module, int]:
     """A fused inference copy of ``net`` (eval mode) and how many modules fused; ``net`` is untouched.
 
-    The copy's modules are new objects, but its parameters and buffers are ``net``'s own until
-    fusion replaces them: memory grows by the folded convolutions only, never by a second full
-    network, not even for a moment. A fuse hook that wrote into a shared tensor would change
-    ``net``'s weights; that is caught here (tensor versions) and raised as a bug of the hook.
+    The copy's modules are new objects, but its parameters are ``net``'s own until fusion
+    replaces them: memory grows by the folded convolutions only, never by a second full network,
+    not even for a moment. Buffers are copied (small, and what graph warmup restores in place:
+    shared ones would look like new weights to ``net``'s watchers). A fuse hook that wrote into a
+    shared parameter would change ``net``'s weights; that is caught here (tensor versions) and
+    raised as a bug of the hook.
     """
     tensors = weight_tensors(net)
-    memo: dict[int, object] = {id(t): t for t in tensors}
+    memo: dict[int, object] = {id(p): p for p in net.parameters()}
     versions = [t._version for t in tensors]
     copied = copy.deepcopy(net, memo)
     count = fuse_network(copied)
