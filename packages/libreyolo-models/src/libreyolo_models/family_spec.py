@@ -38,6 +38,9 @@ class TaskDecl:
         inference_capture: ``predict(cuda_graph=...)`` is allowed. True only where the family's
             inference row of ``docs/parity-matrix.md`` is green.
         train_capture: ``train(cuda_graph=True)`` captures; else it trains eagerly (logged).
+        inference_fuse: predict, track and streams run a BatchNorm-folded copy of the network by
+            default (``LibreYOLO.fuse``; ``fuse=False`` keeps the exact forward). True only where
+            the fused network was checked against the unfused one (same detections to rounding).
         recipe: training defaults of this family, as ``TrainConfig`` values (``{"optimizer":
             "AdamW", "lr0": 1e-4}``). The user's options win; the merged values are what
             ``args.yaml`` records.
@@ -62,6 +65,7 @@ class TaskDecl:
     imgsz_by_size: Mapping[str, int] = field(default_factory=dict)
     inference_capture: bool = False
     train_capture: bool = False
+    inference_fuse: bool = False
     recipe: Mapping[str, object] = field(default_factory=dict)
     exportable: bool = True
     export_note: str = ""

@@ -91,6 +91,8 @@ class DetectTask(Task):
         """Every image's ``[N, 6]`` detections in one device-to-host copy (one sync per batch)."""
         if not predictions or predictions[0].device.type == "cpu":
             return predictions
+        if len(predictions) == 1:  # batch 1: no concatenation kernel
+            return [predictions[0].cpu()]
         sizes = [len(p) for p in predictions]
         return list(torch.cat(predictions).cpu().split(sizes))
 
