@@ -1,0 +1,152 @@
+"""Training images resident on the device: the same batches as shipping tiles, and when it happens.
+
+The resident path is the GPU path with ``resident[indices]`` in place of the tiles a worker
+copies; here it runs with the resident tensor on the CPU (``cache="gpu"`` on a CPU device with
+``gpu_augment=True``) against today's path, and the ``cuda`` test runs both on a GPU.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from libreyolo_models.data.augment_draws import AugmentConfig, draw_sample
+from libreyolo_models.data.cache_store import CachePlace
+from libreyolo_models.data.collate import collate_tiles
+from libreyolo_models.data.device_cache import DEVICE_SHARE, plan_residency, upload_images
+from libreyolo_models.data.image_cache import open_image_cache
+from libreyolo_models.data.pipeline import Batch, TrainPipeline
+from libreyolo_models.data.split_index import SplitIndex
+from libreyolo_models.errors import ConfigError
+from libreyolo_models.train.autobatch import MEMORY_FRACTION, memory_fraction
+
+IMGSZ = 40
+STRONG = AugmentConfig(mosaic=0.6, degrees=20.0, translate=0.2, scale=0.5, shear=6.0,
+                       hsv_h=0.05, hsv_s=0.7, hsv_v=0.4, fliplr=0.5)
+CUDA = torch.device("cuda", 0)  # only named: plan_residency reads no device when free_bytes is given
+
+
+@pytest.fixture(autouse=True)
+def _private_cache_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "shm").mkdir()
+    monkeypatch.setenv("LIBREYOLO_SHM_DIR", str(tmp_path / "shm"))
+    monkeypatch.setenv("LIBREYOLO_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def noisy_split(folder: Path, n: int = 10, *, broken: int | None = None) -> SplitIndex:
+    """Noise images of varied shape, two boxes each; image ``broken`` is not an image at all
+    (the cache leaves it out, so the pipeline reads a view whose rows skip a slot)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(7)
+    paths, labels, sizes = [], [], []
+    for i in range(n):
+        h, w = int(rng.integers(16, 60)), int(rng.integers(16, 60))
+        path = folder / f"n{i:02d}.png"
+        if i == broken:
+            path.write_bytes(b"not a png")
+        else:
+            Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)).save(path)
+        paths.append(path)
+        sizes.append((h, w))
+        labels.append(np.array([[0, 0.3, 0.3, 0.4, 0.4], [1, 0.7, 0.6, 0.3, 0.5]], np.float32))
+    return SplitIndex("train", paths, labels, sizes, {0: "a", 1: "b"})
+
+
+def _pipeline(index: SplitIndex, device: torch.device | str, cache: str, workers: int) -> TrainPipeline:
+    return TrainPipeline(index, imgsz=IMGSZ, batch_size=4, device=device, augment=STRONG, workers=workers,
+                         seed=5, gpu_augment=True, cache=cache)
+
+
+def _epochs(pipeline: TrainPipeline) -> list[Batch]:
+    batches: list[Batch] = []
+    for epoch, mosaic in ((0, True), (1, True), (2, False)):
+        pipeline.set_epoch(epoch, mosaic=mosaic)
+        batches.extend(pipeline)
+    return batches
+
+
+def _assert_bit_identical(shipped: list[Batch], resident: list[Batch]) -> None:
+    assert len(shipped) == len(resident) > 0
+    for k, (a, b) in enumerate(zip(shipped, resident)):
+        assert torch.equal(a.images.cpu(), b.images.cpu()), f"batch {k}: images differ"
+        assert torch.equal(a.targets.cpu(), b.targets.cpu()), f"batch {k}: targets differ"
+        assert a.paths == b.paths and a.ori_sizes == b.ori_sizes
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_resident_images_give_bit_identical_batches_to_shipped_tiles(tmp_path: Path, workers: int) -> None:
+    index = noisy_split(tmp_path / "img", broken=3)
+    shipped = _pipeline(index, "cpu", "auto", workers)  # auto on the CPU: tiles shipped, as today
+    resident = _pipeline(index, "cpu", "gpu", workers)
+    assert shipped.resident is None
+    assert resident.cache.path == shipped.cache.path  # on the host, "gpu" finds the file "auto" built
+    assert resident.resident is not None and resident.resident.shape == (9, IMGSZ, IMGSZ, 3)  # broken one left out
+    _assert_bit_identical(_epochs(shipped), _epochs(resident))
+
+
+def test_workers_ship_tile_indices_and_gather_finds_the_same_pixels(tmp_path: Path) -> None:
+    index = noisy_split(tmp_path / "img", n=6)
+    cache = open_image_cache(index.images, IMGSZ)
+    draws = [draw_sample(STRONG, index=i, n_images=6, imgsz=IMGSZ, seed=1, rank=0, epoch=0, mosaic=True)
+             for i in range(6)]
+    with_pixels = collate_tiles(cache, index.labels, draws, index.images)
+    indices_only = collate_tiles(cache, index.labels, draws, index.images, pixels=False)
+    assert all(g.tiles is None for g in indices_only.groups)
+    shipped_bytes = sum(t.nbytes for g in indices_only.groups for t in (g.images, g.theta, g.hsv, g.flip, g.positions))
+    assert shipped_bytes < 2_000  # vs 6 samples x up to 4 tiles x 40 x 40 x 3 bytes of pixels
+    gathered = indices_only.gather(upload_images(cache, torch.device("cpu")))
+    for a, b in zip(with_pixels.groups, gathered.groups):
+        assert torch.equal(a.images, b.images)
+        for tile_a, tile_b, (h, w) in zip(a.tiles.flatten(0, 1), b.tiles.flatten(0, 1), a.hw.flatten(0, 1).tolist()):
+            assert torch.equal(tile_a[:h, :w], tile_b[:h, :w])  # only the used region is ever read
+    assert torch.equal(with_pixels.render(IMGSZ), gathered.render(IMGSZ))
+    assert torch.equal(with_pixels.targets, indices_only.targets)
+
+
+def test_auto_keeps_images_on_a_gpu_only_when_they_fit_in_a_quarter_of_its_free_memory() -> None:
+    auto = CachePlace("auto")
+    size = 100 * IMGSZ * IMGSZ * 3
+    fits = plan_residency(auto, CUDA, gpu_augment=True, n_images=100, imgsz=IMGSZ, free_bytes=4 * size)
+    assert fits.resident and fits.nbytes == size and "25% of the 0.0 GiB free on cuda:0" in fits.reason
+    too_big = plan_residency(auto, CUDA, gpu_augment=True, n_images=100, imgsz=IMGSZ, free_bytes=4 * size - 1)
+    assert not too_big.resident and f"over the {DEVICE_SHARE:.0%}" in too_big.reason and "cache='gpu'" in too_big.reason
+    forced = plan_residency(CachePlace("gpu"), CUDA, gpu_augment=True, n_images=100, imgsz=IMGSZ, free_bytes=2 * size)
+    assert forced.resident
+    for place, device, gpu_augment, why in ((auto, torch.device("cpu"), True, "training on cpu"),
+                                            (auto, CUDA, False, "gpu_augment=False"),
+                                            (CachePlace("ram"), CUDA, True, "cache='ram'")):
+        decision = plan_residency(place, device, gpu_augment=gpu_augment, n_images=100, imgsz=IMGSZ, free_bytes=10**12)
+        assert not decision.resident and decision.reason.endswith(f"stay on the host ({why})")
+
+
+def test_forcing_the_gpu_cache_where_it_cannot_go_names_the_value_and_the_fix() -> None:
+    size = 100 * IMGSZ * IMGSZ * 3
+    with pytest.raises(ConfigError, match=r"cache='gpu': 100 images at 40 px .* more than is free; use cache='auto'"):
+        plan_residency(CachePlace("gpu"), CUDA, gpu_augment=True, n_images=100, imgsz=IMGSZ, free_bytes=size)
+    with pytest.raises(ConfigError, match=r"gpu_augment=False renders them in the workers; use gpu_augment=True"):
+        plan_residency(CachePlace("gpu"), torch.device("cpu"), gpu_augment=False, n_images=100, imgsz=IMGSZ)
+
+
+def test_autobatch_budget_leaves_out_the_resident_images() -> None:
+    assert memory_fraction(graphed=False) == pytest.approx(MEMORY_FRACTION)
+    assert memory_fraction(graphed=False, resident_share=0.2) == pytest.approx(MEMORY_FRACTION - 0.2)
+    assert memory_fraction(graphed=True, resident_share=0.2) == pytest.approx((MEMORY_FRACTION - 0.2) / 1.25)
+    with pytest.raises(ConfigError, match=r"take 58% of its memory.*use cache='auto'"):
+        memory_fraction(graphed=False, resident_share=0.58)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("workers", [0, 2])
+def test_resident_images_on_the_gpu_give_bit_identical_batches(tmp_path: Path, workers: int) -> None:
+    index = noisy_split(tmp_path / "img", n=12, broken=5)
+    device = torch.device("cuda", torch.cuda.current_device())
+    shipped = _pipeline(index, device, "ram", workers)  # "ram": never resident
+    resident = _pipeline(index, device, "gpu", workers)
+    auto = _pipeline(index, device, "auto", 0)  # a few KiB: well under a quarter of free memory
+    assert shipped.resident is None and auto.resident is not None
+    assert resident.resident is not None and resident.resident.device == device
+    _assert_bit_identical(_epochs(shipped), _epochs(resident))
