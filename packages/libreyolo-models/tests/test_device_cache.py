@@ -7,7 +7,13 @@ copies; here it runs with the resident tensor on the CPU (``cache="gpu"`` on a C
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -22,7 +28,8 @@ from libreyolo_models.data.image_cache import open_image_cache
 from libreyolo_models.data.pipeline import Batch, TrainPipeline
 from libreyolo_models.data.split_index import SplitIndex
 from libreyolo_models.errors import ConfigError
-from libreyolo_models.train.autobatch import MEMORY_FRACTION, memory_fraction
+from libreyolo_models.tasks import TASKS
+from libreyolo_models.train.autobatch import MEMORY_FRACTION, memory_fraction, planned_resident_bytes
 
 IMGSZ = 40
 STRONG = AugmentConfig(mosaic=0.6, degrees=20.0, translate=0.2, scale=0.5, shear=6.0,
@@ -139,6 +146,17 @@ def test_autobatch_budget_leaves_out_the_resident_images() -> None:
         memory_fraction(graphed=False, resident_share=0.58)
 
 
+def test_autobatch_counts_the_training_images_the_pipeline_will_keep_on_the_device(mini_shapes: Path) -> None:
+    def planned(task: str, cache: str, device: str = "cpu") -> int:
+        cfg = SimpleNamespace(cache=cache, gpu_augment=True, data=str(mini_shapes))
+        return planned_resident_bytes(SimpleNamespace(task_spec=TASKS[task]),  # type: ignore[arg-type]
+                                      SimpleNamespace(cfg=cfg, imgsz=64), torch.device(device))  # type: ignore[arg-type]
+
+    assert planned("detect", "gpu") == 24 * 64 * 64 * 3  # the 24 training images of mini shapes
+    assert planned("detect", "auto") == planned("detect", "ram") == 0  # auto uploads on CUDA only
+    assert planned("classify", "gpu") == 0  # its pipeline keeps no resident copy
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("workers", [0, 2])
 def test_resident_images_on_the_gpu_give_bit_identical_batches(tmp_path: Path, workers: int) -> None:
@@ -150,3 +168,56 @@ def test_resident_images_on_the_gpu_give_bit_identical_batches(tmp_path: Path, w
     assert shipped.resident is None and auto.resident is not None
     assert resident.resident is not None and resident.resident.device == device
     _assert_bit_identical(_epochs(shipped), _epochs(resident))
+
+
+_RANK_SCRIPT = textwrap.dedent("""
+    import json, sys
+    from pathlib import Path
+    import numpy as np
+    import torch, torch.distributed as dist
+    from libreyolo_models.data.pipeline import AugmentConfig, TrainPipeline
+    from libreyolo_models.data.split_index import SplitIndex
+
+    rank, init_file, folder, out = int(sys.argv[1]), sys.argv[2], Path(sys.argv[3]), Path(sys.argv[4])
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
+    paths = sorted(folder.glob("*.png"))
+    index = SplitIndex("train", paths, [np.array([[0, 0.5, 0.5, 0.5, 0.5]], np.float32)] * len(paths),
+                       [(40, 30)] * len(paths), {0: "a"})
+    epochs = {}
+    for cache in ("ram", "gpu"):
+        pipeline = TrainPipeline(index, imgsz=16, batch_size=2, device="cpu", augment=AugmentConfig(degrees=10.0),
+                                 workers=0, seed=0, gpu_augment=True, cache=cache)
+        pipeline.set_epoch(1, mosaic=True)
+        epochs[cache] = (list(pipeline), None if pipeline.resident is None else list(pipeline.resident.shape))
+    (shipped, _), (resident, shape) = epochs["ram"], epochs["gpu"]
+    same = len(shipped) == len(resident) and all(
+        torch.equal(a.images, b.images) and torch.equal(a.targets, b.targets) for a, b in zip(shipped, resident))
+    out.joinpath(f"rank{rank}.json").write_text(json.dumps(
+        {"seen": [p for b in resident for p in b.paths], "same": same, "shape": shape}))
+    dist.barrier()
+    dist.destroy_process_group()
+""")
+
+
+@pytest.mark.slow
+@pytest.mark.solo  # two gloo ranks in subprocesses, like test_pipeline's DDP test (see its note)
+def test_each_ddp_rank_holds_its_own_copy_and_keeps_its_shard_and_batches(tmp_path: Path) -> None:
+    folder = tmp_path / "img"
+    folder.mkdir()
+    for i in range(8):
+        Image.fromarray(np.full((40, 30, 3), 20 * i, np.uint8)).save(folder / f"{i}.png")
+    script = tmp_path / "rank.py"
+    script.write_text(_RANK_SCRIPT)
+    env = {**os.environ, "LIBREYOLO_SHM_DIR": str(tmp_path / "shm"), "LIBREYOLO_CACHE_DIR": str(tmp_path / "cache")}
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "TORCHELASTIC_RUN_ID"):
+        env.pop(name, None)
+    ranks = [subprocess.Popen([sys.executable, str(script), str(r), str(tmp_path / "rendezvous"), str(folder),
+                               str(tmp_path)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+             for r in range(2)]
+    for proc in ranks:
+        output, _ = proc.communicate(timeout=240)
+        assert proc.returncode == 0, output.decode(errors="replace")[-3000:]
+    zero, one = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2))
+    assert zero["shape"] == one["shape"] == [8, 16, 16, 3]  # every rank uploads the whole split
+    assert zero["same"] and one["same"]  # bit-identical to shipping tiles, on each rank
+    assert len(zero["seen"]) == len(one["seen"]) == 4 and not set(zero["seen"]) & set(one["seen"])

@@ -17,6 +17,9 @@ When (the ``cache=`` setting, see ``cache_store``; only where batches are render
   process's memory, which is what the CPU tests use to check the resident path.
 - anything else (``"ram"``, ``"disk"``, a folder, ``"off"``): never.
 
+Only detection training (``pipeline.TrainPipeline``) reads a resident copy; validation and the
+classification and segmentation pipelines treat ``"gpu"`` as ``"auto"`` (host placement only).
+
 Each DDP rank holds its own copy on its own device. ``train.autobatch`` asks :func:`plan_residency`
 the same question before it sizes the batch, and leaves the copy's bytes out of the budget.
 """

@@ -20,6 +20,7 @@ Mosaic partners are shipped by the workers (drawn from the whole split), in both
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -202,8 +203,8 @@ class TrainPipeline:
         self._state = torch.tensor([0, 1], dtype=torch.int64).share_memory_()
         kind = _RawTiles if self.gpu_augment else _AugmentedSamples
         dataset = kind(self.cache, index, augment, seed=seed, rank=env.rank, state=self._state)
-        if self.resident is not None:  # only the GPU path (_RawTiles) can have a resident copy
-            dataset.ship_pixels = False
+        if isinstance(dataset, _RawTiles):  # the only path that can read a resident copy
+            dataset.ship_pixels = self.resident is None
         # A DistributedSampler shuffles by (seed, epoch). Without one, the shuffle gets its own
         # generator, reseeded per epoch: each epoch's order is then a function of (seed, rank, epoch)
         # (a resumed run repeats it) and does not depend on whether workers persist, which changes
@@ -234,8 +235,10 @@ class TrainPipeline:
             level = logging.INFO if self.device.type == "cuda" and self.gpu_augment else logging.DEBUG
             log.log(level, "image cache not on the device: %s", residency.reason)
             return None
+        start = time.perf_counter()
         resident = upload_images(self.cache, self.device)
-        log.info("image cache on the device: %s; workers ship tile indices only", residency.reason)
+        log.info("image cache on the device: %s, uploaded in %.1f s; workers ship tile indices only",
+                 residency.reason, time.perf_counter() - start)
         return resident
 
     def set_epoch(self, epoch: int, *, mosaic: bool) -> None:

@@ -84,7 +84,7 @@ class TrainConfig:
     log_every: int = 50                 # loggers get the losses every this many batches
     cuda_graph: bool = False
     multi_scale: bool = False
-    cache: CacheSetting = "auto"        # "auto", "ram", "disk", "off" or a folder (see data.cache_store)
+    cache: CacheSetting = "auto"        # "auto", "ram", "disk", "gpu", "off" or a folder (data.cache_store)
     gpu_augment: bool | Literal["auto"] = "auto"
     sync_bn: bool | None = None         # Python argument; None: the family's default
     profile: bool = False
