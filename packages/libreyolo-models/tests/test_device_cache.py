@@ -20,6 +20,8 @@ import pytest
 import torch
 from PIL import Image
 
+import libreyolo_ddp
+from libreyolo_models import LibreYOLO9
 from libreyolo_models.data.augment_draws import AugmentConfig, draw_sample
 from libreyolo_models.data.cache_store import CachePlace
 from libreyolo_models.data.collate import collate_tiles
@@ -29,7 +31,10 @@ from libreyolo_models.data.pipeline import Batch, TrainPipeline
 from libreyolo_models.data.split_index import SplitIndex
 from libreyolo_models.errors import ConfigError
 from libreyolo_models.tasks import TASKS
+from libreyolo_models.train import autobatch
 from libreyolo_models.train.autobatch import MEMORY_FRACTION, memory_fraction, planned_resident_bytes
+from libreyolo_models.train.plan import TrainPlan
+from libreyolo_models.train.settings import TrainConfig
 
 IMGSZ = 40
 STRONG = AugmentConfig(mosaic=0.6, degrees=20.0, translate=0.2, scale=0.5, shear=6.0,
@@ -155,6 +160,24 @@ def test_autobatch_counts_the_training_images_the_pipeline_will_keep_on_the_devi
     assert planned("detect", "gpu") == 24 * 64 * 64 * 3  # the 24 training images of mini shapes
     assert planned("detect", "auto") == planned("detect", "ram") == 0  # auto uploads on CUDA only
     assert planned("classify", "gpu") == 0  # its pipeline keeps no resident copy
+
+
+def test_autobatch_probes_within_what_the_resident_images_leave(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An 80 GiB device holding 8 GiB of training images: the step may fill 60% - 10% of it."""
+    gib = 2**30
+    seen: list[float] = []
+
+    def fake_probe(step, device, fraction=0.6):  # noqa: ANN001, ANN202 - libreyolo_ddp's signature
+        seen.append(fraction)
+        return 16
+
+    monkeypatch.setattr(libreyolo_ddp, "probe_batch_size", fake_probe)
+    monkeypatch.setattr(autobatch, "planned_resident_bytes", lambda model, plan, device: 8 * gib)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: SimpleNamespace(total_memory=80 * gib))
+    devices = SimpleNamespace(type="cuda", torch_device=lambda index: torch.device("cpu"))
+    plan = TrainPlan(TrainConfig(data="shapes", batch=-1), devices, 64, {}, False, 1)  # type: ignore[arg-type]
+    assert autobatch.resolve_batch(LibreYOLO9(size="t"), plan).global_batch == 16
+    assert seen == [pytest.approx(MEMORY_FRACTION - 0.1)]
 
 
 @pytest.mark.cuda

@@ -39,9 +39,9 @@ def resolve_batch(model: LibreYOLO, plan: TrainPlan) -> TrainPlan:
     device = libreyolo_ddp.local_device() if libreyolo_ddp.dist_env().world_size > 1 else plan.devices.torch_device(0)
 
     def probe() -> int:  # rank 0 only under a process group: the others receive its batch
-        total = torch.cuda.get_device_properties(device).total_memory
-        fraction = memory_fraction(graphed=bool(plan.cfg.cuda_graph),
-                                   resident_share=planned_resident_bytes(model, plan, device) / total)
+        resident = planned_resident_bytes(model, plan, device)
+        share = resident / torch.cuda.get_device_properties(device).total_memory if resident else 0.0
+        fraction = memory_fraction(graphed=bool(plan.cfg.cuda_graph), resident_share=share)
         return probe_training_batch(model, plan.imgsz, device, plan.cfg.amp, fraction=fraction)
 
     batch = libreyolo_ddp.resolve_autobatch(probe, world_size=plan.world_size, nbs=plan.cfg.nbs)
