@@ -108,11 +108,11 @@ def test_workers_ship_tile_indices_and_gather_finds_the_same_pixels(tmp_path: Pa
     with_pixels = collate_tiles(cache, index.labels, draws, index.images)
     indices_only = collate_tiles(cache, index.labels, draws, index.images, pixels=False)
     assert all(g.tiles is None for g in indices_only.groups)
-    shipped_bytes = sum(t.nbytes for g in indices_only.groups for t in (g.images, g.theta, g.hsv, g.flip, g.positions))
+    shipped_bytes = sum(t.nbytes for g in indices_only.groups for t in (g.cache_rows, g.theta, g.hsv, g.flip, g.positions))
     assert shipped_bytes < 2_000  # vs 6 samples x up to 4 tiles x 40 x 40 x 3 bytes of pixels
     gathered = indices_only.gather(upload_images(cache, torch.device("cpu")))
     for a, b in zip(with_pixels.groups, gathered.groups):
-        assert torch.equal(a.images, b.images)
+        assert torch.equal(a.cache_rows, b.cache_rows)
         for tile_a, tile_b, (h, w) in zip(a.tiles.flatten(0, 1), b.tiles.flatten(0, 1), a.hw.flatten(0, 1).tolist()):
             assert torch.equal(tile_a[:h, :w], tile_b[:h, :w])  # only the used region is ever read
     assert torch.equal(with_pixels.render(IMGSZ), gathered.render(IMGSZ))

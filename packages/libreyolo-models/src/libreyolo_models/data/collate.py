@@ -134,7 +134,8 @@ class TileGroup:
 
     Attributes:
         positions: ``int64 [G]`` rows of the batch these samples fill.
-        images: ``int64 [G, K]`` cache index of each tile, main image first.
+        cache_rows: ``int64 [G, K]`` each tile's index in the image cache (and in a resident copy),
+            main image first.
         tiles: ``uint8 [G, K, S, S, 3]`` those cached slots; None until :meth:`TileBatch.gather`
             when the worker shipped indices only (images resident on the device).
         offsets: ``int64 [G, K, 2]`` canvas ``(x, y)`` per tile; stays on the CPU.
@@ -148,7 +149,7 @@ class TileGroup:
     """
 
     positions: Tensor
-    images: Tensor
+    cache_rows: Tensor
     tiles: Tensor | None
     offsets: Tensor
     hw: Tensor
@@ -173,7 +174,7 @@ class TileGroup:
         return parts[0] if len(parts) == 1 else torch.cat(parts)
 
     def pin_memory(self) -> TileGroup:
-        return replace(self, positions=self.positions.pin_memory(), images=self.images.pin_memory(),
+        return replace(self, positions=self.positions.pin_memory(), cache_rows=self.cache_rows.pin_memory(),
                        tiles=None if self.tiles is None else self.tiles.pin_memory(),
                        theta=self.theta.pin_memory(), hsv=self.hsv.pin_memory(), flip=self.flip.pin_memory())
 
@@ -181,7 +182,7 @@ class TileGroup:
         """Move what the device reads; ``offsets`` and ``hw`` stay on the CPU (they are sliced with)."""
         def move(t: Tensor) -> Tensor:
             return t.to(device, non_blocking=non_blocking)
-        return replace(self, positions=move(self.positions), images=move(self.images),
+        return replace(self, positions=move(self.positions), cache_rows=move(self.cache_rows),
                        tiles=None if self.tiles is None else move(self.tiles), theta=move(self.theta),
                        hsv=move(self.hsv), flip=move(self.flip))
 
@@ -225,7 +226,7 @@ class TileBatch:
     def gather(self, resident: Tensor) -> TileBatch:
         """Fill each group's tiles from ``resident`` (``uint8 [N, S, S, 3]``, row ``i`` = cache index
         ``i``) on its device: one indexing kernel per group instead of shipping the pixels."""
-        return replace(self, groups=[replace(g, tiles=resident[g.images.to(resident.device)]) for g in self.groups])
+        return replace(self, groups=[replace(g, tiles=resident[g.cache_rows.to(resident.device)]) for g in self.groups])
 
 
 def collate_tiles(cache: ImageCache, labels: Sequence[np.ndarray], draws: Sequence[SampleDraws],
@@ -286,7 +287,7 @@ def _collate_group(cache: ImageCache, labels: Sequence[np.ndarray], draws: Seque
     targets[:, 0] = where[targets[:, 0].long()].float()
     hsv = torch.tensor([d.hsv for d in draws], dtype=torch.float32)
     group = TileGroup(
-        positions=where, images=torch.from_numpy(tile_images), tiles=tiles, offsets=offsets, hw=hw, canvas=canvas,
+        positions=where, cache_rows=torch.from_numpy(tile_images), tiles=tiles, offsets=offsets, hw=hw, canvas=canvas,
         theta=grid_theta(matrix, canvas, imgsz), hsv=hsv, flip=flip,
         has_hsv=any(d.hsv != (0.0, 1.0, 1.0) for d in draws), has_flip=bool(flip.any()))
     return group, targets
