@@ -7,10 +7,6 @@ copies; here it runs with the resident tensor on the CPU (``cache="gpu"`` on a C
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 from types import SimpleNamespace
@@ -18,6 +14,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from gloo_ranks import run_two_ranks
 from PIL import Image
 
 import libreyolo_ddp
@@ -229,18 +226,7 @@ def test_each_ddp_rank_holds_its_own_copy_and_keeps_its_shard_and_batches(tmp_pa
     folder.mkdir()
     for i in range(8):
         Image.fromarray(np.full((40, 30, 3), 20 * i, np.uint8)).save(folder / f"{i}.png")
-    script = tmp_path / "rank.py"
-    script.write_text(_RANK_SCRIPT)
-    env = {**os.environ, "LIBREYOLO_SHM_DIR": str(tmp_path / "shm"), "LIBREYOLO_CACHE_DIR": str(tmp_path / "cache")}
-    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "TORCHELASTIC_RUN_ID"):
-        env.pop(name, None)
-    ranks = [subprocess.Popen([sys.executable, str(script), str(r), str(tmp_path / "rendezvous"), str(folder),
-                               str(tmp_path)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-             for r in range(2)]
-    for proc in ranks:
-        output, _ = proc.communicate(timeout=240)
-        assert proc.returncode == 0, output.decode(errors="replace")[-3000:]
-    zero, one = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2))
+    zero, one = run_two_ranks(_RANK_SCRIPT, folder, tmp_path)
     assert zero["shape"] == one["shape"] == [8, 16, 16, 3]  # every rank uploads the whole split
     assert zero["same"] and one["same"]  # bit-identical to shipping tiles, on each rank
     assert len(zero["seen"]) == len(one["seen"]) == 4 and not set(zero["seen"]) & set(one["seen"])
