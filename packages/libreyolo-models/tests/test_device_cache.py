@@ -7,6 +7,7 @@ copies; here it runs with the resident tensor on the CPU (``cache="gpu"`` on a C
 
 from __future__ import annotations
 
+import logging
 import textwrap
 from pathlib import Path
 from types import SimpleNamespace
@@ -87,10 +88,13 @@ def _assert_bit_identical(shipped: list[Batch], resident: list[Batch]) -> None:
 
 
 @pytest.mark.parametrize("workers", [0, 2])
-def test_resident_images_give_bit_identical_batches_to_shipped_tiles(tmp_path: Path, workers: int) -> None:
+def test_resident_images_give_bit_identical_batches_to_shipped_tiles(tmp_path: Path, workers: int,
+                                                                     caplog: pytest.LogCaptureFixture) -> None:
     index = noisy_split(tmp_path / "img", broken=3)
     shipped = _pipeline(index, "cpu", "auto", workers)  # auto on the CPU: tiles shipped, as today
-    resident = _pipeline(index, "cpu", "gpu", workers)
+    with caplog.at_level(logging.INFO, logger="libreyolo_models.data.pipeline"):
+        resident = _pipeline(index, "cpu", "gpu", workers)
+    assert "image cache on the device: 9 images at 40 px = 0.00 GiB held on cpu (cache='gpu')" in caplog.text
     assert shipped.resident is None
     assert resident.cache.path == shipped.cache.path  # on the host, "gpu" finds the file "auto" built
     assert resident.resident is not None and resident.resident.shape == (9, IMGSZ, IMGSZ, 3)  # broken one left out
@@ -179,12 +183,17 @@ def test_autobatch_probes_within_what_the_resident_images_leave(monkeypatch: pyt
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("workers", [0, 2])
-def test_resident_images_on_the_gpu_give_bit_identical_batches(tmp_path: Path, workers: int) -> None:
+def test_resident_images_on_the_gpu_give_bit_identical_batches(tmp_path: Path, workers: int,
+                                                               caplog: pytest.LogCaptureFixture) -> None:
     index = noisy_split(tmp_path / "img", n=12, broken=5)
     device = torch.device("cuda", torch.cuda.current_device())
-    shipped = _pipeline(index, device, "ram", workers)  # "ram": never resident
-    resident = _pipeline(index, device, "gpu", workers)
-    auto = _pipeline(index, device, "auto", 0)  # a few KiB: well under a quarter of free memory
+    with caplog.at_level(logging.INFO, logger="libreyolo_models.data.pipeline"):
+        shipped = _pipeline(index, device, "ram", workers)  # "ram": never resident
+        resident = _pipeline(index, device, "gpu", workers)
+        auto = _pipeline(index, device, "auto", 0)  # a few KiB: well under a quarter of free memory
+    assert "image cache not on the device: 11 images at 40 px = 0.00 GiB stay on the host (cache='ram')" in caplog.text
+    assert f"GiB free on {device} (cache='gpu'), uploaded in" in caplog.text
+    assert f"GiB free on {device}, uploaded in" in caplog.text  # auto's line
     assert shipped.resident is None and auto.resident is not None
     assert resident.resident is not None and resident.resident.device == device
     _assert_bit_identical(_epochs(shipped), _epochs(resident))
