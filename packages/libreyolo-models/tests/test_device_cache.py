@@ -142,6 +142,8 @@ def test_forcing_the_gpu_cache_where_it_cannot_go_names_the_value_and_the_fix() 
         plan_residency(CachePlace("gpu"), CUDA, gpu_augment=True, n_images=100, imgsz=IMGSZ, free_bytes=size)
     with pytest.raises(ConfigError, match=r"gpu_augment=False renders them in the workers; use gpu_augment=True"):
         plan_residency(CachePlace("gpu"), torch.device("cpu"), gpu_augment=False, n_images=100, imgsz=IMGSZ)
+    with pytest.raises(ConfigError, match=r"cache='gpu' .* gpu_augment=False .*; drop one of them"):
+        TrainConfig(data="shapes", cache="gpu", gpu_augment=False)  # before any data is read
 
 
 def test_autobatch_budget_leaves_out_the_resident_images() -> None:

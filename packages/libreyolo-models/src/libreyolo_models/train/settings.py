@@ -98,7 +98,9 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "device", device_text(self.device))  # [0, 1] -> "0,1": saved and resumed as text
-        parse_cache_setting(self.cache)
+        if parse_cache_setting(self.cache).mode == "gpu" and self.gpu_augment is False:
+            raise ConfigError("cache='gpu' keeps the training images on the GPU for batches rendered there, but "
+                              "gpu_augment=False renders them in the workers; drop one of them")
         if not self.data:
             raise ConfigError("train needs data=...: a data.yaml path, a dataset folder, or the bundled 'shapes'")
         if self.epochs < 1:
