@@ -1,8 +1,8 @@
 """Run a script as two gloo ranks in subprocesses and read what each wrote: the DDP data tests'
 harness. Import as ``from gloo_ranks import run_two_ranks`` (the tests folder is on ``sys.path``).
 
-The script gets ``rank``, a rendezvous file, the image folder and the output folder as its four
-arguments, joins ``init_process_group("gloo", init_method=f"file://{argv[2]}", ...)`` and writes
+The script gets ``rank``, a rendezvous file, the image folder and the output folder as its first
+four arguments (then ``args``), joins ``init_process_group("gloo", init_method=f"file://{argv[2]}", ...)`` and writes
 ``rank<r>.json`` into the output folder.
 """
 
@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 
-def run_two_ranks(script: str, folder: Path, tmp_path: Path, *, timeout_s: float = 240) -> list[dict[str, Any]]:
+def run_two_ranks(script: str, folder: Path, tmp_path: Path, *, args: tuple[str, ...] = (),
+                  timeout_s: float = 240) -> list[dict[str, Any]]:
     """Both ranks' JSON, rank 0 first; a rank that fails fails the test with its output's tail."""
     path = tmp_path / "rank.py"
     path.write_text(script)
@@ -24,7 +25,7 @@ def run_two_ranks(script: str, folder: Path, tmp_path: Path, *, timeout_s: float
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "TORCHELASTIC_RUN_ID"):
         env.pop(name, None)
     ranks = [subprocess.Popen([sys.executable, str(path), str(r), str(tmp_path / "rendezvous"), str(folder),
-                               str(tmp_path)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                               str(tmp_path), *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
              for r in range(2)]
     for proc in ranks:
         output, _ = proc.communicate(timeout=timeout_s)

@@ -210,34 +210,48 @@ _RANK_SCRIPT = textwrap.dedent("""
     from libreyolo_models.data.split_index import SplitIndex
 
     rank, init_file, folder, out = int(sys.argv[1]), sys.argv[2], Path(sys.argv[3]), Path(sys.argv[4])
+    device = "cpu" if sys.argv[5] == "cpu" else f"cuda:{rank}"
+    if device != "cpu":
+        torch.cuda.set_device(rank)  # as the trainer does on each rank
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
     paths = sorted(folder.glob("*.png"))
     index = SplitIndex("train", paths, [np.array([[0, 0.5, 0.5, 0.5, 0.5]], np.float32)] * len(paths),
                        [(40, 30)] * len(paths), {0: "a"})
     epochs = {}
     for cache in ("ram", "gpu"):
-        pipeline = TrainPipeline(index, imgsz=16, batch_size=2, device="cpu", augment=AugmentConfig(degrees=10.0),
+        pipeline = TrainPipeline(index, imgsz=16, batch_size=2, device=device, augment=AugmentConfig(degrees=10.0),
                                  workers=0, seed=0, gpu_augment=True, cache=cache)
         pipeline.set_epoch(1, mosaic=True)
-        epochs[cache] = (list(pipeline), None if pipeline.resident is None else list(pipeline.resident.shape))
-    (shipped, _), (resident, shape) = epochs["ram"], epochs["gpu"]
+        held = None if pipeline.resident is None else [*pipeline.resident.shape, str(pipeline.resident.device)]
+        epochs[cache] = ([(b.images.cpu(), b.targets.cpu(), b.paths) for b in pipeline], held)
+    (shipped, _), (resident, held) = epochs["ram"], epochs["gpu"]
     same = len(shipped) == len(resident) and all(
-        torch.equal(a.images, b.images) and torch.equal(a.targets, b.targets) for a, b in zip(shipped, resident))
+        torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(shipped, resident))
     out.joinpath(f"rank{rank}.json").write_text(json.dumps(
-        {"seen": [p for b in resident for p in b.paths], "same": same, "shape": shape}))
+        {"seen": [p for b in resident for p in b[2]], "same": same, "held": held}))
     dist.barrier()
     dist.destroy_process_group()
 """)
 
 
-@pytest.mark.slow
-@pytest.mark.solo  # two gloo ranks in subprocesses, like test_pipeline's DDP test (see its note)
-def test_each_ddp_rank_holds_its_own_copy_and_keeps_its_shard_and_batches(tmp_path: Path) -> None:
+def _each_rank_holds_its_own_copy(tmp_path: Path, device: str) -> None:
     folder = tmp_path / "img"
     folder.mkdir()
     for i in range(8):
         Image.fromarray(np.full((40, 30, 3), 20 * i, np.uint8)).save(folder / f"{i}.png")
-    zero, one = run_two_ranks(_RANK_SCRIPT, folder, tmp_path)
-    assert zero["shape"] == one["shape"] == [8, 16, 16, 3]  # every rank uploads the whole split
+    zero, one = run_two_ranks(_RANK_SCRIPT, folder, tmp_path, args=(device,))
+    where = ("cpu", "cpu") if device == "cpu" else ("cuda:0", "cuda:1")
+    assert (zero["held"], one["held"]) == ([8, 16, 16, 3, where[0]], [8, 16, 16, 3, where[1]])  # the whole split
     assert zero["same"] and one["same"]  # bit-identical to shipping tiles, on each rank
     assert len(zero["seen"]) == len(one["seen"]) == 4 and not set(zero["seen"]) & set(one["seen"])
+
+
+@pytest.mark.slow
+@pytest.mark.solo  # two gloo ranks in subprocesses, like test_pipeline's DDP test (see its note)
+def test_each_ddp_rank_holds_its_own_copy_and_keeps_its_shard_and_batches(tmp_path: Path) -> None:
+    _each_rank_holds_its_own_copy(tmp_path, "cpu")
+
+
+@pytest.mark.multigpu
+def test_each_gpu_rank_holds_its_own_copy_and_keeps_its_shard_and_batches(tmp_path: Path) -> None:
+    _each_rank_holds_its_own_copy(tmp_path, "cuda")
