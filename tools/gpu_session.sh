@@ -50,7 +50,7 @@ for what in "$@"; do
     bench_train) step bench_train 240 $PY tools/bench_train_graphs.py --deterministic --extra bench_models:yolo9t_train --out "$OUT/bench-train.md" ;;
     bench_data) step bench_data 240 $PY tools/bench_data.py --workers 12 ;;
     bench_data_resident) step bench_data_resident 240 $PY tools/bench_data.py --workers 12 --images 1024 --arms gpu,resident ;;
-    tests_gpucache) step tests_gpucache 120 $PY -m pytest -p no:cacheprovider --import-mode=importlib -m cuda -q -rfE -o addopts="" \
+    tests_gpucache) step tests_gpucache 180 $PY -m pytest -p no:cacheprovider --import-mode=importlib -m "cuda or multigpu" -q -rfE -o addopts="" \
              packages/libreyolo-models/tests/test_device_cache.py packages/libreyolo-models/tests/test_augment_equivalence.py ;;
     tests_quick) step tests_quick 40 $PY -m pytest -p no:cacheprovider --import-mode=importlib -m cuda -q -rfE -o addopts="" \
              packages/libreyolo-models/tests/test_augment_equivalence.py ;;
