@@ -47,6 +47,7 @@ class DetectTask(Task):
     fitness_name: ClassVar[str] = "0.1*mAP50 + 0.9*mAP50-95"
     results_field: ClassVar[str] = "boxes"
     supports_multi_scale: ClassVar[bool] = True
+    images_on_device: ClassVar[bool] = True
     augmentations: ClassVar[frozenset[str]] = frozenset(AugmentConfig.__dataclass_fields__)
 
     def load_data(self, data: Any) -> Any:
