@@ -272,7 +272,9 @@ def test_onnx_on_the_gpu_matches_pytorch_and_half_exports(model: LibreYOLO, tmp_
     gpu.net.load_state_dict(model.net.state_dict())
     path = gpu.to(0).eval().export(format="torchscript", half=True, device="0", file=str(tmp_path / "h.torchscript"))
     half = LibreYOLO(path).to(0)
-    assert_same_detections(gpu.predict(SAMPLE_IMAGE, conf=0.01)[0].boxes.data.cpu(),
+    # Against the PyTorch model in fp16 too: this untrained head puts many near-equal boxes on the
+    # image, and fp32-vs-fp16 rounding moves which of them NMS keeps (seen on the H200: 6 vs 5).
+    assert_same_detections(gpu.predict(SAMPLE_IMAGE, conf=0.01, half=True)[0].boxes.data.cpu(),
                            half.predict(SAMPLE_IMAGE, conf=0.01)[0].boxes.data.cpu(), iou=0.95, score=1e-2)
 
 
