@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import torch
-import torchvision
 from torch import Tensor
 
 # Candidates kept (by score) before NMS: an untrained or early model scores every anchor about
@@ -49,6 +48,8 @@ def nms_per_image(predictions: Tensor, *, conf: float, iou: float, max_det: int,
     score = top_scores.reshape(-1)[flat].float()
     cl = cls.gather(1, top).reshape(-1)[flat]
     counts = valid.sum(1).tolist()
+    from torchvision.ops import batched_nms  # imported on use: torchvision costs seconds at import
+
     out: list[Tensor] = []
     for b, s, c in zip(box.split(counts), score.split(counts), cl.split(counts)):
         if s.numel() == 0:
@@ -56,7 +57,7 @@ def nms_per_image(predictions: Tensor, *, conf: float, iou: float, max_det: int,
             continue
         # float64 for the class offsets batched_nms adds: float32 would round shifted coordinates
         # (80 classes x 640 px) by ~0.004 px and could flip a borderline suppression.
-        kept = torchvision.ops.batched_nms(b.double(), s.double(), torch.zeros_like(c) if agnostic else c, iou)
+        kept = batched_nms(b.double(), s.double(), torch.zeros_like(c) if agnostic else c, iou)
         kept = kept[:max_det]
         out.append(torch.cat((b[kept], s[kept, None], c[kept, None].to(b.dtype)), 1))
     return out
