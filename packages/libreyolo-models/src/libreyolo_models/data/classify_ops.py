@@ -17,7 +17,6 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torchvision.ops import roi_align
 
 from .classify_augment import RANDAUGMENT_OPS, MixDraws
 
@@ -74,6 +73,8 @@ def render_crops(tiles: Tensor, boxes: Tensor, flip: Tensor, jitter: Tensor, ops
     rois = torch.cat((torch.arange(len(x), device=x.device, dtype=x.dtype)[:, None], boxes.to(x.dtype)), dim=1)
     # Adaptive sampling (ceil(box / output) points per output pixel, averaged) antialiases a
     # shrinking crop; aligned=True reads continuous pixel coordinates.
+    from torchvision.ops import roi_align  # imported on use: torchvision costs seconds at import
+
     out = roi_align(x, rois, output_size=(imgsz, imgsz), spatial_scale=1.0, sampling_ratio=-1, aligned=True)
     out = torch.where(flip.view(-1, 1, 1, 1), out.flip(-1), out)
     if magnitude > 0:

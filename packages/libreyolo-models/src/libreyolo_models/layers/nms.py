@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import torch
-import torchvision
 from torch import Tensor
 
 # Candidates kept (by score) before NMS: an untrained or early model scores every anchor about
@@ -55,6 +54,8 @@ def nms_per_image(predictions: Tensor, *, conf: float, iou: float, max_det: int,
     # Rows [B, A, 6] = box, score, class; the kept ones, image-major, in one gather.
     rows = torch.cat((predictions[:, :4].transpose(1, 2), scores[..., None], cls[..., None].to(scores.dtype)), 2)
     picked = rows.reshape(batch * anchors, 6)[flat].float()
+    from torchvision.ops import batched_nms, nms  # imported on use: torchvision costs seconds at import
+
     out: list[Tensor] = []
     for image_rows in picked.split(counts):
         if image_rows.shape[0] == 0:
@@ -64,9 +65,9 @@ def nms_per_image(predictions: Tensor, *, conf: float, iou: float, max_det: int,
         # (80 classes x 640 px) by ~0.004 px and could flip a borderline suppression.
         boxes, score = image_rows[:, :4].double(), image_rows[:, 4].double()
         if agnostic:
-            kept = torchvision.ops.nms(boxes, score, iou)
+            kept = nms(boxes, score, iou)
         else:
-            kept = torchvision.ops.batched_nms(boxes, score, image_rows[:, 5], iou)
+            kept = batched_nms(boxes, score, image_rows[:, 5], iou)
         out.append(image_rows[kept[:max_det]])
     return out
 

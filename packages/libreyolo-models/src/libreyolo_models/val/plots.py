@@ -11,16 +11,19 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
-from matplotlib.figure import Figure
 from PIL import Image
 from torch import Tensor
 
 from ..layers.boxes import xywh_to_xyxy
 from ..predict.plotting import draw_detections
 from .curves import RECALL_POINTS, THRESHOLDS, ClassCurves
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 _MAX_LEGEND = 20  # past this many classes, per-class lines stay but only the mean is named
 
@@ -37,7 +40,7 @@ def plot_confusion(matrix: np.ndarray, names: Mapping[int, str], path: Path, *, 
     n = counts.shape[0]
     labels = [names.get(i, str(i)) for i in range(n - 1 if background else n)] + (["background"] if background else [])
     side = min(max(4.0, 0.55 * n + 2), 16.0)
-    fig = Figure(figsize=(side + 1, side))
+    fig = _figure(figsize=(side + 1, side))
     ax = fig.add_subplot()
     image = ax.imshow(values, cmap="Blues", vmin=0, vmax=1 if normalize else None)
     fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
@@ -67,7 +70,7 @@ def plot_curves(curves: Mapping[int, ClassCurves], names: Mapping[int, str], out
               ("R_curve.png", "confidence", "recall", THRESHOLDS, "recall"),
               ("F1_curve.png", "confidence", "F1", THRESHOLDS, "f1"))
     for filename, xlabel, ylabel, x, attr in panels:
-        fig = Figure(figsize=(7, 5))
+        fig = _figure(figsize=(7, 5))
         ax = fig.add_subplot()
         few = len(curves) <= _MAX_LEGEND
         for c, cc in curves.items():
@@ -96,7 +99,7 @@ def plot_labels(labels: list[np.ndarray], names: Mapping[int, str], path: Path) 
     normalised to the image). ``labels``: per image ``[n, 5]`` rows (class, cx, cy, w, h)."""
     rows = np.concatenate([np.asarray(lab, np.float64).reshape(-1, 5) for lab in labels]) if labels else np.zeros((0, 5))
     nc = max(len(names), int(rows[:, 0].max()) + 1 if len(rows) else 1)
-    fig = Figure(figsize=(12, 4))
+    fig = _figure(figsize=(12, 4))
     ax_cls, ax_xy, ax_wh = fig.subplots(1, 3)
     counts = np.bincount(rows[:, 0].astype(np.int64), minlength=nc) if len(rows) else np.zeros(nc, np.int64)
     ax_cls.bar(range(nc), counts, color="steelblue")
@@ -137,6 +140,14 @@ def plot_batch(images: Tensor, targets: Tensor | None, names: Mapping[int, str],
     path.parent.mkdir(parents=True, exist_ok=True)
     Image.fromarray(canvas).save(path, quality=90)
     return path
+
+
+def _figure(**kwargs: Any) -> Figure:
+    """A new figure; matplotlib is imported here, on the first plot, not with the package (it
+    costs seconds, and a run with ``plots=False`` never needs it)."""
+    from matplotlib.figure import Figure
+
+    return Figure(**kwargs)
 
 
 def _save(fig: Figure, path: Path) -> Path:

@@ -1,0 +1,20 @@
+"""``import libreyolo_models`` stays light: torchvision (which imports torch._dynamo, about 6 s of
+CPU on a small machine) and matplotlib load when first used, not with the package. Every CLI call,
+every torchrun rank and every user error reported "before any expensive work" pays the import."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+
+def test_importing_the_package_leaves_torchvision_dynamo_and_matplotlib_for_later() -> None:
+    code = ("import json, sys, libreyolo_models; "
+            "print(json.dumps(sorted({m.split('.')[0] if not m.startswith('torch.') else '.'.join(m.split('.')[:2]) "
+            "for m in sys.modules})))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240, check=True)
+    loaded = set(json.loads(done.stdout.splitlines()[-1]))
+    assert "libreyolo_models" in loaded and "torch" in loaded
+    heavy = {"torchvision", "torch._dynamo", "matplotlib"}
+    assert not loaded & heavy, f"imported with the package: {sorted(loaded & heavy)}"
