@@ -127,13 +127,16 @@ def fresh_model(size: str, imgsz: int) -> Any:
 
 
 def phase_means(results: Iterable[Any]) -> tuple[int, dict[str, float]]:
+    """Images seen and mean ms per phase; ``dets`` is the mean detections per image (the
+    post-processing workload, which random weights make far larger than a trained model's)."""
     sums = dict.fromkeys(PHASES, 0.0)
-    n = 0
+    n = dets = 0
     for res in results:
         n += 1
+        dets += len(res.boxes) if res.boxes is not None else 0
         for k in PHASES:
             sums[k] += res.speed.get(k, 0.0)
-    return n, {k: v / max(n, 1) for k, v in sums.items()}
+    return n, {k: v / max(n, 1) for k, v in sums.items()} | {"dets": dets / max(n, 1)}
 
 
 def run_ours(arm: str, args: argparse.Namespace, image: Path, folder: Path, video: Path | None) -> dict[str, Any]:
@@ -244,12 +247,14 @@ def report(results: dict[str, dict[str, Any]], net_rows: list[str], notes: list[
                      f"{_fmt(r.get('video_per_s'), '.0f')} | {_fmt(r.get('peak_mib'), '.0f')} | "
                      f"{_fmt(r.get('pool_mib'), '.0f')} |")
     lines += ["", "Per-phase ms per image (decode runs on the prefetch thread, overlapping the GPU):", "",
-              "| arm | scenario | decode | preprocess | network | postprocess |", "|---|---|---:|---:|---:|---:|"]
+              "| arm | scenario | decode | preprocess | network | postprocess | detections per image |",
+              "|---|---|---:|---:|---:|---:|---:|"]
     for arm, r in results.items():
         for scenario in ("image", "folder", "video"):
             ph = r.get(f"{scenario}_phases")
             if ph:
-                lines.append(f"| {arm} | {scenario} | " + " | ".join(_fmt(ph.get(k), ".3f") for k in PHASES) + " |")
+                lines.append(f"| {arm} | {scenario} | " + " | ".join(_fmt(ph.get(k), ".3f") for k in PHASES)
+                             + f" | {_fmt(ph.get('dets'), '.0f')} |")
     lines += ["", "Ratios (speed, higher is better for ours):", ""]
     base, peer = results.get("eager", {}), results.get("ultralytics", {})
     for arm, r in results.items():

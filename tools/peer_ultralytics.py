@@ -121,12 +121,13 @@ def _phases(results) -> dict[str, float]:  # noqa: ANN001 - Ultralytics' Results
     """Mean ms per image of Ultralytics' own ``Results.speed`` phases, under our phase names."""
     names = {"preprocess": "preprocess", "inference": "inference", "postprocess": "postprocess"}
     sums: dict[str, float] = dict.fromkeys(names.values(), 0.0)
-    n = 0
+    n = dets = 0
     for res in results:
         n += 1
+        dets += len(res.boxes) if res.boxes is not None else 0
         for theirs, ours in names.items():
             sums[ours] += float((res.speed or {}).get(theirs) or 0.0)
-    return {k: v / max(n, 1) for k, v in sums.items()} | {"n": n}
+    return {k: v / max(n, 1) for k, v in sums.items()} | {"n": n, "dets": dets / max(n, 1)}
 
 
 def predict(args: argparse.Namespace) -> None:
