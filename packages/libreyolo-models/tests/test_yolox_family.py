@@ -92,3 +92,29 @@ def test_recipe_steps_on_yolox_gradients_unclipped_because_they_start_in_the_tho
     norm = torch.nn.utils.get_total_norm([p.grad for p in net.parameters() if p.grad is not None])
     default_clip = TrainConfig.__dataclass_fields__["max_grad_norm"].default
     assert norm > 100 * default_clip  # the default clip would shrink this step over 100x
+
+
+@pytest.mark.parametrize(("options", "warmup", "close_mosaic"), [
+    ({"epochs": 12}, 0.3 * 12, 4),                        # 5 and 15 of 300 would be 42 % and all of 12
+    ({"epochs": 12, "warmup_epochs": 5}, 5.0, 4),         # what the user sets is kept
+    ({"epochs": 300}, 5.0, 15),                           # a COCO-length run keeps upstream's recipe
+])
+def test_recipe_epoch_counts_scale_down_to_a_short_run(options, warmup, close_mosaic, caplog) -> None:
+    from libreyolo_models.train.plan import resolve_plan
+
+    with caplog.at_level("INFO", logger="libreyolo_models.train.plan"):
+        plan = resolve_plan(LibreYOLOX(size="n"), {"data": "shapes", "device": "cpu", **options}, "train()")
+    assert (plan.cfg.warmup_epochs, plan.cfg.close_mosaic) == (pytest.approx(warmup), close_mosaic)
+    assert isinstance(plan.cfg.close_mosaic, int)
+    assert ("recipe scaled to a 12-epoch run" in caplog.text) == (options["epochs"] == 12)
+
+
+@pytest.mark.parametrize(("shares", "match"), [
+    ({"lr0": 0.5}, r"recipe_shares names 'lr0'; only epoch counts .*warmup_epochs, close_mosaic"),
+    ({"warmup_epochs": 1.5}, r"recipe_shares\['warmup_epochs'\]=1.5 must be in \(0, 1\]"),
+])
+def test_recipe_shares_are_epoch_counts_and_shares(shares, match) -> None:
+    from libreyolo_models import ConfigError, TaskDecl
+
+    with pytest.raises(ConfigError, match=match):
+        TaskDecl(loss_names=("x",), recipe_shares=shares)
