@@ -7,6 +7,7 @@ tests check the behaviour behind them.
 from __future__ import annotations
 
 import csv
+import gc
 import math
 from pathlib import Path
 
@@ -90,17 +91,38 @@ def test_weights_swapped_behind_the_models_back_are_never_replayed_stale() -> No
     assert _same(after_eager, after_graph) and not _same(before, after_eager)
 
 
-def test_fusing_drops_graphs_and_the_fused_graph_replays_fused_eager() -> None:
+def test_fused_and_exact_networks_each_replay_their_own_eager_forward() -> None:
     model = _model()
-    unfused = model(SAMPLE_IMAGE, conf=0.3, cuda_graph=True)
-    assert len(model.graph_info()["graphs"]) == 1
-    model.fuse()
-    assert model.graph_info()["graphs"] == []
-    eager = model(SAMPLE_IMAGE, conf=0.3)
-    assert _same(eager, model(SAMPLE_IMAGE, conf=0.3, cuda_graph=True))   # captures the fused net
-    assert _same(eager, model(SAMPLE_IMAGE, conf=0.3, cuda_graph=True))   # replays it
-    assert len(eager[0]) == len(unfused[0])
-    torch.testing.assert_close(eager[0].boxes.data, unfused[0].boxes.data, rtol=1e-3, atol=1e-2)
+    exact_eager = model(SAMPLE_IMAGE, conf=0.3, fuse=False)
+    exact_graph = model(SAMPLE_IMAGE, conf=0.3, fuse=False, cuda_graph=True)
+    fused_eager = model(SAMPLE_IMAGE, conf=0.3)  # the default: the fused copy
+    assert _same(fused_eager, model(SAMPLE_IMAGE, conf=0.3, cuda_graph=True))   # captures the fused net
+    assert _same(fused_eager, model(SAMPLE_IMAGE, conf=0.3, cuda_graph=True))   # replays it
+    assert _same(exact_eager, exact_graph)  # (fused and exact may round alike on this untrained head)
+    graphs = model.graph_info()["graphs"]
+    assert sorted(g["fused"] for g in graphs) == [False, True]
+    assert len(fused_eager[0]) == len(exact_eager[0])
+    torch.testing.assert_close(fused_eager[0].boxes.data, exact_eager[0].boxes.data, rtol=1e-3, atol=1e-2)
+    model.fuse()  # folds anew: the fused graphs go with the old copy, the exact network's stay
+    assert [g["fused"] for g in model.graph_info()["graphs"]] == [False]
+    assert _same(fused_eager, model(SAMPLE_IMAGE, conf=0.3, cuda_graph=True))
+
+
+def test_the_fused_copy_costs_less_than_a_second_network_and_goes_with_its_graphs() -> None:
+    model = LibreYOLO9(size="c", nc=80).to(0)  # a big size: the copy must not double its memory
+    weights = sum(t.numel() * t.element_size() for t in (*model.net.parameters(), *model.net.buffers()))
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    model.fused_net()
+    torch.cuda.synchronize()
+    held, peak = torch.cuda.memory_allocated() - base, torch.cuda.max_memory_allocated() - base
+    assert held <= weights and peak <= 1.25 * weights, (held, peak, weights)
+    model.capture_graph(batch=1, imgsz=320)
+    model.fuse(False)
+    gc.collect()
+    torch.cuda.synchronize()
+    assert model.graph_info()["graphs"] == [] and torch.cuda.memory_allocated() - base < 0.05 * weights
 
 
 def test_release_graphs_returns_memory() -> None:

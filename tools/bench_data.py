@@ -5,28 +5,39 @@ for each arm runs one warm epoch (the image cache is built or found, workers sta
 full epochs after it. Every batch is delivered to the device, as a trainer would receive it; no
 model runs. Prints one table row per arm and the GPU/CPU ratio; progress goes to stderr.
 
-    python tools/bench_data.py                      # both arms when CUDA exists, else the CPU arm
+    python tools/bench_data.py                      # every arm when CUDA exists, else the CPU arm
     python tools/bench_data.py --workers 16 --batch 64 --epochs 3
+    python tools/bench_data.py --worker-cost --images 128   # what one worker spends per sample (CPU is enough)
 
 Arms:
-  cpu   TrainPipeline(gpu_augment=False): workers decode nothing (the cache did) but warp, colour
-        and flip every sample, and ship uint8 images.
-  gpu   TrainPipeline(gpu_augment=True): workers copy cached tiles out of the memory map; the
-        device renders the whole batch.
+  cpu       TrainPipeline(gpu_augment=False): workers decode nothing (the cache did) but warp, colour
+            and flip every sample, and ship uint8 images.
+  gpu       TrainPipeline(gpu_augment=True, cache=--cache): workers copy cached tiles out of the
+            memory map and ship them; the device renders the whole batch.
+  resident  TrainPipeline(gpu_augment=True, cache="gpu"): the images were uploaded to the device
+            once; workers ship tile indices, draws and targets; the device gathers and renders.
+
+``--worker-cost`` times, in this process, what a DataLoader worker runs per batch of each arm
+(``__getitems__``/``__getitem__``, with batches in shared memory as a worker makes them, but not
+the hand-over to the main process), and sums the bytes of tensors it hands back: the per-sample cost and payload of each arm. It needs
+no GPU (the resident arm keeps its copy in RAM then).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import tempfile
 import time
 from pathlib import Path
+from unittest import mock
 
 import torch
 from synthetic_set import write_images
 
+from libreyolo_models.data import collate
 from libreyolo_models.data.pipeline import AugmentConfig, TrainPipeline
 from libreyolo_models.data.split_index import SplitIndex
 
@@ -53,21 +64,62 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def run_arm(
-    index: SplitIndex, *, gpu_augment: bool, device: torch.device, args: argparse.Namespace
-) -> dict[str, float]:
-    """Warm epoch, then timed epochs; returns images/s and ms per batch over the timed epochs."""
-    pipeline = TrainPipeline(
+def make_pipeline(index: SplitIndex, arm: str, device: torch.device, args: argparse.Namespace,
+                  workers: int) -> TrainPipeline:
+    return TrainPipeline(
         index,
         imgsz=args.imgsz,
         batch_size=args.batch,
         device=device,
         augment=AugmentConfig(),
-        workers=args.workers,
+        workers=workers,
         seed=0,
-        gpu_augment=gpu_augment,
-        cache=args.cache,
+        gpu_augment=arm != "cpu",
+        cache="gpu" if arm == "resident" else args.cache,
     )
+
+
+def _tensor_bytes(value: object) -> int:
+    """Bytes of every tensor in a (nested) batch object: what crosses from a worker."""
+    if isinstance(value, torch.Tensor):
+        return value.nbytes
+    if dataclasses.is_dataclass(value):
+        return sum(_tensor_bytes(getattr(value, f.name)) for f in dataclasses.fields(value))
+    if isinstance(value, list | tuple):
+        return sum(_tensor_bytes(v) for v in value)
+    return 0
+
+
+def worker_cost(index: SplitIndex, arm: str, args: argparse.Namespace) -> dict[str, float]:
+    """Microseconds and bytes per sample of what a worker runs for ``arm`` (in this process)."""
+    pipeline = make_pipeline(index, arm, torch.device("cpu"), args, workers=0)
+    dataset = pipeline._loader.dataset  # what each DataLoader worker holds
+    pipeline.set_epoch(1, mosaic=True)
+    order = torch.randperm(len(index), generator=torch.Generator().manual_seed(0)).tolist()
+    batches = [order[i : i + args.batch] for i in range(0, len(order) - args.batch + 1, args.batch)]
+
+    def one_batch(indices: list[int]) -> object:
+        if arm == "cpu":
+            return [dataset[i] for i in indices]
+        return dataset.__getitems__(indices)
+
+    # Batches are allocated in shared memory as inside a worker (collate asks get_worker_info);
+    # the transfer to the main process is not timed here.
+    with mock.patch.object(collate, "get_worker_info", lambda: True):
+        one_batch(batches[0])  # warm: page in the memory map, first allocations
+        start, payload, samples = time.perf_counter(), 0, 0
+        for _ in range(args.epochs):
+            for indices in batches:
+                payload += _tensor_bytes(one_batch(indices))
+                samples += len(indices)
+        seconds = time.perf_counter() - start
+    del pipeline
+    return {"us_per_sample": 1e6 * seconds / samples, "kb_per_sample": payload / samples / 1024}
+
+
+def run_arm(index: SplitIndex, *, arm: str, device: torch.device, args: argparse.Namespace) -> dict[str, float]:
+    """Warm epoch, then timed epochs; returns images/s and ms per batch over the timed epochs."""
+    pipeline = make_pipeline(index, arm, device, args, workers=args.workers)
     cache_file = pipeline.cache.path
     try:
         images, seconds, batches = 0, 0.0, 0
@@ -82,7 +134,7 @@ def run_arm(
             elapsed = time.perf_counter() - start
             label = "warm" if epoch == 0 else f"epoch {epoch}"
             _log(
-                f"  {'gpu' if gpu_augment else 'cpu'} arm, {label}: {seen} images in {elapsed:.2f} s "
+                f"  {arm} arm, {label}: {seen} images in {elapsed:.2f} s "
                 f"({seen / elapsed:.0f} images/s)"
             )
             if epoch > 0:
@@ -109,17 +161,25 @@ def main() -> None:
         help="DataLoader workers for both arms (default min(8, cpu count))",
     )
     parser.add_argument("--epochs", type=int, default=2, help="timed epochs after the warm one (default 2)")
-    parser.add_argument("--arms", default="cpu,gpu", help="comma-separated: cpu, gpu (gpu needs CUDA)")
-    parser.add_argument("--cache", choices=("ram", "disk", "auto"), default="auto", help="image cache place")
+    parser.add_argument("--arms", default="cpu,gpu,resident",
+                        help="comma-separated: cpu, gpu, resident (gpu and resident need CUDA unless --worker-cost)")
+    parser.add_argument("--cache", choices=("ram", "disk"), default="ram",
+                        help="host image cache place of the cpu and gpu arms (never on the device)")
+    parser.add_argument("--worker-cost", action="store_true",
+                        help="time what a worker does per sample of each arm, in this process (no GPU needed)")
     parser.add_argument("--keep", action="store_true", help="keep the image cache file afterwards")
     args = parser.parse_args()
 
     has_cuda = torch.cuda.is_available()
     device = torch.device("cuda", torch.cuda.current_device()) if has_cuda else torch.device("cpu")
     arms = [a.strip() for a in args.arms.split(",") if a.strip()]
-    if "gpu" in arms and not has_cuda:
-        _log("no CUDA device: skipping the gpu arm")
-        arms.remove("gpu")
+    if unknown := set(arms) - {"cpu", "gpu", "resident"}:
+        sys.exit(f"--arms: unknown arm(s) {sorted(unknown)}; use cpu, gpu, resident")
+    if not has_cuda and not args.worker_cost:
+        for arm in ("gpu", "resident"):
+            if arm in arms:
+                _log(f"no CUDA device: skipping the {arm} arm (--worker-cost measures it without one)")
+                arms.remove(arm)
     with tempfile.TemporaryDirectory(prefix="libreyolo-bench-data-") as tmp:
         os.environ.setdefault("LIBREYOLO_CACHE_DIR", str(Path(tmp) / "cache"))
         start = time.perf_counter()
@@ -130,19 +190,31 @@ def main() -> None:
         )
         results = {}
         for arm in arms:
-            _log(f"{arm} arm: batch {args.batch}, {args.workers} workers, {args.imgsz} px, on {device}")
-            results[arm] = run_arm(index, gpu_augment=arm == "gpu", device=device, args=args)
+            if args.worker_cost:
+                _log(f"{arm} arm: worker cost per sample, batch {args.batch}, {args.imgsz} px")
+                results[arm] = worker_cost(index, arm, args)
+            else:
+                _log(f"{arm} arm: batch {args.batch}, {args.workers} workers, {args.imgsz} px, on {device}")
+                results[arm] = run_arm(index, arm=arm, device=device, args=args)
 
     gpu_name = torch.cuda.get_device_name(device) if has_cuda else "none"
+    if args.worker_cost:
+        print(f"bench_data --worker-cost: {args.images} images at {args.imgsz} px, batch {args.batch}, mosaic on, "
+              f"{args.epochs} passes, one process, torch {torch.__version__}, {os.cpu_count()} CPUs")
+        print(f"{'arm':<10}{'us/sample':>12}{'KiB/sample':>12}")
+        for arm, r in results.items():
+            print(f"{arm:<10}{r['us_per_sample']:>12.0f}{r['kb_per_sample']:>12.1f}")
+        return
     print(
         f"bench_data: {args.images} images at {args.imgsz} px, batch {args.batch}, {args.workers} workers, "
         f"{args.epochs} timed epochs, torch {torch.__version__}, {os.cpu_count()} CPUs, GPU {gpu_name}"
     )
-    print(f"{'arm':<6}{'images/s':>12}{'ms/batch':>12}")
+    print(f"{'arm':<10}{'images/s':>12}{'ms/batch':>12}")
     for arm, r in results.items():
-        print(f"{arm:<6}{r['images_per_s']:>12.1f}{r['ms_per_batch']:>12.1f}")
-    if "cpu" in results and "gpu" in results:
-        print(f"ratio gpu/cpu: {results['gpu']['images_per_s'] / results['cpu']['images_per_s']:.2f}x")
+        print(f"{arm:<10}{r['images_per_s']:>12.1f}{r['ms_per_batch']:>12.1f}")
+    for arm in ("gpu", "resident"):
+        if "cpu" in results and arm in results:
+            print(f"ratio {arm}/cpu: {results[arm]['images_per_s'] / results['cpu']['images_per_s']:.2f}x")
 
 
 if __name__ == "__main__":

@@ -44,7 +44,8 @@ def _infer_fused(family: str, size: str, label: str, imgsz: int = 640) -> tuple[
     model.net.train()
     with torch.no_grad():
         model.net(torch.randn(2, 3, imgsz, imgsz))
-    return label, model.fuse().inference_module(), imgsz
+    model.fuse()  # the fused inference copy; model.net itself stays unfused
+    return label, model.inference_module(model.fused_net()), imgsz
 
 
 def _train(family: str, size: str, label: str, device: torch.device, batch: int = 8, imgsz: int = 640):  # noqa: ANN202

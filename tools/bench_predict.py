@@ -8,8 +8,8 @@ Scenarios, each for every arm:
 - ``video``: a ``--video-s`` second 720p 30 fps H.264 video the script writes (PyAV, else
   OpenCV; the scenario is skipped with a line when neither is installed), streamed at ``--batch``.
 
-Arms: ``eager`` (fp32), ``graph`` (fp32, ``cuda_graph=True``), ``half+fuse+graph`` (fp16
-weights, fused, graphed), and ``ultralytics`` (``tools/peer_ultralytics.py predict`` in a
+Arms: ``eager`` (fp32, defaults: fused), ``eager-unfused`` (fp32, ``fuse=False``), ``graph``
+(fp32, fused, ``cuda_graph=True``), ``half+fuse+graph`` (fp16 weights, fused, graphed), and ``ultralytics`` (``tools/peer_ultralytics.py predict`` in a
 subprocess, the same files; skipped with a line when it is not importable). For ours: per-phase
 times (decode on the prefetch thread, preprocess, network, postprocess: ms per image, means of
 ``Results.speed``), peak GPU memory per arm and the graph pools' bytes. Then a network-only
@@ -41,7 +41,10 @@ import torch
 from PIL import Image
 from report import emit_report, log
 
-ARMS = {"eager": {}, "graph": {"cuda_graph": True}, "half+fuse+graph": {"half": True, "fuse": True, "cuda_graph": True}}
+ARMS = {"eager": {}, "eager-unfused": {"fuse": False}, "graph": {"cuda_graph": True},
+        "half+fuse+graph": {"half": True, "fuse": True, "cuda_graph": True}}
+"""Predict options per arm. YOLOv9 predicts fused by default (``TaskDecl.inference_fuse``), so
+``eager`` and ``graph`` run the fused copy; ``eager-unfused`` is the exact network (``fuse=False``)."""
 PHASES = ("decode", "preprocess", "inference", "postprocess")
 
 
@@ -182,8 +185,10 @@ def median_ms(fn: Callable[[], Any], reps: int, warmup: int) -> float:
 
 
 def network_only(args: argparse.Namespace) -> list[str]:
-    model = fresh_model(args.size, args.imgsz).fuse().to(0).half()
-    module = model.inference_module().eval()
+    model = fresh_model(args.size, args.imgsz).to(0)
+    model.fuse()  # folded from fp32 statistics, then cast with the network
+    model.half()
+    module = model.inference_module(model.fused_net()).eval()
     rows = ["| batch | eager ms | graph ms | compile(reduce-overhead) ms | graph/eager | compile/eager | compile first call s |",
             "|---:|---:|---:|---:|---:|---:|---:|"]
     compiled = None
@@ -274,7 +279,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--video-s", type=int, default=30)
     p.add_argument("--reps", type=int, default=100)
     p.add_argument("--warmup", type=int, default=10)
-    p.add_argument("--arms", default="eager,graph,half+fuse+graph,ultralytics")
+    p.add_argument("--arms", default="eager,eager-unfused,graph,half+fuse+graph,ultralytics")
     p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--data-dir", type=Path, default=Path("/tmp/bench-predict-data"))
     p.add_argument("--out", type=Path, default=None)

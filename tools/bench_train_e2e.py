@@ -23,7 +23,10 @@ so profile in its own invocation. An arm is ``eager`` or ``graph`` plus optional
 trains with ``channels_last=True``; ``-fast`` trains with ``deterministic=False``, so the
 trainer's default ``cudnn_benchmark="auto"`` lets cuDNN pick the fastest kernels (losses are then
 no longer reproducible run to run); arms without ``-fast`` use ``--deterministic`` (default on,
-for the bit-identical loss check). Arms without ``-cl`` pass ``channels_last=False``.
+for the bit-identical loss check). Arms without ``-cl`` pass ``channels_last=False``. ``-host``
+trains with ``cache="ram"``: the images stay on the host and workers ship tiles, which is how every
+arm ran before the GPU-resident image cache (``cache="auto"``, the default, now keeps a split that
+fits in a quarter of the free GPU memory on the GPU).
 """
 
 from __future__ import annotations
@@ -86,8 +89,8 @@ def run_arm(data: Path, project: Path, *, size: str, batch: int, arm: str, args:
     from libreyolo_models import LibreYOLO9
 
     kind, *suffixes = arm.split("-")
-    if kind not in ("eager", "graph") or set(suffixes) - {"cl", "fast"}:
-        sys.exit(f"--arms: unknown arm {arm!r}; use eager or graph, optionally with -cl and/or -fast")
+    if kind not in ("eager", "graph") or set(suffixes) - {"cl", "fast", "host"}:
+        sys.exit(f"--arms: unknown arm {arm!r}; use eager or graph, optionally with -cl, -fast and/or -host")
     graph, fast = kind == "graph", "fast" in suffixes
     deterministic = args.deterministic and not fast
     gc.collect()
@@ -110,7 +113,8 @@ def run_arm(data: Path, project: Path, *, size: str, batch: int, arm: str, args:
     outcome = model.train(data=str(data), epochs=args.epochs, imgsz=args.imgsz, batch=batch, device=0,
                           workers=args.workers, amp=True, cuda_graph=graph, val=False, plots=False,
                           close_mosaic=0, seed=0, deterministic=deterministic, profile=args.profile,
-                          channels_last="cl" in suffixes, project=str(project),
+                          channels_last="cl" in suffixes, cache="ram" if "host" in suffixes else "auto",
+                          project=str(project),
                           name=f"{size}-b{batch}-{arm}", verbose=False, callbacks=[report])
     result.rows = read_rows(outcome.run_dir)
     result.peak_allocated = torch.cuda.max_memory_allocated()

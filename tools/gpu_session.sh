@@ -5,6 +5,7 @@
 #   tools/gpu_session.sh e2e ddp shapes20 compile
 #   tools/gpu_session.sh e2e_grid e2e_profile tta   (issue 21: one per 10-minute call)
 #   tools/gpu_session.sh tests_cls parity_cls bench_infer_cls bench_train_cls   (classifiers, issue 16)
+#   tools/gpu_session.sh env bench_export   (issue 18: export latency; needs onnx + onnxruntime importable)
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu-out}; mkdir -p "$OUT"
@@ -49,6 +50,9 @@ for what in "$@"; do
     compile) step compile 540 bash -c "$PY tools/bench_infer_graphs.py --compile --models '' --batches 1 --dtypes fp32,fp16 --extra bench_models:yolo9t_infer --out $OUT/bench-compile-yolo.md && $PY tools/bench_infer_graphs.py --compile --dtypes fp16 --out $OUT/bench-compile-tv.md" ;;
     bench_train) step bench_train 240 $PY tools/bench_train_graphs.py --deterministic --extra bench_models:yolo9t_train --out "$OUT/bench-train.md" ;;
     bench_data) step bench_data 240 $PY tools/bench_data.py --workers 12 ;;
+    bench_data_resident) step bench_data_resident 240 $PY tools/bench_data.py --workers 12 --images 1024 --arms gpu,resident ;;
+    tests_gpucache) step tests_gpucache 180 $PY -m pytest -p no:cacheprovider --import-mode=importlib -m "cuda or multigpu" -q -rfE -o addopts="" \
+             packages/libreyolo-models/tests/test_device_cache.py packages/libreyolo-models/tests/test_augment_equivalence.py ;;
     tests_quick) step tests_quick 40 $PY -m pytest -p no:cacheprovider --import-mode=importlib -m cuda -q -rfE -o addopts="" \
              packages/libreyolo-models/tests/test_augment_equivalence.py ;;
     e2e) step e2e ${E2E_S:-300} $PY tools/bench_train_e2e.py --images 2048 --epochs 3 --batch 32 --deterministic --arms eager,graph,eager-cl-fast,graph-cl-fast --out "$OUT/bench-e2e.md" ;;
@@ -68,15 +72,18 @@ for what in "$@"; do
     shapes20) step shapes20 ${SHAPES_S:-150} $PY tools/shapes_graph_run.py --epochs 20 --imgsz 320 --batch 32 --out "$OUT/shapes20.md" ;;
     compile_yolo) step compile_yolo 85 $PY tools/bench_infer_graphs.py --compile --models '' --batches 1 --dtypes fp32 \
              --reps 30 --extra bench_models:yolo9t_infer --out "$OUT/bench-compile-yolo.md" ;;
-    tests_new) step tests_new ${TESTS_NEW_S:-240} $PY -m pytest -p no:cacheprovider --import-mode=importlib -m cuda -q -rfE -o addopts="" \
+    tests_new) step tests_new ${TESTS_NEW_S:-240} $PY -m pytest -p no:cacheprovider --import-mode=importlib -m cuda -v -rfE -o addopts="" \
              -n ${TEST_PROCS:-4} packages/libreyolo-models/tests/test_predict_streams.py packages/libreyolo-models/tests/test_predict_device.py \
              packages/libreyolo-models/tests/test_letterbox_device.py packages/libreyolo-models/tests/test_nms_batched.py \
              packages/libreyolo-models/tests/test_train_speed.py packages/libreyolo-models/tests/test_export.py \
              packages/libreyolo-models/tests/test_track.py packages/libreyolo-models/tests/test_predict_outputs.py \
-             tests-integration/test_gpu_zoo.py tests-integration/test_gpu_semantic.py tests-integration/test_gpu_classify.py ;;
+             tests-integration/test_gpu_zoo.py tests-integration/test_gpu_semantic.py tests-integration/test_gpu_classify.py \
+             tests-integration/test_export_gpu.py ;;
     predict_tests) step predict_tests 300 $PY -m pytest -p no:cacheprovider --import-mode=importlib -m cuda -q -rfE -o addopts="" \
              packages/libreyolo-models/tests/test_predict_streams.py packages/libreyolo-models/tests/test_predict_device.py \
              packages/libreyolo-models/tests/test_letterbox_device.py packages/libreyolo-models/tests/test_nms_batched.py ;;
+    bench_export) step bench_export ${BENCH_EXPORT_S:-240} $PY tools/bench_export.py ${BENCH_EXPORT_ARGS:-} --out "$OUT/bench-export.md" ;;
+    probe_decode) step probe_decode 120 $PY tools/probe_decode.py --out "$OUT/probe-decode.md" ;;
     bench_predict) step bench_predict ${BENCH_PREDICT_S:-540} $PY tools/bench_predict.py ${BENCH_PREDICT_ARGS:-} --out "$OUT/bench-predict.md" ;;
     tests_cls) step tests_cls ${TESTS_CLS_S:-420} $PY -m pytest -p no:cacheprovider --import-mode=importlib -m "cuda or multigpu" -q -rfE \
              -o addopts="" tests-integration/test_gpu_classify.py tests-integration/test_multigpu_train.py -k "classif or resnet or cuda" ;;

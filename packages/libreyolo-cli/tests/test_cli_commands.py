@@ -49,7 +49,7 @@ def test_info_without_a_model_lists_every_family(capsys: pytest.CaptureFixture[s
 @pytest.mark.parametrize(("words", "expected"), [
     (["train", "--help"], ["libreyolo train model=", "epochs=100", "channels_last=auto", "cuda_graph=False",
                            "tensorboard=False", "mlflow=False", "wandb=False", "log_every=50", "plots=True"]),
-    (["predict", "-h"], ["libreyolo predict model=", "conf=0.25", "fuse=False", "save_txt=False",
+    (["predict", "-h"], ["libreyolo predict model=", "conf=0.25", "fuse=None", "save_txt=False",
                          "save_conf=False", "save_crop=False", "show=False", "agnostic_nms=False"]),
     (["val", "data=shapes", "--help"], ["libreyolo val model=", "batch=16", "fuse=False", "plots=False",
                                         "save_json=False"]),

@@ -48,7 +48,7 @@ def _ram(tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize(("value", "expected"), [
     ("auto", CachePlace("auto")), ("RAM", CachePlace("ram")), ("disk", CachePlace("disk")), ("off", CachePlace("off")),
-    (True, CachePlace("ram")), (False, CachePlace("off")), ("false", CachePlace("off")),
+    ("GPU", CachePlace("gpu")), (True, CachePlace("ram")), (False, CachePlace("off")), ("false", CachePlace("off")),
     ("./my-cache", CachePlace("disk", Path("my-cache"))), ("/scratch/c", CachePlace("disk", Path("/scratch/c"))),
 ])
 def test_cache_settings_parse(value: object, expected: CachePlace) -> None:

@@ -2,7 +2,8 @@
 
 YOLOv9-t is checked in full: detections on the sample image and 20 ``shapes`` validation images
 match PyTorch's (same classes, box IoU >= 0.99, scores within 1e-3), validation through the
-exported model gives PyTorch's mAP within 0.005, dynamic batch runs at 1 and 8. The other
+exported model gives PyTorch's mAP within 0.005, dynamic batch runs at 1 and 8, and a dynamic
+export predicts like PyTorch at other image sizes. The other
 families get a parity check of the exported seam (test_export_families.py). Image size 64 keeps
 every export to seconds of CPU.
 """
@@ -15,10 +16,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from export_checks import assert_same_detections
 
 from libreyolo_models import SAMPLE_IMAGE, ConfigError, LibreYOLO
 from libreyolo_models.errors import CheckpointError
-from libreyolo_models.layers.boxes import box_iou
 
 IMGSZ = 64
 NAMES = ["a", "b", "c", "d", "e"]  # shapes has five classes
@@ -48,38 +49,19 @@ def model() -> LibreYOLO:
 
 @pytest.fixture(scope="module")
 def exported(model: LibreYOLO, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """ONNX and OpenVINO with a dynamic batch; TorchScript at a fixed batch of 1 (run in chunks)."""
+    """ONNX, OpenVINO and a second TorchScript file with dynamic batch and image size; TorchScript
+    at a fixed batch of 1 and image size of 64 (other batches run in chunks)."""
     out = tmp_path_factory.mktemp("exported")
     return {"onnx": model.export(format="onnx", dynamic=True, simplify=True, file=str(out / "y9.onnx")),
             "torchscript": model.export(format="torchscript", file=str(out / "y9.torchscript")),
-            "openvino": model.export(format="openvino", dynamic=True, file=str(out / "y9_openvino_model"))}
+            "openvino": model.export(format="openvino", dynamic=True, file=str(out / "y9_openvino_model")),
+            "torchscript-dynamic": model.export(format="torchscript", dynamic=True, file=str(out / "y9d.torchscript"))}
 
 
 def _val_images(data_yaml: Path) -> list[Path]:
     images = sorted((data_yaml.parent / "images" / "val").glob("*"))
     assert len(images) == 20
     return images
-
-
-def assert_same_detections(expected: torch.Tensor, got: torch.Tensor, *, iou: float = 0.99, score: float = 1e-3) -> None:
-    """One to one: every PyTorch detection has its own exported one of the same class with box
-    IoU >= ``iou`` and a score within ``score`` (the closest unused one; near-equal scores may
-    swap places in the sorted lists)."""
-    assert len(got) == len(expected), f"{len(got)} detections, PyTorch has {len(expected)}"
-    if not len(expected):
-        return
-    overlap = box_iou(expected[:, :4], got[:, :4])
-    same = expected[:, 5:6] == got[:, 5].unsqueeze(0)
-    close = (expected[:, 4:5] - got[:, 4].unsqueeze(0)).abs()
-    cost = (1 - overlap) + close + (~same).float() * 10
-    used: set[int] = set()
-    for i in range(len(expected)):
-        order = [j for j in cost[i].argsort().tolist() if j not in used]
-        j = order[0]
-        used.add(j)
-        assert same[i, j], f"detection {i}: class {expected[i, 5].item()} has no exported match"
-        assert overlap[i, j].item() >= iou, f"detection {i}: box IoU {overlap[i, j].item():.4f}"
-        assert close[i, j].item() <= score, f"detection {i}: scores differ by {close[i, j].item():.2e}"
 
 
 @pytest.mark.parametrize("fmt", ["onnx", "torchscript", "openvino"])
@@ -94,7 +76,7 @@ def test_exported_detections_match_pytorch(fmt: str, model: LibreYOLO, exported:
         assert_same_detections(a.boxes.data, b.boxes.data)
 
 
-@pytest.mark.parametrize("fmt", ["onnx", "torchscript"])
+@pytest.mark.parametrize("fmt", ["onnx", "torchscript", "openvino"])
 def test_val_through_the_exported_model_matches_pytorch(fmt: str, model: LibreYOLO, exported: dict[str, Path],
                                                         shapes20: Path) -> None:
     options = {"data": str(shapes20), "batch": 8, "conf": 0.001, "workers": 0, "verbose": False}
@@ -116,12 +98,53 @@ def test_dynamic_batch_runs_at_1_and_8(fmt: str, model: LibreYOLO, exported: dic
         assert torch.allclose(got, expected, atol=1e-3, rtol=1e-4), (got - expected).abs().max()
 
 
-def test_the_onnx_graph_declares_a_free_batch_and_carries_the_metadata(exported: dict[str, Path]) -> None:
+@pytest.mark.parametrize("fmt", ["onnx", "openvino", "torchscript-dynamic"])
+def test_a_dynamic_export_predicts_at_other_sizes_and_batches_like_pytorch(fmt: str, model: LibreYOLO,
+                                                                          exported: dict[str, Path],
+                                                                          shapes20: Path) -> None:
+    """dynamic=True frees height and width: predict letterboxes to the imgsz asked (not the 64 in
+    the metadata) and the detections are PyTorch's at that size, one image at a time and 8 at once."""
+    runtime = LibreYOLO(exported[fmt])
+    sources = [SAMPLE_IMAGE, *_val_images(shapes20)[:7]]
+    for imgsz in (IMGSZ, 96):
+        ours = model.predict(sources, imgsz=imgsz, conf=0.01, batch=8)
+        assert sum(len(r.boxes) for r in ours) > 30, "too few detections to compare anything"
+        for batch in (1, 8):
+            theirs = runtime.predict(sources, imgsz=imgsz, conf=0.01, batch=batch)
+            for a, b in zip(ours, theirs, strict=True):
+                assert_same_detections(a.boxes.data, b.boxes.data)
+    images = torch.rand(2, 3, 96, 128, generator=torch.Generator().manual_seed(2))  # not square either
+    with torch.no_grad():
+        expected = model.inference_forward(images)
+    got = runtime.inference_forward(images)
+    assert got.shape == expected.shape == (2, 4 + 5, 12 * 16 + 6 * 8 + 3 * 4)
+    assert torch.allclose(got, expected, atol=1e-3, rtol=1e-4), (got - expected).abs().max()
+
+
+def test_a_dynamic_export_refuses_a_size_off_the_stride_naming_the_fix(exported: dict[str, Path]) -> None:
+    runtime = LibreYOLO(exported["onnx"])
+    with pytest.raises(ConfigError, match="imgsz=80 must be a positive multiple of 32; use 64 or 96"):
+        runtime.predict(SAMPLE_IMAGE, imgsz=80)
+    with pytest.raises(ConfigError, match="imgsz=100 must be a positive multiple of 32; use 96 or 128"):
+        LibreYOLO(exported["onnx"], imgsz=100)
+    with pytest.raises(ConfigError, match="got 80x96 images.*multiples of 32"):
+        runtime.inference_forward(torch.rand(1, 3, 80, 96))
+
+
+def test_a_dynamic_export_loaded_with_imgsz_predicts_at_that_size(model: LibreYOLO, exported: dict[str, Path]) -> None:
+    runtime = LibreYOLO(exported["onnx"], imgsz=128)
+    assert runtime.imgsz == 128
+    assert_same_detections(model.predict(SAMPLE_IMAGE, imgsz=128, conf=0.01)[0].boxes.data,
+                           runtime.predict(SAMPLE_IMAGE, conf=0.01)[0].boxes.data)
+
+
+def test_the_onnx_graph_declares_free_batch_and_image_axes_and_carries_the_metadata(
+        exported: dict[str, Path]) -> None:
     import onnx
 
     proto = onnx.load(str(exported["onnx"]))
     dims = proto.graph.input[0].type.tensor_type.shape.dim
-    assert dims[0].dim_param == "batch" and [d.dim_value for d in dims[1:]] == [3, IMGSZ, IMGSZ]
+    assert [d.dim_param or d.dim_value for d in dims] == ["batch", 3, "height", "width"]
     runtime = LibreYOLO(exported["onnx"])
     info = runtime.info()
     assert (info["family"], info["size"], info["task"], info["nc"], info["imgsz"]) == ("yolo9", "t", "detect", 5, IMGSZ)
@@ -135,10 +158,49 @@ def test_a_fixed_batch_file_runs_other_batches_in_chunks(model: LibreYOLO, expor
         assert torch.allclose(runtime.inference_forward(images), model.inference_forward(images), atol=1e-4)
 
 
-def test_another_image_size_is_refused_with_the_exported_one(exported: dict[str, Path]) -> None:
-    runtime = LibreYOLO(exported["onnx"])
-    with pytest.raises(ConfigError, match=f"exported for imgsz={IMGSZ}.*use imgsz={IMGSZ}"):
+def test_a_fixed_size_file_refuses_another_image_size_before_reading_images(exported: dict[str, Path]) -> None:
+    runtime = LibreYOLO(exported["torchscript"])
+    with pytest.raises(ConfigError, match=rf"imgsz=96: .*exported for imgsz={IMGSZ} only; use imgsz={IMGSZ}, or "
+                                          r"re-export from the \.pt with dynamic=True"):
         runtime.predict(SAMPLE_IMAGE, imgsz=96)
+    with pytest.raises(ConfigError, match=f"exported for imgsz={IMGSZ} only"):
+        runtime.val(data="shapes", imgsz=128)
+    with pytest.raises(ConfigError, match=f"exported for imgsz={IMGSZ} but got 96x96 images"):
+        runtime.inference_forward(torch.rand(1, 3, 96, 96))
+
+
+def test_a_family_without_dynamic_image_size_exports_a_dynamic_batch_and_says_why(
+        model: LibreYOLO, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, tmp_path: Path) -> None:
+    from libreyolo_models import TaskDecl
+
+    with pytest.raises(ConfigError, match="needs dynamic_imgsz_note"):
+        TaskDecl(loss_names=("x",), dynamic_imgsz=False)
+    note = "its position table is built for one size"
+    decl = replace(model.spec.task("detect"), dynamic_imgsz=False, dynamic_imgsz_note=note)
+    monkeypatch.setattr(model, "spec", replace(model.spec, tasks={"detect": decl}))
+    with caplog.at_level("WARNING", logger="libreyolo_models.export.exporter"):
+        path = model.export(format="onnx", dynamic=True, file=str(tmp_path / "fixed.onnx"))
+    assert f"keeps a fixed image size of {IMGSZ} (the batch is dynamic): {note}" in caplog.text
+    runtime = LibreYOLO(path)
+    assert runtime.info()["dynamic"] and not runtime.info()["dynamic_imgsz"]
+    assert runtime.inference_forward(torch.rand(3, 3, IMGSZ, IMGSZ)).shape[0] == 3
+    monkeypatch.setattr(runtime, "spec", model.spec)
+    with pytest.raises(ConfigError, match=f"re-export from the .pt with imgsz=96 .*one size per file: {note}"):
+        runtime.predict(SAMPLE_IMAGE, imgsz=96)
+
+
+def test_metadata_of_the_first_schema_reads_as_a_fixed_size_and_a_newer_one_asks_for_an_upgrade(
+        exported: dict[str, Path]) -> None:
+    import json
+
+    from libreyolo_models.export import ExportMetadata
+
+    data = json.loads(LibreYOLO(exported["onnx"]).runtime.meta.to_json())  # type: ignore[union-attr]
+    old = {key: value for key, value in data.items() if key != "dynamic_imgsz"} | {"schema": 1}
+    meta = ExportMetadata.from_json(json.dumps(old), "old.onnx")
+    assert meta.dynamic and not meta.dynamic_imgsz
+    with pytest.raises(CheckpointError, match="new.onnx: exported with metadata schema 9, newer.*upgrade libreyolo"):
+        ExportMetadata.from_json(json.dumps(data | {"schema": 9}), "new.onnx")
 
 
 @pytest.mark.parametrize(("verb", "what"), [
@@ -194,10 +256,13 @@ def test_a_family_declared_not_exportable_says_why(model: LibreYOLO, monkeypatch
 
 
 @pytest.mark.cuda
-def test_onnx_on_the_gpu_matches_pytorch_and_half_exports(model: LibreYOLO, exported: dict[str, Path],
-                                                         tmp_path: Path) -> None:
-    """On a GPU: the CUDA execution provider (when onnxruntime has it) and fp16 TorchScript."""
-    runtime = LibreYOLO(exported["onnx"]).to(0)
+def test_onnx_on_the_gpu_matches_pytorch_and_half_exports(model: LibreYOLO, tmp_path: Path) -> None:
+    """On a GPU: the CUDA execution provider (when onnxruntime has it) and fp16 TorchScript.
+
+    Exports its own ONNX file, unsimplified: the GPU machine has onnx and onnxruntime but neither
+    onnxslim nor OpenVINO, which the CPU fixture ``exported`` needs."""
+    pytest.importorskip("onnxruntime", reason="the [onnx] extra runs ONNX files")
+    runtime = LibreYOLO(model.export(format="onnx", dynamic=True, file=str(tmp_path / "g.onnx"))).to(0)
     images = torch.rand(8, 3, IMGSZ, IMGSZ, generator=torch.Generator().manual_seed(8))
     with torch.no_grad():
         expected = model.inference_forward(images)
@@ -207,7 +272,9 @@ def test_onnx_on_the_gpu_matches_pytorch_and_half_exports(model: LibreYOLO, expo
     gpu.net.load_state_dict(model.net.state_dict())
     path = gpu.to(0).eval().export(format="torchscript", half=True, device="0", file=str(tmp_path / "h.torchscript"))
     half = LibreYOLO(path).to(0)
-    assert_same_detections(gpu.predict(SAMPLE_IMAGE, conf=0.01)[0].boxes.data.cpu(),
+    # Against the PyTorch model in fp16 too: this untrained head puts many near-equal boxes on the
+    # image, and fp32-vs-fp16 rounding moves which of them NMS keeps (seen on the H200: 6 vs 5).
+    assert_same_detections(gpu.predict(SAMPLE_IMAGE, conf=0.01, half=True)[0].boxes.data.cpu(),
                            half.predict(SAMPLE_IMAGE, conf=0.01)[0].boxes.data.cpu(), iou=0.95, score=1e-2)
 
 
@@ -217,3 +284,16 @@ def test_a_torchscript_file_runs_only_where_it_was_traced(exported: dict[str, Pa
     runtime.runtime.meta = replace(runtime.runtime.meta, extra={"traced_on": "cuda"})  # as if traced on a GPU
     with pytest.raises(ConfigError, match=r"traced on cuda.*model\.to\(0\).*re-export from the \.pt with device=cpu"):
         runtime.predict(SAMPLE_IMAGE)
+
+
+def test_a_cpu_trace_stays_on_the_cpu_when_no_device_is_asked(exported: dict[str, Path], monkeypatch) -> None:
+    """predict/val default to cuda:0 when there is a GPU; a file traced on the CPU runs only there,
+    so with no device given it stays on the CPU instead of failing (seen on the H200)."""
+    from libreyolo_models.devices import default_device
+
+    runtime = LibreYOLO(exported["torchscript"])
+    assert runtime.runs_only_on == "cpu" and LibreYOLO(exported["onnx"]).runs_only_on is None
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert default_device(None, torch.device("cpu"), runtime.runs_only_on) == torch.device("cpu")
+    assert default_device(None, torch.device("cpu"), None) == torch.device("cuda", 0)
+    assert default_device("cpu", torch.device("cpu"), "cuda") == torch.device("cpu")

@@ -1,4 +1,5 @@
-"""Inference fusion: BatchNorm folding, RepConvN branch merging, and the facade's one-way contract."""
+"""Inference fusion: BatchNorm folding, RepConvN branch merging, and the fused inference copy the
+facade keeps beside a network that still trains and saves."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from libreyolo_models import SAMPLE_IMAGE, ConfigError, LibreYOLO, LibreYOLO9
+from libreyolo_models import SAMPLE_IMAGE, LibreYOLO, LibreYOLO9
 from libreyolo_models.families.yolo9.blocks import RepConvN
 from libreyolo_models.layers.fuse import fold_batchnorm, fuse_network, merge_parallel_convs
 
@@ -76,41 +77,146 @@ def _calibrated_model() -> LibreYOLO:
     return model.eval()
 
 
-def test_fused_yolo9_matches_unfused_with_fewer_modules() -> None:
+def _output(model: LibreYOLO, net: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    with torch.inference_mode():
+        return model.inference_forward(x, net=net)
+
+
+X = torch.rand(2, 3, 128, 128, generator=torch.Generator().manual_seed(3))
+
+
+def test_fused_copy_matches_unfused_with_fewer_modules_and_leaves_the_network_alone() -> None:
     model = _calibrated_model()
-    x = torch.rand(2, 3, 128, 128, generator=torch.Generator().manual_seed(3))
-    with torch.no_grad():
-        expected = model.inference_forward(x)
+    before = {k: v.clone() for k, v in model.net.state_dict().items()}
+    expected = _output(model, model.net, X)
     convs_before = sum(isinstance(m, nn.Conv2d) for m in model.net.modules())
-    params_before = model.n_parameters()
     assert model.fuse() is model and model.fused and model.info()["fused"]
-    assert not any(isinstance(m, nn.BatchNorm2d) for m in model.net.modules())
-    repconvs = [m for m in model.net.modules() if isinstance(m, RepConvN)]
+    fused = model.fused_net()
+    assert fused is not model.net and not fused.training
+    assert not any(isinstance(m, nn.BatchNorm2d) for m in fused.modules())
+    repconvs = [m for m in fused.modules() if isinstance(m, RepConvN)]
     assert repconvs and all(m.conv2 is None for m in repconvs)
-    assert sum(isinstance(m, nn.Conv2d) for m in model.net.modules()) == convs_before - len(repconvs)
-    assert model.n_parameters() < params_before
-    with torch.no_grad():
-        got = model.inference_forward(x)
-    scale = expected.abs().max()
-    assert (got - expected).abs().max() <= 1e-4 * scale  # rounding, not a different network
+    assert sum(isinstance(m, nn.Conv2d) for m in fused.modules()) == convs_before - len(repconvs)
+    # The model's own network is untouched: every BatchNorm and weight as it was.
+    assert sum(isinstance(m, nn.BatchNorm2d) for m in model.net.modules()) > 0
+    assert all(torch.equal(v, before[k]) for k, v in model.net.state_dict().items())
+    # Memory: tensors fusion leaves alone are shared, not copied; only folded convolutions are new.
+    own = {id(p) for p in model.net.parameters()}
+    shared = [p for p in fused.parameters() if id(p) in own]
+    assert shared and sum(p.numel() for p in fused.parameters() if id(p) not in own) < model.n_parameters()
+    got = _output(model, fused, X)
+    assert (got - expected).abs().max() <= 1e-4 * expected.abs().max()  # rounding, not a different network
+    assert not torch.equal(got, expected)  # really the folded network
+    assert model.fused_net() is fused  # kept while the weights stay
 
 
-def test_a_fused_model_refuses_to_train_or_save_and_load_undoes_it(tmp_path: Path) -> None:
+def test_predict_defaults_to_the_fused_copy_and_fuse_false_is_the_exact_network() -> None:
     model = _calibrated_model()
-    weights = model.save(tmp_path / "w.pt")
-    model.fuse()
-    with pytest.raises(ConfigError, match=r"cannot save a checkpoint: this model was fused.*model.load"):
-        model.save(tmp_path / "fused.pt")
-    assert not (tmp_path / "fused.pt").exists()
-    with pytest.raises(ConfigError, match="cannot train: this model was fused"):
-        model.train(data="shapes", epochs=1, device="cpu")
-    model.load(weights)
-    assert not model.fused and any(isinstance(m, nn.BatchNorm2d) for m in model.net.modules())
-
-
-def test_predict_option_fuses_the_model_in_place() -> None:
-    model = _calibrated_model()
-    unfused = model(SAMPLE_IMAGE, conf=0.0, max_det=5, imgsz=128)
-    fused = model(SAMPLE_IMAGE, conf=0.0, max_det=5, imgsz=128, fuse=True)
+    assert model.wants_fuse() and model.info()["fuse_by_default"]  # YOLOv9 declares inference_fuse
+    opts = {"conf": 0.0, "max_det": 5, "imgsz": 128}
+    default = model(SAMPLE_IMAGE, **opts)[0].boxes.data
     assert model.fused
-    torch.testing.assert_close(fused[0].boxes.conf, unfused[0].boxes.conf, rtol=1e-4, atol=1e-5)
+    fused = model(SAMPLE_IMAGE, fuse=True, **opts)[0].boxes.data
+    exact = model(SAMPLE_IMAGE, fuse=False, **opts)[0].boxes.data
+    assert torch.equal(default, fused)
+    # fuse=False: what the unfused network computes, bit for bit (a model that never fused).
+    fresh = LibreYOLO9(size="t", nc=3, imgsz=128)
+    fresh.net.load_state_dict(model.net.state_dict())
+    fresh.fuse(False)
+    assert not fresh.wants_fuse() and not fresh.fused
+    assert torch.equal(exact, fresh(SAMPLE_IMAGE, **opts)[0].boxes.data)
+    assert not fresh.fused  # fuse(False) is the model's default now: no copy was built
+    assert not torch.equal(default, exact)
+    torch.testing.assert_close(default[:, 4], exact[:, 4], rtol=1e-4, atol=1e-5)
+
+
+def test_after_predict_the_model_trains_saves_and_predicts_with_its_new_weights(tmp_path: Path) -> None:
+    model = _calibrated_model()
+    model(SAMPLE_IMAGE, conf=0.0, max_det=5, imgsz=128)
+    old = model.fused_net()
+    stale = _output(model, old, X)
+    # A training step of the user's own loop: a training-mode forward (BatchNorm statistics move)
+    # and an in-place weight update, as an optimizer makes.
+    model.net.train()
+    with torch.no_grad():
+        model.net(torch.rand(2, 3, 128, 128))
+        for p in model.net.parameters():
+            p.mul_(1.01)
+    model.net.eval()
+    assert not model.fused  # the copy no longer matches the weights
+    new = model.fused_net()
+    assert new is not old
+    fresh_fold = LibreYOLO9(size="t", nc=3, imgsz=128)
+    fresh_fold.net.load_state_dict(model.net.state_dict())
+    expected = _output(fresh_fold, fresh_fold.fuse().fused_net(), X)
+    got = _output(model, new, X)
+    assert torch.equal(got, expected) and not torch.equal(got, stale)
+    # load_state_dict straight into the network is seen too.
+    model.net.load_state_dict(fresh_fold.net.state_dict())
+    assert not model.fused and model.fused_net() is not new
+    path = model.save(tmp_path / "after_predict.pt")
+    again = LibreYOLO(path)
+    assert any(isinstance(m, nn.BatchNorm2d) for m in again.net.modules())  # saved unfused
+    assert all(torch.equal(a, b) for a, b in zip(again.net.state_dict().values(), model.net.state_dict().values()))
+
+
+@pytest.mark.slow
+def test_train_after_predict_drops_the_copy_and_predict_then_folds_the_trained_weights(mini_shapes, tmp_path) -> None:
+    model = LibreYOLO9(size="t", nc=3, imgsz=64)
+    model(SAMPLE_IMAGE, conf=0.0, max_det=5, imgsz=64)
+    before = model.fused_net()
+    model.train(data=str(mini_shapes), project=str(tmp_path), imgsz=64, batch=8, workers=0, epochs=1,
+                close_mosaic=0, plots=False, verbose=False, device="cpu")
+    assert not model.fused  # dropped by train(); nothing stale is kept
+    after = model.fused_net()
+    assert after is not before
+    reference = LibreYOLO9(size="t", nc=model.nc, imgsz=64)  # training took the data's classes
+    reference.net.load_state_dict(model.net.state_dict())
+    assert torch.equal(_output(model, after, X[:, :, :64, :64]),
+                       _output(reference, reference.fuse().fused_net(), X[:, :, :64, :64]))
+    model.save(tmp_path / "trained.pt")  # still savable
+
+
+def test_moves_casts_and_fuse_false_drop_the_copy() -> None:
+    model = _calibrated_model()
+    model.fuse()
+    model.fuse(False)
+    assert not model.fused and model._fused.net is None and not model.wants_fuse()
+    assert model.wants_fuse(True)  # one call's option wins over the model's choice
+    model.fuse()
+    model.half()  # the copy is cast along, still current
+    assert model.fused and next(model.fused_net().parameters()).dtype == torch.float16
+    model.float()
+    assert not model.fused and model._fused.net is None
+
+
+def test_a_fuse_hook_that_writes_into_shared_weights_is_caught() -> None:
+    class Bad(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = nn.Conv2d(3, 3, 1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.conv(x)
+
+        def fuse_for_inference(self) -> bool:
+            with torch.no_grad():
+                self.conv.weight.mul_(2)  # writes into a tensor shared with the original
+            return True
+
+    from libreyolo_models.layers.fuse import fused_copy
+
+    with pytest.raises(RuntimeError, match="wrote into 1 of its original tensors"):
+        fused_copy(Bad())
+
+
+def test_graph_warmup_restoring_the_copys_buffers_does_not_make_it_stale() -> None:
+    from libreyolo_cudagraph.state import preserved_state
+
+    model = _calibrated_model()
+    fused = model.fused_net()
+    own = {id(b) for b in model.net.buffers()}
+    assert not any(id(b) in own for b in fused.buffers())  # buffers are the copy's own
+    with preserved_state(fused):  # what GraphRunner does around warmup: copy_ into every buffer
+        _output(model, fused, X)
+    assert model.fused and model.fused_net() is fused  # still current: no rebuild, no recapture

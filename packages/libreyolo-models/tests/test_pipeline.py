@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from gloo_ranks import run_two_ranks
 from PIL import Image
 
 from libreyolo_models.data.augment_draws import draw_sample
@@ -240,18 +237,7 @@ def test_ddp_ranks_build_the_cache_once_and_train_on_disjoint_shards(tmp_path: P
     folder.mkdir()
     for i in range(8):
         Image.fromarray(np.full((40, 30, 3), 20 * i, np.uint8)).save(folder / f"{i}.png")
-    script = tmp_path / "rank.py"
-    script.write_text(_RANK_SCRIPT)
-    env = {**os.environ, "LIBREYOLO_SHM_DIR": str(tmp_path / "shm"), "LIBREYOLO_CACHE_DIR": str(tmp_path / "cache")}
-    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "TORCHELASTIC_RUN_ID"):
-        env.pop(name, None)
-    ranks = [subprocess.Popen([sys.executable, str(script), str(r), str(tmp_path / "rendezvous"), str(folder),
-                               str(tmp_path)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-             for r in range(2)]
-    for proc in ranks:
-        output, _ = proc.communicate(timeout=240)
-        assert proc.returncode == 0, output.decode(errors="replace")[-3000:]
-    zero, one = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2))
+    zero, one = run_two_ranks(_RANK_SCRIPT, folder, tmp_path)
     assert zero["decoded"] == 8 and one["decoded"] == 0  # rank 0 built, rank 1 opened its file
     assert zero["cache"] == one["cache"]
     assert zero["steps"] == one["steps"] == 2

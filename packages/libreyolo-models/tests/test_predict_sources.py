@@ -109,3 +109,37 @@ def test_saved_predictions_of_inputs_sharing_a_name_do_not_overwrite(model: Libr
 def test_a_class_filter_outside_the_model_is_an_error(model: LibreYOLO9) -> None:
     with pytest.raises(ConfigError, match=r"classes=\[99\]: class id 99 is not one of this model's 5 classes"):
         model(np.zeros((32, 32, 3), np.uint8), classes=[99])
+
+
+def test_a_folder_decodes_on_several_threads_in_order_with_bad_files_in_place(tmp_path: Path) -> None:
+    """Folders decode a few files ahead on a pool; the order, the pixels and the bad-file reports
+    are the single-threaded ones, and closing early leaves no work waiting."""
+    import threading
+
+    from libreyolo_models.data.decode import ImageDecodeError, read_image_file
+    from libreyolo_models.predict.sources import decoded_in_order
+
+    paths = []
+    for i in range(11):
+        path = tmp_path / f"{i:02d}.png"
+        if i in (3, 7):
+            path.write_bytes(b"not an image")
+        else:
+            Image.fromarray(np.full((8 + i, 9, 3), i * 20, np.uint8)).save(path)
+        paths.append(path)
+    got = list(decoded_in_order(paths, threads=3))
+    assert [p for p, _ in got] == paths
+    for path, decoded in got:
+        if path.name in ("03.png", "07.png"):
+            assert isinstance(decoded, ImageDecodeError) and decoded.name == str(path)
+        else:
+            assert np.array_equal(decoded, read_image_file(path)[0])
+    early = decoded_in_order(paths, threads=3)
+    next(early)
+    early.close()  # cancels what has not started; the running decodes finish on their own
+    import time
+
+    deadline = time.monotonic() + 10
+    while any(t.name.startswith("libreyolo-decode") for t in threading.enumerate()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(t.name.startswith("libreyolo-decode") for t in threading.enumerate())

@@ -235,3 +235,50 @@ def test_folder_files_decode_in_parallel_but_arrive_in_order(model, tmp_path) ->
     gen = decode_files(paths, workers=2)
     next(gen)
     gen.close()  # cancels what was queued; returns once the running decodes end
+
+
+def test_the_first_batch_decodes_on_the_callers_thread_and_the_rest_ahead_of_it(model, tmp_path, monkeypatch) -> None:
+    from libreyolo_models.predict import streams
+
+    path = tmp_path / "one.png"
+    Image.fromarray(np.full((40, 56, 3), 90, np.uint8)).save(path)
+    decoded_on: list[str] = []
+    read, still = streams.read_image, streams.iter_sources
+
+    def reading(p):  # noqa: ANN001, ANN202
+        decoded_on.append(threading.current_thread().name)
+        return read(p)
+
+    def arrays(source, report):  # noqa: ANN001, ANN202
+        for item in still(source, report):
+            decoded_on.append(threading.current_thread().name)
+            yield item
+
+    monkeypatch.setattr(streams, "read_image", reading)
+    monkeypatch.setattr(streams, "iter_sources", arrays)
+    starts: list[int] = []
+    start = Prefetcher.start
+    monkeypatch.setattr(Prefetcher, "start", lambda self: starts.append(1) or start(self))
+    here = threading.current_thread().name
+    assert len(model(str(path))) == 1 and decoded_on == [here]  # one image: no thread hop for its decode
+    assert starts == []  # a one-batch source starts no thread at all
+    decoded_on.clear()
+    images = [np.full((40, 56, 3), 40 * i, np.uint8) for i in range(3)]
+    results = model(images, batch=1)
+    assert len(results) == 3 and len(decoded_on) == 3
+    assert decoded_on[0] == here and here not in decoded_on[1:]  # the rest on the prefetch thread
+
+
+def test_predict_puts_a_network_in_eval_mode_only_when_some_module_is_training(model, monkeypatch) -> None:
+    from libreyolo_models.predict.predictor import ensure_eval
+
+    net = model.net
+    net.eval()
+    calls = []
+    monkeypatch.setattr(net, "eval", lambda: calls.append(1) or net)
+    ensure_eval(net)
+    assert calls == []  # every flag already off: nothing assigned
+    monkeypatch.undo()
+    net.head.cv3[0].train()  # one training submodule would use batch statistics
+    ensure_eval(net)
+    assert not any(m.training for m in net.modules())

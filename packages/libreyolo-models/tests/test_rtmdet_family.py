@@ -88,3 +88,8 @@ def test_fused_network_predicts_what_the_unfused_one_does() -> None:
     # Each level folds its own BatchNorm into its own copy of the shared conv.
     assert model.net.head.cls_convs[1][0].conv is not model.net.head.cls_convs[0][0].conv
     torch.testing.assert_close(after, before, rtol=1e-4, atol=1e-4)
+
+
+def test_capture_declarations_follow_the_green_parity_rows() -> None:
+    decl = LibreRTMDet(size="t").spec.task("detect")
+    assert decl.inference_capture and decl.train_capture  # docs/parity-matrix.md, third run of 2026-12-01

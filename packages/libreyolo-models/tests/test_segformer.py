@@ -193,9 +193,9 @@ def test_fuse_folds_the_decoder_batchnorm_and_keeps_the_class_maps() -> None:
     x = torch.rand(1, 3, 64, 64)
     with torch.no_grad():
         logits = model.net(x)
-        model.fuse()
-        fused = model.net(x)
-    assert isinstance(model.net.decode_head.linear_fuse.bn, torch.nn.Identity)
+        fused = model.fuse().fused_net()(x)
+    assert isinstance(model.fused_net().decode_head.linear_fuse.bn, torch.nn.Identity)
+    assert model.net.decode_head.linear_fuse.bn is bn  # the model's own network keeps its BatchNorm
     assert torch.allclose(fused, logits, atol=1e-4)
 
 

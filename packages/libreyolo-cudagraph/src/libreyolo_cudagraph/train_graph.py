@@ -28,6 +28,7 @@ import torch
 from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
+from .aliasing import parameters_replaced
 from .capture import CAPTURE_ERROR_MODE, capture_lock
 from .errors import CudaGraphError, StaleGraphError
 from .infer_graph import measure_reserved, restore_stream, static_copy
@@ -187,9 +188,11 @@ def capture_train_step(
     # legacy stream and invalidate the capture (cudaErrorStreamCaptureImplicit). Aliases made
     # here get their accumulators on the capture stream; replays still read the live weights.
     aliases = {name: p.detach().requires_grad_() for name, p in named}
+    by_identity = {id(p): aliases[name] for name, p in named}
 
     def call(*xs: Tensor) -> Any:
-        return torch.func.functional_call(module, aliases, xs)
+        with parameters_replaced(module, by_identity):
+            return module(*xs)
 
     with capture_lock, torch.cuda.device(device):
         static_inputs = [_static_leaf(x) for x in inputs]

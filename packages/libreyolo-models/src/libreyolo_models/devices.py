@@ -33,12 +33,16 @@ def resolve_device(device: str | int | torch.device | None) -> torch.device:
     return plan.torch_device(0)
 
 
-def default_device(requested: str | int | torch.device | None, current: torch.device) -> torch.device:
+def default_device(requested: str | int | torch.device | None, current: torch.device,
+                   runs_only_on: str | None = None) -> torch.device:
     """Where predict and val run: ``requested`` when given; else a model already on an
     accelerator stays there, and a model on the CPU goes to ``cuda:0`` when there is a GPU
-    (``device="cpu"`` keeps it on the CPU)."""
+    (``device="cpu"`` keeps it on the CPU). ``runs_only_on`` ("cpu", "cuda") is the device type an
+    exported file is bound to (a TorchScript trace): with no request, the model stays on it."""
     if requested is not None:
         return resolve_device(requested)
+    if runs_only_on == "cpu":
+        return torch.device("cpu")
     if current.type != "cpu" or not torch.cuda.is_available():
         return current
     return torch.device("cuda", 0)

@@ -27,6 +27,7 @@ from .contract import Family, TensorTree
 from .devices import resolve_device
 from .errors import ConfigError
 from .family_spec import FamilySpec
+from .fused_net import FusedNetwork
 from .graphs import ModelGraphs, capture_ahead
 from .runtime import RuntimeNetwork, is_exported, load_exported
 from .settings import PredictConfig
@@ -87,7 +88,9 @@ class LibreYOLO:
         self.imgsz = spec.check_imgsz(int(source.imgsz or spec.default_imgsz(self.size, self.task)))
         self.family: Family = spec.implementation()(spec, self.size, self.task, self.nc)
         self.net: nn.Module = self.family.build_network()
-        self.fused = False
+        self._fused = FusedNetwork()
+        # fuse(True/False) sets it (kept across load()); None: the family's declaration decides
+        self.fuse_default: bool | None = getattr(self, "fuse_default", None)
         self.graphs = ModelGraphs(self)
         self.checkpoint: dict[str, Any] = source.checkpoint
         self.ckpt_path: Path | None = source.path
@@ -110,13 +113,31 @@ class LibreYOLO:
                               f"LibreYOLO({str(path)!r})")
         self.spec, self.size, self.task, self.nc = spec, meta.size, meta.task, meta.nc
         self.names = _normalize_names(meta.names, meta.nc)
-        self.imgsz = spec.check_imgsz(int(imgsz or meta.imgsz))
         self.family = spec.implementation()(spec, self.size, self.task, self.nc)
         self.net = self.runtime = runtime
-        self.fused = False
+        self._fused = FusedNetwork()
+        self.fuse_default = None
         self.graphs = ModelGraphs(self)
         self.checkpoint, self.ckpt_path = {}, path
         self.track_session = None
+        self.imgsz = meta.imgsz
+        self.imgsz = self.resolve_imgsz(int(imgsz) if imgsz else None)
+
+    def resolve_imgsz(self, imgsz: int | None = None, source: str = "imgsz") -> int:
+        """The image size to letterbox to: ``imgsz``, else the model's, as a multiple of the stride;
+        for an exported model also one its file runs at (a fixed-size export refuses the others
+        here, before any image is read, naming the size it has and how to get another)."""
+        size = self.spec.check_imgsz(imgsz or self.imgsz, source)
+        fixed = self.runtime.fixed_imgsz if self.runtime is not None else None
+        if fixed is not None and size != fixed:
+            decl = self.spec.task(self.task)
+            how = (f"re-export from the .pt with dynamic=True (any multiple of {self.spec.stride}) or imgsz={size}"
+                   if decl.dynamic_imgsz else
+                   f"re-export from the .pt with imgsz={size} ({self.spec.display_name} exports one size per file: "
+                   f"{decl.dynamic_imgsz_note})")
+            raise ConfigError(f"{source}={size}: {self.ckpt_path} was exported for imgsz={fixed} only; use "
+                              f"imgsz={fixed}, or {how}")
+        return size
 
     def require_pytorch(self, action: str) -> None:
         """Refuse ``action`` (train, fuse, CUDA graphs, save) on an exported model, naming the way back."""
@@ -134,6 +155,7 @@ class LibreYOLO:
         every weight whose shape still fits is carried over (all but the class outputs)."""
         self.require_pytorch("rebuild the network")
         device, old_state = self.device, self.net.state_dict()
+        self.drop_fused("network rebuilt")
         self.graphs.invalidate("network rebuilt")
         self.graphs.release()
         self.nc = nc or self.nc
@@ -152,6 +174,7 @@ class LibreYOLO:
         self.require_pytorch("load PyTorch weights into it")
         source = resolve_source(weights, family=self.spec)
         device = self.device
+        self.drop_fused(f"new weights loaded from {source.path}")
         self.graphs.invalidate(f"new weights loaded from {source.path}")
         self.graphs.release()
         self._assemble(source)
@@ -175,15 +198,22 @@ class LibreYOLO:
         """``training_forward`` as a module over ``self.net``: what training capture wraps."""
         return _SeamModule(self.net, self.training_forward)
 
-    def inference_module(self) -> nn.Module:
-        """``inference_forward`` as a module over ``self.net`` (benchmarks compare eager, graphs
-        and torch.compile on modules)."""
-        return _SeamModule(self.net, self.inference_forward)
+    def inference_module(self, net: nn.Module | None = None) -> nn.Module:
+        """``inference_forward`` as a module over ``net`` (``self.net`` by default, or the fused
+        copy); benchmarks compare eager, graphs and torch.compile on modules."""
+        if net is None or net is self.net:
+            return _SeamModule(self.net, self.inference_forward)
+        return _SeamModule(net, lambda x: self.inference_forward(x, net=net))
 
     # ----------------------------------------------------------------- state
     @property
     def device(self) -> torch.device:
         return next(self.net.parameters()).device
+
+    @property
+    def runs_only_on(self) -> str | None:
+        """The device type an exported file is bound to (a TorchScript trace), else None."""
+        return self.runtime.runs_only_on if self.runtime is not None else None
 
     @property
     def dtype(self) -> torch.dtype:
@@ -193,21 +223,27 @@ class LibreYOLO:
         """Move the network; captured graphs are dropped when the device changes."""
         target = resolve_device(device)
         if target != self.device:
+            self.drop_fused(f"device change {self.device} -> {target}")  # rebuilt there on demand
             self.graphs.invalidate(f"device change {self.device} -> {target}")
             self.net.to(target)
         return self
 
     def half(self) -> LibreYOLO:
-        """fp16 weights (GPU inference); captured graphs are dropped."""
+        """fp16 weights (GPU inference); captured graphs are dropped. A fused copy is cast along
+        (it was folded from the fp32 weights, so it rounds to fp16 once)."""
         self.require_pytorch("cast to fp16 (export with half=True instead)")
         if self.dtype != torch.float16:
             self.graphs.invalidate("weights cast to float16")
             self.net.half()
+            if self._fused.net is not None:
+                self._fused.net.half()
+                self._fused.follow()
         return self
 
     def float(self) -> LibreYOLO:
-        """fp32 weights; captured graphs are dropped."""
+        """fp32 weights; captured graphs and the fused copy (fp16 rounded) are dropped."""
         if self.dtype != torch.float32:
+            self.drop_fused("weights cast to float32")
             self.graphs.invalidate("weights cast to float32")
             self.net.float()
         return self
@@ -216,29 +252,72 @@ class LibreYOLO:
         self.net.eval()
         return self
 
-    def fuse(self) -> LibreYOLO:
-        """Fold BatchNorm into the convolutions and merge re-parameterizable branches, in place.
+    # ----------------------------------------------------------------- fusion
+    def fuse(self, enable: bool = True) -> LibreYOLO:
+        """Choose whether predict, track and streams run the fused network by default.
 
-        Fewer, larger kernels: faster inference, eager or graphed, at the same results up to
-        rounding (not bit for bit; see ``layers.fuse``). One-way: a fused model predicts and
-        validates but cannot train or be saved; ``load()`` brings back the unfused network.
+        Fusing folds BatchNorm into the convolutions and merges re-parameterizable branches:
+        fewer, larger kernels, the same results up to rounding (not bit for bit; see
+        ``layers.fuse``). It happens on a separate inference copy (``fused_net()``), so the model
+        still trains and saves; the copy is rebuilt when the weights change (see ``fused_net``
+        for what is detected). ``fuse(True)`` folds the current weights now; ``fuse(False)`` drops it and makes the exact unfused forward the default. Without
+        either call the family decides (``TaskDecl.inference_fuse``). A ``fuse=`` option of one
+        ``predict``/``val`` call wins over both.
         """
         self.require_pytorch("fuse")
-        if not self.fused:
-            from .layers.fuse import fuse_network
-
-            self.graphs.invalidate("network fused for inference")
-            fuse_network(self.net)
-            self.fused = True
+        self.fuse_default = bool(enable)
+        if enable:
+            self.drop_fused("fuse(True) folds anew")
+            self.fused_net()
+        else:
+            self.drop_fused("fuse(False)")
         return self
 
-    def require_unfused(self, action: str) -> None:
-        """Refuse ``action`` (training, saving) on a fused network, naming the way back."""
-        if self.fused:
-            source = f"LibreYOLO({str(self.ckpt_path)!r})" if self.ckpt_path else "a fresh model"
-            raise ConfigError(f"cannot {action}: this model was fused for inference (model.fuse() or fuse=True), "
-                              f"which folds its BatchNorm layers away; use {source} or model.load(weights) "
-                              "for an unfused copy")
+    def wants_fuse(self, request: bool | None = None) -> bool:
+        """Whether inference runs fused: ``request`` if given, else ``fuse()``'s choice, else the
+        family's declaration. An exported model never fuses (its runtime runs what was exported)."""
+        if request is not None:
+            if request:
+                self.require_pytorch("fuse")
+            return bool(request)
+        if self.runtime is not None:
+            return False
+        if self.fuse_default is not None:
+            return self.fuse_default
+        return self.spec.task(self.task).inference_fuse
+
+    def fused_net(self) -> nn.Module:
+        """The fused inference copy of ``net`` (eval mode), built now if none is held or the held one
+        was folded from weights that have changed since.
+
+        It shares the parameters fusion leaves alone with ``net``: move or cast the model
+        (``to``, ``half``), not the copy. Rebuilt when a sample of ``net``'s tensors shows new
+        values (``fused_net`` (module ``fused_net``) lists what is seen); after editing weights through
+        ``tensor.data``, call ``fuse()`` to fold them anew.
+        """
+        self.require_pytorch("fuse")
+        if self._fused.stale(self.net):
+            self.drop_fused("weights changed since the fused copy was built")
+        if self._fused.net is None:
+            self._fused.build(self.net)
+        assert self._fused.net is not None  # built just above
+        return self._fused.net
+
+    def inference_net(self, fuse: bool | None = None) -> nn.Module:
+        """The network inference runs: the fused copy when ``wants_fuse(fuse)``, else ``net``."""
+        return self.fused_net() if self.wants_fuse(fuse) else self.net
+
+    @property
+    def fused(self) -> bool:
+        """True while a current fused inference copy is held."""
+        return self._fused.net is not None and not self._fused.stale(self.net)
+
+    def drop_fused(self, reason: str) -> None:
+        """Forget the fused copy and its graphs (weights changed, or ``fuse(False)``); the next fused
+        inference builds a new one from the weights of then."""
+        if self._fused.drop():
+            self.graphs.release_fused()
+            log.debug("fused inference copy dropped: %s", reason)
 
     def n_parameters(self) -> int:
         return sum(p.numel() for p in self.net.parameters())
@@ -249,7 +328,7 @@ class LibreYOLO:
         return {"family": self.spec.name, "model": self.spec.weight_name(self.size, self.task, ""),
                 "size": self.size, "task": self.task, "nc": self.nc, "imgsz": self.imgsz,
                 "parameters": self.n_parameters(), "device": str(self.device), "dtype": str(self.dtype),
-                "fused": self.fused, "checkpoint": str(self.ckpt_path) if self.ckpt_path else None,
+                "fused": self.fused, "fuse_by_default": self.wants_fuse(), "checkpoint": str(self.ckpt_path) if self.ckpt_path else None,
                 "loss_names": list(decl.loss_names),
                 "inference_capture_verified": decl.inference_capture, "train_capture_verified": decl.train_capture,
                 "exportable": decl.exportable, **(self.runtime.describe() if self.runtime is not None else {})}
@@ -258,7 +337,6 @@ class LibreYOLO:
         """The schema's metadata plus the network weights (CPU tensors): ``weights`` when the
         caller already copied them (the trainer saves the EMA's), else this network's."""
         self.require_pytorch("save a checkpoint")
-        self.require_unfused("save a checkpoint")
         meta = checkpoint_metadata(family=self.spec.name, size=self.size, task=self.task, nc=self.nc,
                                    names=self.names, imgsz=self.imgsz, version=__version__)
         meta["model"] = cpu_state_dict(self.net) if weights is None else weights
@@ -279,7 +357,8 @@ class LibreYOLO:
 
         Options (``PredictConfig``): conf, iou, imgsz, classes, max_det, agnostic_nms, batch, save,
         save_txt, save_conf, save_crop, show, device (default: cuda:0 when there is a GPU and the
-        model is on the CPU), half (fp16 weights), fuse (see ``fuse()``), cuda_graph (False | True |
+        model is on the CPU), half (fp16 weights), fuse (None: the model's choice, see ``fuse()``;
+        False: the exact unfused forward), cuda_graph (False | True |
         "auto"), stream, vid_stride, project, name, verbose. Returns one ``Results`` per image or
         frame: a list, or with ``stream=True`` a generator.
         """
@@ -326,7 +405,11 @@ class LibreYOLO:
         from .train.entry import train_model
 
         self.require_pytorch("train")
-        return train_model(self, options)
+        self.drop_fused("training")  # frees its memory for the run; rebuilt from the trained weights
+        try:
+            return train_model(self, options)
+        finally:
+            self.drop_fused("trained")
 
     def val(self, **options: Any) -> Any:
         """Validate on ``data``'s ``split`` (see ``val.settings.ValConfig``); returns the metrics."""
@@ -344,10 +427,12 @@ class LibreYOLO:
         return export_model(self, options)
 
     # ----------------------------------------------------------------- CUDA graphs
-    def capture_graph(self, imgsz: int | None = None, batch: int = 1, dtype: torch.dtype | None = None) -> dict:
-        """Capture the inference graph for ``batch x 3 x imgsz x imgsz`` ahead of the first request."""
+    def capture_graph(self, imgsz: int | None = None, batch: int = 1, dtype: torch.dtype | None = None,
+                      fuse: bool | None = None) -> dict:
+        """Capture the inference graph for ``batch x 3 x imgsz x imgsz`` ahead of the first request
+        (of the network ``predict(fuse=fuse)`` runs)."""
         self.require_pytorch("capture CUDA graphs")
-        return capture_ahead(self, imgsz=imgsz or self.imgsz, batch=batch, dtype=dtype)
+        return capture_ahead(self, imgsz=imgsz or self.imgsz, batch=batch, dtype=dtype, fuse=fuse)
 
     def graph_info(self) -> dict[str, Any]:
         """Whether capture is supported here, the captured graphs, replay counts, and the mode."""

@@ -41,6 +41,9 @@ class TaskDecl:
         inference_capture: ``predict(cuda_graph=...)`` is allowed. True only where the family's
             inference row of ``docs/parity-matrix.md`` is green.
         train_capture: ``train(cuda_graph=True)`` captures; else it trains eagerly (logged).
+        inference_fuse: predict, track and streams run a BatchNorm-folded copy of the network by
+            default (``LibreYOLO.fuse``; ``fuse=False`` keeps the exact forward). True only where
+            the fused network was checked against the unfused one (same detections to rounding).
         recipe: training defaults of this family, as ``TrainConfig`` values (``{"optimizer":
             "AdamW", "lr0": 1e-4}``). The user's options win; the merged values are what
             ``args.yaml`` records.
@@ -53,6 +56,12 @@ class TaskDecl:
             TorchScript and OpenVINO; the family's ``postprocess`` (NMS, thresholds) always stays
             outside the exported graph and runs in Python on the runtime's outputs.
         export_note: why the task does not export, when ``exportable`` is False (shown to users).
+        dynamic_imgsz: ``export(dynamic=True)`` frees the image size as well as the batch: the
+            seam computes everything size-dependent (anchor grids, position embeddings) from the
+            input's shape, so a trace generalises. False where something is laid out for the
+            traced size; such an export keeps a dynamic batch at a fixed ``imgsz`` and says why.
+            Every family claiming True is checked at two sizes in ``tests/test_export_families.py``.
+        dynamic_imgsz_note: why the image size cannot be dynamic, when ``dynamic_imgsz`` is False.
         default_nc: classes of an untrained model when neither ``nc`` nor ``names`` is given
             (80, COCO, for detectors; 1000, ImageNet, for classifiers, so a fresh model has the
             reference architecture's shapes).
@@ -64,15 +73,20 @@ class TaskDecl:
     imgsz_by_size: Mapping[str, int] = field(default_factory=dict)
     inference_capture: bool = False
     train_capture: bool = False
+    inference_fuse: bool = False
     recipe: Mapping[str, object] = field(default_factory=dict)
     recipe_shares: Mapping[str, float] = field(default_factory=dict)
     exportable: bool = True
     export_note: str = ""
+    dynamic_imgsz: bool = True
+    dynamic_imgsz_note: str = ""
     default_nc: int = 80
 
     def __post_init__(self) -> None:
         if not self.exportable and not self.export_note:
             raise ConfigError("a task declared exportable=False needs export_note saying why")
+        if not self.dynamic_imgsz and not self.dynamic_imgsz_note:
+            raise ConfigError("a task declared dynamic_imgsz=False needs dynamic_imgsz_note saying why")
         for key, share in self.recipe_shares.items():
             if key not in RUN_LENGTH_KEYS:
                 raise ConfigError(f"recipe_shares names {key!r}; only epoch counts scale with the run: "

@@ -5,7 +5,8 @@ Inference captures the family's ``inference_forward`` seam; training captures it
 ``training_forward`` seam (forward and backward). NMS, losses and post-processing stay eager.
 A family whose task is not declared ``inference_capture`` refuses ``cuda_graph`` at predict time
 (``NotImplementedError`` naming it). Every change of what a graph captured (device, dtype,
-weights, a head branch) goes through ``ModelGraphs.invalidate``.
+weights, a head branch) goes through ``ModelGraphs.invalidate``. The fused inference copy
+(``LibreYOLO.fused_net``) has a runner of its own, released with the copy.
 """
 
 from __future__ import annotations
@@ -51,24 +52,45 @@ def check_graph_support(model: LibreYOLO, what: str) -> None:
 
 
 class ModelGraphs:
-    """Every graph one model captured: the inference runner and the training capture."""
+    """Every graph one model captured: the inference runners (of the network and of its fused
+    copy) and the training capture."""
 
     def __init__(self, model: LibreYOLO) -> None:
         self._model = model
         self.inference: GraphRunner | None = None
+        self.fused_inference: GraphRunner | None = None
         self.training: GraphedTraining | None = None
 
-    def inference_runner(self, mode: str) -> GraphRunner:
-        """The inference runner, created on first use, switched to ``mode``."""
-        if self.inference is None:
-            from libreyolo_cudagraph import GraphRunner
+    def inference_runner(self, mode: str, net: torch.nn.Module | None = None) -> GraphRunner:
+        """The runner of ``net``'s inference seam (``model.net`` by default, or its fused copy),
+        created on first use, switched to ``mode``."""
+        from libreyolo_cudagraph import GraphRunner
 
-            model = self._model
-            self.inference = GraphRunner(model.inference_forward, mode=mode, max_graphs=MAX_GRAPHS,  # type: ignore[arg-type]
-                                         copy_outputs=True, watch=model.net, name=f"{model.spec.name}-{model.size}")
-        elif self.inference.mode != mode:
-            self.inference.mode = mode  # type: ignore[assignment]
-        return self.inference
+        model = self._model
+        fused = net is not None and net is not model.net
+        runner = self.fused_inference if fused else self.inference
+        if runner is not None and fused and runner.watch is not net:  # a copy built since: start over
+            self.release_fused()
+            runner = None
+        if runner is None:
+            target = net if fused else model.net
+            forward = (lambda x: model.inference_forward(x, net=target)) if fused else model.inference_forward
+            runner = GraphRunner(forward, mode=mode, max_graphs=MAX_GRAPHS,  # type: ignore[arg-type]
+                                 copy_outputs=True, watch=target,
+                                 name=f"{model.spec.name}-{model.size}{'-fused' if fused else ''}")
+            if fused:
+                self.fused_inference = runner
+            else:
+                self.inference = runner
+        elif runner.mode != mode:
+            runner.mode = mode  # type: ignore[assignment]
+        return runner
+
+    def release_fused(self) -> None:
+        """Free the fused copy's graphs and pool (the copy is gone or being replaced)."""
+        if self.fused_inference is not None:
+            self.fused_inference.release()
+        self.fused_inference = None
 
     def attach_training(self, graphed: GraphedTraining | None) -> None:
         self.training = graphed
@@ -82,8 +104,9 @@ class ModelGraphs:
 
     def invalidate(self, reason: str) -> None:
         """Drop captured graphs; the next call recaptures per its mode."""
-        if self.inference is not None:
-            self.inference.invalidate(reason)
+        for runner in (self.inference, self.fused_inference):
+            if runner is not None:
+                runner.invalidate(reason)
         if self.training is not None:
             self.training.invalidate(reason)
 
@@ -91,6 +114,7 @@ class ModelGraphs:
         """Free every graph and its memory pool; the runners are forgotten."""
         if self.inference is not None:
             self.inference.release()
+        self.release_fused()
         if self.training is not None:
             self.training.release()
         self.inference = None
@@ -102,27 +126,39 @@ class ModelGraphs:
         verified = model.spec.task(model.task).inference_capture
         info: dict[str, Any] = {"supported": verified and model.device.type == "cuda", "family_verified": verified,
                                 "device": str(model.device), "mode": "off", "graphs": [], "fallbacks": {}}
-        if self.inference is not None:
-            runner_info = self.inference.info()
+        for fused, runner in ((False, self.inference), (True, self.fused_inference)):
+            if runner is None:
+                continue
+            runner_info = runner.info()
             info["mode"] = runner_info.mode
-            info["graphs"] = [{"signature": g.signature, "replays": g.replays, "capture_ms": g.capture_ms,
-                               "pool_bytes": g.pool_bytes} for g in runner_info.graphs]
-            info["fallbacks"] = dict(runner_info.fallbacks)
+            info["graphs"] += [{"signature": g.signature, "replays": g.replays, "capture_ms": g.capture_ms,
+                                "pool_bytes": g.pool_bytes, "fused": fused} for g in runner_info.graphs]
+            info["fallbacks"].update(runner_info.fallbacks)
         return info
 
 
-def forward_for_predict(model: LibreYOLO, request: GraphRequest) -> Callable[[torch.Tensor], Any]:
-    """The forward ``predict`` and ``val`` call: eager for ``cuda_graph=False``, else the runner."""
+def forward_for_predict(model: LibreYOLO, request: GraphRequest, net: torch.nn.Module | None = None
+                        ) -> Callable[[torch.Tensor], Any]:
+    """The forward ``predict`` and ``val`` call over ``net`` (``model.net`` by default, or the
+    fused copy): eager for ``cuda_graph=False``, else that network's runner, which replays
+    exactly what this eager forward computes."""
+    target = model.net if net is None else net
     if request is False:
-        return model.inference_forward
+        return model.inference_forward if target is model.net else (lambda x: model.inference_forward(x, net=target))
     mode = graph_mode(request)
     check_graph_support(model, f"predict(cuda_graph={request!r})")
-    return model.graphs.inference_runner(mode)
+    return model.graphs.inference_runner(mode, target)
 
 
-def capture_ahead(model: LibreYOLO, *, imgsz: int, batch: int, dtype: torch.dtype | None) -> dict[str, Any]:
-    """Capture the inference graph for ``batch x 3 x imgsz x imgsz`` ahead of the first request."""
+def capture_ahead(model: LibreYOLO, *, imgsz: int, batch: int, dtype: torch.dtype | None,
+                  fuse: bool | None = None) -> dict[str, Any]:
+    """Capture the inference graph for ``batch x 3 x imgsz x imgsz`` ahead of the first request,
+    of the network predict runs with the same ``fuse`` (the fused copy by default where the
+    family fuses)."""
     check_graph_support(model, "capture_graph()")
+    fusing = model.wants_fuse(fuse)
+    if fusing and dtype is not None and dtype != model.dtype:
+        model.fused_net()  # folded before any cast, as predict does
     if dtype is not None and dtype != model.dtype:
         if dtype == torch.float16:
             model.half()
@@ -132,7 +168,7 @@ def capture_ahead(model: LibreYOLO, *, imgsz: int, batch: int, dtype: torch.dtyp
             raise ConfigError(f"capture_graph(dtype={dtype}) must be torch.float16 or torch.float32")
     model.net.eval()
     imgsz = model.spec.check_imgsz(imgsz)
-    runner = model.graphs.inference_runner("on")
+    runner = model.graphs.inference_runner("on", model.inference_net(fusing))
     x = torch.rand(batch, 3, imgsz, imgsz, device=model.device, dtype=model.dtype)
     with torch.inference_mode():
         runner.capture(x)

@@ -54,7 +54,7 @@ class PredictConfig:
     show: bool = False          # a window per image; a warning and nothing else without a display
     device: DeviceSpec = None
     half: bool = False
-    fuse: bool = False
+    fuse: bool | None = None    # None: the model's choice (LibreYOLO.fuse), else the family's; False: exact
     cuda_graph: bool | Literal["auto"] = False
     project: str = "runs/predict"
     name: str = "exp"

@@ -3,7 +3,11 @@
 A cache setting (``cache=`` of train and val) is one of:
 
 ==================  ==============================================================================
-``"auto"``          RAM (``/dev/shm``) when it fits under the RAM cap below, else disk
+``"auto"``          RAM (``/dev/shm``) when it fits under the RAM cap below, else disk; and, when
+                    training renders batches on a CUDA device, a copy in GPU memory if it fits in
+                    a quarter of the free memory there (``device_cache``)
+``"gpu"``           like ``"auto"`` on the host, and always a copy on the training device
+                    (``device_cache``: workers then ship tile indices, not pixels)
 ``"ram"``           RAM; falls back to disk, with a warning, when memory or ``/dev/shm`` is short
 ``"disk"``          ``<cache dir>/images`` (``$LIBREYOLO_CACHE_DIR`` or ``~/.cache/libreyolo``)
 a folder path       that folder (e.g. ``cache=/scratch/libreyolo``): a fast local disk
@@ -43,7 +47,7 @@ from .cache_file import read_cache_source
 
 log = logging.getLogger(__name__)
 
-CacheMode = Literal["ram", "disk", "auto", "off"]
+CacheMode = Literal["ram", "disk", "auto", "gpu", "off"]
 CacheSetting = str | bool | os.PathLike[str]
 SHM_DIR_ENV = "LIBREYOLO_SHM_DIR"
 CACHE_SUFFIX = ".cache"
@@ -53,7 +57,7 @@ PRIVATE_TAG = ".private-"
 RAM_SHARE = 0.5     # LibreYOLO's RAM caches together stay under this share of the memory (see _ram_room)
 ROOM_MARGIN = 1.05  # a location needs this much more free space than the file
 
-_MODES = ("ram", "disk", "auto", "off")
+_MODES = ("ram", "disk", "auto", "gpu", "off")
 
 
 @dataclass(frozen=True)
@@ -68,7 +72,7 @@ class CachePlace:
 
 
 def parse_cache_setting(value: CacheSetting | CachePlace, cache_dir: Path | None = None) -> CachePlace:
-    """``"auto"``, ``"ram"``, ``"disk"``, ``"off"``, a folder, True or False -> a ``CachePlace``.
+    """``"auto"``, ``"ram"``, ``"disk"``, ``"gpu"``, ``"off"``, a folder, True or False -> a ``CachePlace``.
 
     Args:
         value: the setting (see the module docstring).
@@ -83,7 +87,7 @@ def parse_cache_setting(value: CacheSetting | CachePlace, cache_dir: Path | None
         return CachePlace("ram" if value else "off")
     text = os.fspath(value).strip() if isinstance(value, str | os.PathLike) else None
     if not text:
-        raise ConfigError(f"cache={value!r} is not a cache setting; use 'auto', 'ram', 'disk', 'off' or a "
+        raise ConfigError(f"cache={value!r} is not a cache setting; use 'auto', 'ram', 'disk', 'gpu', 'off' or a "
                           "folder path (e.g. cache=/scratch/libreyolo)")
     if text.lower() in _MODES:
         mode: CacheMode = text.lower()  # type: ignore[assignment]

@@ -10,6 +10,9 @@ Two shapes travel, one per training path:
   so mosaic partners come from the whole split, not from the batch), the sample's draws as small
   tensors, and the final targets. Per-sample CPU work is one memcpy per tile out of the memory map;
   the box math (float64, a few hundred rows) runs here too, so the GPU only renders pixels.
+  When the training images are resident on the device (``device_cache``), the worker ships the
+  tiles' cache indices instead of their pixels, and :meth:`TileBatch.gather` fetches the same
+  pixels there.
 
 The CPU path is literally ``collate_tiles`` on one sample followed by :meth:`TileBatch.render` on
 the CPU, so the two paths share every op and differ only in batch size and device.
@@ -131,7 +134,10 @@ class TileGroup:
 
     Attributes:
         positions: ``int64 [G]`` rows of the batch these samples fill.
-        tiles: ``uint8 [G, K, S, S, 3]`` cached slots, main image first.
+        cache_rows: ``int64 [G, K]`` each tile's index in the image cache (and in a resident copy),
+            main image first.
+        tiles: ``uint8 [G, K, S, S, 3]`` those cached slots; None until :meth:`TileBatch.gather`
+            when the worker shipped indices only (images resident on the device).
         offsets: ``int64 [G, K, 2]`` canvas ``(x, y)`` per tile; stays on the CPU.
         hw: ``int64 [G, K, 2]`` used ``(h, w)`` per tile; stays on the CPU.
         canvas: side of the canvas.
@@ -143,7 +149,8 @@ class TileGroup:
     """
 
     positions: Tensor
-    tiles: Tensor
+    cache_rows: Tensor
+    tiles: Tensor | None
     offsets: Tensor
     hw: Tensor
     canvas: int
@@ -155,6 +162,9 @@ class TileGroup:
 
     def render(self, imgsz: int, chunk: int = RENDER_CHUNK) -> Tensor:
         """The group's augmented pixels, ``float32 [G, 3, S, S]`` in [0, 255], on the tiles' device."""
+        if self.tiles is None:
+            raise ValueError("this batch carries tile indices only; gather its tiles from the resident "
+                             "images first (TileBatch.gather)")
         parts = []
         for lo in range(0, len(self.tiles), chunk):
             hi = lo + chunk
@@ -164,14 +174,16 @@ class TileGroup:
         return parts[0] if len(parts) == 1 else torch.cat(parts)
 
     def pin_memory(self) -> TileGroup:
-        return replace(self, positions=self.positions.pin_memory(), tiles=self.tiles.pin_memory(),
+        return replace(self, positions=self.positions.pin_memory(), cache_rows=self.cache_rows.pin_memory(),
+                       tiles=None if self.tiles is None else self.tiles.pin_memory(),
                        theta=self.theta.pin_memory(), hsv=self.hsv.pin_memory(), flip=self.flip.pin_memory())
 
     def to(self, device: torch.device, non_blocking: bool = False) -> TileGroup:
         """Move what the device reads; ``offsets`` and ``hw`` stay on the CPU (they are sliced with)."""
         def move(t: Tensor) -> Tensor:
             return t.to(device, non_blocking=non_blocking)
-        return replace(self, positions=move(self.positions), tiles=move(self.tiles), theta=move(self.theta),
+        return replace(self, positions=move(self.positions), cache_rows=move(self.cache_rows),
+                       tiles=None if self.tiles is None else move(self.tiles), theta=move(self.theta),
                        hsv=move(self.hsv), flip=move(self.flip))
 
 
@@ -198,7 +210,7 @@ class TileBatch:
         """Every sample's augmented pixels in batch order: ``float32 [B, 3, S, S]`` in [0, 255]."""
         if len(self.groups) == 1:  # groups partition the batch in order: one group is rows 0..B-1
             return self.groups[0].render(imgsz)
-        device = self.groups[0].tiles.device
+        device = self.groups[0].theta.device
         out = torch.empty((len(self), 3, imgsz, imgsz), device=device)
         for group in self.groups:
             out[group.positions] = group.render(imgsz)
@@ -211,9 +223,14 @@ class TileBatch:
         """Move what rendering reads; the targets stay on the host (the loss pads them there)."""
         return replace(self, groups=[g.to(device, non_blocking) for g in self.groups])
 
+    def gather(self, resident: Tensor) -> TileBatch:
+        """Fill each group's tiles from ``resident`` (``uint8 [N, S, S, 3]``, row ``i`` = cache index
+        ``i``) on its device: one indexing kernel per group instead of shipping the pixels."""
+        return replace(self, groups=[replace(g, tiles=resident[g.cache_rows.to(resident.device)]) for g in self.groups])
+
 
 def collate_tiles(cache: ImageCache, labels: Sequence[np.ndarray], draws: Sequence[SampleDraws],
-                  paths: Sequence[Path | str], *, shared: bool | None = None) -> TileBatch:
+                  paths: Sequence[Path | str], *, shared: bool | None = None, pixels: bool = True) -> TileBatch:
     """Gather the tiles and compute the targets of a batch of drawn samples.
 
     Args:
@@ -222,6 +239,8 @@ def collate_tiles(cache: ImageCache, labels: Sequence[np.ndarray], draws: Sequen
         draws: one per sample of the batch, in batch order.
         paths: per image of the split, its file.
         shared: tile memory in shared memory (default: inside a DataLoader worker).
+        pixels: copy the tiles' pixels; False ships their cache indices only (the images are
+            resident on the device, see :meth:`TileBatch.gather`).
     """
     imgsz = cache.imgsz
     groups, target_parts = [], []
@@ -229,7 +248,7 @@ def collate_tiles(cache: ImageCache, labels: Sequence[np.ndarray], draws: Sequen
         members = [p for p, d in enumerate(draws) if d.is_mosaic == is_mosaic]
         if members:
             group, targets = _collate_group(cache, labels, [draws[p] for p in members], members,
-                                            imgsz, is_mosaic, shared)
+                                            imgsz, is_mosaic, shared, pixels)
             groups.append(group)
             target_parts.append(targets)
     targets = torch.cat(target_parts)
@@ -239,15 +258,16 @@ def collate_tiles(cache: ImageCache, labels: Sequence[np.ndarray], draws: Sequen
 
 
 def _collate_group(cache: ImageCache, labels: Sequence[np.ndarray], draws: Sequence[SampleDraws],
-                   positions: list[int], imgsz: int, is_mosaic: bool, shared: bool | None
+                   positions: list[int], imgsz: int, is_mosaic: bool, shared: bool | None, pixels: bool
                    ) -> tuple[TileGroup, Tensor]:
     k = 4 if is_mosaic else 1
-    tiles = batch_tensor((len(draws), k, imgsz, imgsz, 3), torch.uint8, shared=shared)
+    tiles = batch_tensor((len(draws), k, imgsz, imgsz, 3), torch.uint8, shared=shared) if pixels else None
     tile_images = np.array([d.tile_indices for d in draws], dtype=np.int64).reshape(len(draws), k)
     label_rows = []
     for g, row in enumerate(tile_images):
         for t, image in enumerate(row):
-            cache.read_into(int(image), tiles[g, t].numpy())
+            if tiles is not None:
+                cache.read_into(int(image), tiles[g, t].numpy())
             if len(labels[image]):
                 rows = np.asarray(labels[image], dtype=np.float64)
                 label_rows.append(np.column_stack((np.full((len(rows), 2), (g, t), np.float64), rows)))
@@ -267,7 +287,7 @@ def _collate_group(cache: ImageCache, labels: Sequence[np.ndarray], draws: Seque
     targets[:, 0] = where[targets[:, 0].long()].float()
     hsv = torch.tensor([d.hsv for d in draws], dtype=torch.float32)
     group = TileGroup(
-        positions=where, tiles=tiles, offsets=offsets, hw=hw, canvas=canvas,
+        positions=where, cache_rows=torch.from_numpy(tile_images), tiles=tiles, offsets=offsets, hw=hw, canvas=canvas,
         theta=grid_theta(matrix, canvas, imgsz), hsv=hsv, flip=flip,
         has_hsv=any(d.hsv != (0.0, 1.0, 1.0) for d in draws), has_flip=bool(flip.any()))
     return group, targets

@@ -8,7 +8,7 @@ sizes. The array lives in one memory-mapped file, so every DataLoader worker and
 a host reads the same pages: one copy, not one per process. Workers open it lazily, read-only.
 
 Where the file goes, how big it may be and when it is removed is ``cache_store``'s business (the
-``cache=`` setting: ``"auto"``, ``"ram"``, ``"disk"``, a folder, ``"off"``). The file name carries
+``cache=`` setting: ``"auto"``, ``"ram"``, ``"disk"``, ``"gpu"``, a folder, ``"off"``). The file name carries
 a tag of the split (its image folder and ``imgsz``) and a hash of every image's path, size and
 mtime: any edit makes a new file (the old one of the same split is then removed), and an unchanged
 split reuses the old one. A build writes a temporary file and renames it, under a lock file, so
@@ -157,6 +157,13 @@ class ImageCache:
         h = int(self.hw[index, 0])
         out[:h] = self._array()[self._slot(index), :h]
 
+    def read_slots(self, start: int, stop: int) -> np.ndarray:
+        """Images ``start .. stop - 1`` as whole slots, ``uint8 [n, S, S, 3]`` (a copy; what
+        ``device_cache`` uploads). Beyond each image's ``hw`` the slot holds whatever the file has."""
+        if self._slots is None:
+            return np.array(self._array()[start:stop])
+        return self._array()[self._slots[start:stop]]  # fancy indexing copies
+
     def read(self, index: int) -> np.ndarray:
         """Image ``index`` as a fresh ``uint8 [h, w, 3]`` RGB array."""
         h, w = (int(v) for v in self.hw[index])
@@ -186,7 +193,7 @@ def open_image_cache(paths: Sequence[Path], imgsz: int, *, mode: CacheSetting | 
     Args:
         paths: image files, in the split's order (index ``i`` of the cache is ``paths[i]``).
         imgsz: the long side every image is resized to; also the slot side.
-        mode: the ``cache=`` setting (see ``cache_store``): ``"auto"``, ``"ram"``, ``"disk"``,
+        mode: the ``cache=`` setting (see ``cache_store``): ``"auto"``, ``"ram"``, ``"disk"``, ``"gpu"``,
             ``"off"``, a folder, or a bool.
         cache_dir: folder for ``"disk"`` caches; default ``<cache dir>/images``.
         threads: decoding threads; default ``min(32, cpu count)``.

@@ -9,7 +9,9 @@
   finished targets (a memcpy and a little box math per sample); the main process copies the
   pinned batch to the device without blocking and renders the whole batch there. On CUDA this runs
   one batch ahead on a side stream, so rendering batch ``k + 1`` overlaps the training step of
-  batch ``k``.
+  batch ``k``. When the split's images are resident on the device (``device_cache``: ``cache="auto"``
+  when they fit, or ``"gpu"``), workers ship tile indices instead of tiles and the main process
+  gathers the same pixels there; the batches are bit-identical either way.
 
 Mosaic partners are shipped by the workers (drawn from the whole split), in both paths.
 ``ValPipeline`` only letterboxes, deterministically, sharded over ranks when distributed.
@@ -18,6 +20,7 @@ Mosaic partners are shipped by the workers (drawn from the whole split), in both
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +35,9 @@ import libreyolo_ddp
 
 from ..errors import ConfigError
 from .augment_draws import AugmentConfig, SampleDraws, draw_sample
+from .cache_store import CachePlace, parse_cache_setting
 from .collate import ImageBatch, Sample, TileBatch, collate_samples, collate_tiles, pass_through
+from .device_cache import plan_residency, upload_images
 from .image_cache import CacheSetting, ImageCache, open_image_cache, usable_part
 from .letterbox import (
     letterbox_map,
@@ -104,10 +109,14 @@ class _AugmentedSamples(_TrainSplit):
 
 
 class _RawTiles(_TrainSplit):
-    """GPU path: a whole batch of cached tiles, draws and targets per ``__getitems__`` call."""
+    """GPU path: a whole batch of cached tiles (or only their indices, when the images are resident
+    on the device), draws and targets per ``__getitems__`` call."""
+
+    ship_pixels = True
 
     def __getitems__(self, indices: Sequence[int]) -> TileBatch:
-        return collate_tiles(self.cache, self.labels, [self.draw(int(i)) for i in indices], self.paths)
+        return collate_tiles(self.cache, self.labels, [self.draw(int(i)) for i in indices], self.paths,
+                             pixels=self.ship_pixels)
 
     def __getitem__(self, index: int) -> TileBatch:
         return self.__getitems__([index])
@@ -155,16 +164,20 @@ class TrainPipeline:
         seed: the run's seed; draws are seeded by (seed, rank, epoch, sample index).
         gpu_augment: augment whole batches on ``device`` (True), per sample in workers (False), or
             ``"auto"``: True on CUDA devices.
-        cache: where the decoded images live (``"auto"``, ``"ram"``, ``"disk"``, ``"off"`` or a
-            folder; see ``cache_store``).
+        cache: where the decoded images live (``"auto"``, ``"ram"``, ``"disk"``, ``"gpu"``, ``"off"``
+            or a folder; see ``cache_store``; ``"auto"`` and ``"gpu"`` may also keep a copy on
+            ``device``, see ``device_cache``).
         cache_dir: folder for a disk cache.
 
     Attributes:
         skipped: images of ``index`` that could not be decoded for the cache and are left out
             (each was logged once); the trainer counts them in its epoch summary.
+        resident: ``uint8 [N, S, S, 3]`` the split's images on ``device``, or None (see
+            ``device_cache``); its bytes are part of this run's device memory.
 
     Raises:
-        ConfigError: a bad argument, or fewer images than one batch per rank.
+        ConfigError: a bad argument, fewer images than one batch per rank, or ``cache="gpu"``
+            where the images cannot go to the device.
         EmptySplitError: no image of the split can be decoded.
         ImageCacheError: there is no room for the cache.
     """
@@ -180,14 +193,18 @@ class TrainPipeline:
             raise ConfigError(f"augment={augment!r} must be an AugmentConfig (e.g. AugmentConfig(mosaic=0.5))")
         if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
             raise ConfigError(f"seed={seed!r} must be a non-negative integer (e.g. seed=0)")
-        self.cache = open_image_cache(index.images, imgsz, mode=cache, cache_dir=cache_dir)
+        place = parse_cache_setting(cache, cache_dir)
+        self.cache = open_image_cache(index.images, imgsz, mode=place, cache_dir=cache_dir)
         index, self.cache, self.skipped = usable_part(index, self.cache)
         _warn_size_mismatch(index, self.cache)
+        self.resident = self._keep_on_device(place)
         env = libreyolo_ddp.dist_env()
         self._seed, self._rank = seed, env.rank
         self._state = torch.tensor([0, 1], dtype=torch.int64).share_memory_()
         kind = _RawTiles if self.gpu_augment else _AugmentedSamples
         dataset = kind(self.cache, index, augment, seed=seed, rank=env.rank, state=self._state)
+        if isinstance(dataset, _RawTiles):  # the only path that can read a resident copy
+            dataset.ship_pixels = self.resident is None
         # A DistributedSampler shuffles by (seed, epoch). Without one, the shuffle gets its own
         # generator, reseeded per epoch: each epoch's order is then a function of (seed, rank, epoch)
         # (a resumed run repeats it) and does not depend on whether workers persist, which changes
@@ -208,6 +225,21 @@ class TrainPipeline:
         log.info("train pipeline: %d images at %d px, batch %d, %d workers, augmentation %s",
                  len(index), imgsz, batch_size, workers,
                  f"batched on {self.device}" if self.gpu_augment else "per sample in workers")
+
+    def _keep_on_device(self, place: CachePlace) -> Tensor | None:
+        """Upload the split's images to the device when ``device_cache`` says so; log the decision."""
+        residency = plan_residency(place, self.device, gpu_augment=self.gpu_augment, n_images=len(self.cache),
+                                   imgsz=self.cache.imgsz)
+        if not residency.resident:
+            # Off CUDA, or on the CPU path, there is no choice to report; on the GPU path say why not.
+            level = logging.INFO if self.device.type == "cuda" and self.gpu_augment else logging.DEBUG
+            log.log(level, "image cache not on the device: %s", residency.reason)
+            return None
+        start = time.perf_counter()
+        resident = upload_images(self.cache, self.device)
+        log.info("image cache on the device: %s, uploaded in %.1f s; workers ship tile indices only",
+                 residency.reason, time.perf_counter() - start)
+        return resident
 
     def set_epoch(self, epoch: int, *, mosaic: bool) -> None:
         """Start ``epoch``: reshuffle, reseed the draws, and open or close mosaic."""
@@ -235,6 +267,8 @@ class TrainPipeline:
     def _render(self, batch: TileBatch) -> Batch:
         with torch.no_grad():
             moved = batch.to(self.device, non_blocking=True)
+            if self.resident is not None:
+                moved = moved.gather(self.resident)
             images = moved.render(self.imgsz).div_(255)
         return Batch(images, batch.targets, batch.paths, batch.ori_sizes)
 

@@ -68,6 +68,11 @@ def export_model(model: LibreYOLO, options: dict[str, Any]) -> Path:
     if not decl.exportable:
         raise ConfigError(f"{model.spec.display_name} ({model.task}) does not export: {decl.export_note}")
     imgsz = model.spec.check_imgsz(cfg.imgsz or model.imgsz)
+    dynamic_imgsz = cfg.dynamic and decl.dynamic_imgsz
+    if cfg.dynamic and not decl.dynamic_imgsz:
+        log.warning("export(dynamic=True): %s keeps a fixed image size of %d (the batch is dynamic): %s. Export "
+                    "once per image size you need (imgsz=...)", model.spec.display_name, imgsz,
+                    decl.dynamic_imgsz_note)
     device = resolve_device(cfg.device) if cfg.device is not None else model.device
     if cfg.half and cfg.format != "openvino" and device.type != "cuda":
         raise ConfigError(f"export(format={cfg.format!r}, half=True) traces fp16 weights, which needs a CUDA device "
@@ -85,7 +90,8 @@ def export_model(model: LibreYOLO, options: dict[str, Any]) -> Path:
     with torch.no_grad():
         outputs = len(seam(example))
     meta = ExportMetadata(format=cfg.format, family=model.spec.name, size=model.size, task=model.task, nc=model.nc,
-                          names=dict(model.names), imgsz=imgsz, batch=cfg.batch, dynamic=cfg.dynamic, half=cfg.half,
+                          names=dict(model.names), imgsz=imgsz, batch=cfg.batch, dynamic=cfg.dynamic,
+                          dynamic_imgsz=dynamic_imgsz, half=cfg.half,
                           input_dtype="float16" if half_graph else "float32", stride=model.spec.stride,
                           mean=model.spec.mean, std=model.spec.std, outputs=outputs, version=__version__,
                           extra={"traced_on": device.type})
@@ -97,6 +103,7 @@ def export_model(model: LibreYOLO, options: dict[str, Any]) -> Path:
         written = write_torchscript(seam, example, path, meta)
     else:
         written = write_openvino(seam, example, path, meta, opset=cfg.opset, simplify=cfg.simplify)
-    log.info("exported %s-%s %s to %s (%s, batch %d, imgsz %d%s%s)", model.spec.name, model.size, model.task, written,
-             cfg.format, cfg.batch, imgsz, ", dynamic" if cfg.dynamic else "", ", fp16" if cfg.half else "")
+    shape = ("dynamic batch and image size" if dynamic_imgsz else "dynamic batch") if cfg.dynamic else f"batch {cfg.batch}"
+    log.info("exported %s-%s %s to %s (%s, %s, imgsz %d%s)", model.spec.name, model.size, model.task, written,
+             cfg.format, shape, imgsz, ", fp16" if cfg.half else "")
     return written

@@ -31,14 +31,22 @@ def _quiet_tracing() -> Iterator[None]:
         yield
 
 
-def write_onnx_graph(module: nn.Module, example: torch.Tensor, path: Path, *, outputs: int, dynamic: bool,
+def onnx_dynamic_axes(meta: ExportMetadata) -> dict[str, dict[int, str]] | None:
+    """The free input axes: batch with ``dynamic``, plus height and width with ``dynamic_imgsz``.
+    Outputs declare their batch; the exporter derives their other size-dependent axes (anchor
+    count, mask height and width) from the input's."""
+    if not meta.dynamic:
+        return None
+    images = {0: "batch", 2: "height", 3: "width"} if meta.dynamic_imgsz else {0: "batch"}
+    return {"images": images, **{f"output{i}": {0: "batch"} for i in range(meta.outputs)}}
+
+
+def write_onnx_graph(module: nn.Module, example: torch.Tensor, path: Path, meta: ExportMetadata, *,
                      opset: int) -> None:
     """The seam as an ONNX graph (TorchScript-based exporter: it handles every family's ops at
     opset 17 on the torch versions we support, where the torch.export path still rejects some)."""
-    names = [f"output{i}" for i in range(outputs)]
-    axes = None
-    if dynamic:
-        axes = {"images": {0: "batch"}, **{n: {0: "batch"} for n in names}}
+    names = [f"output{i}" for i in range(meta.outputs)]
+    axes = onnx_dynamic_axes(meta)
     with _quiet_tracing():
         torch.onnx.export(module, (example,), str(path), dynamo=False, opset_version=opset,
                           input_names=["images"], output_names=names, dynamic_axes=axes, do_constant_folding=True)
@@ -47,7 +55,7 @@ def write_onnx_graph(module: nn.Module, example: torch.Tensor, path: Path, *, ou
 def write_onnx(module: nn.Module, example: torch.Tensor, path: Path, meta: ExportMetadata, *,
                opset: int, simplify: bool) -> Path:
     onnx = require("onnx", "onnx", "export(format='onnx')")
-    write_onnx_graph(module, example, path, outputs=meta.outputs, dynamic=meta.dynamic, opset=opset)
+    write_onnx_graph(module, example, path, meta, opset=opset)
     proto = onnx.load(str(path))
     if simplify:
         onnxslim = require("onnxslim", "onnx", "export(simplify=True)")
@@ -74,7 +82,7 @@ def write_openvino(module: nn.Module, example: torch.Tensor, folder: Path, meta:
     folder.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         onnx_path = Path(tmp) / "model.onnx"
-        write_onnx_graph(module, example, onnx_path, outputs=meta.outputs, dynamic=meta.dynamic, opset=opset)
+        write_onnx_graph(module, example, onnx_path, meta, opset=opset)
         if simplify:
             onnx = require("onnx", "onnx", "export(format='openvino', simplify=True)")
             onnxslim = require("onnxslim", "onnx", "export(simplify=True)")

@@ -17,7 +17,7 @@ from ..errors import CheckpointError
 EXPORT_FORMATS = ("onnx", "torchscript", "openvino")
 METADATA_KEY = "libreyolo"  # ONNX metadata key; TorchScript extra file and OpenVINO file: libreyolo.json
 METADATA_FILE = "libreyolo.json"
-SCHEMA = 1
+SCHEMA = 2  # 2: dynamic_imgsz (a schema-1 file reads as a fixed image size, which it was)
 
 
 @dataclass(frozen=True)
@@ -25,8 +25,9 @@ class ExportMetadata:
     """The model's identity and the input contract of the exported graph.
 
     ``batch`` and ``imgsz`` are the traced input shape; with ``dynamic`` the graph accepts any
-    batch (the image size is always ``imgsz``). ``input_dtype`` is
-    what the graph reads (``float16`` for half exports of ONNX and TorchScript).
+    batch, and with ``dynamic_imgsz`` any height and width that are multiples of ``stride``
+    (``imgsz`` is then the default size). ``input_dtype`` is what the graph reads (``float16`` for
+    half exports of ONNX and TorchScript).
     """
 
     format: str
@@ -45,6 +46,7 @@ class ExportMetadata:
     std: tuple[float, float, float] | None
     outputs: int
     version: str
+    dynamic_imgsz: bool = False
     schema: int = SCHEMA
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -58,12 +60,17 @@ class ExportMetadata:
         """Parse what ``to_json`` wrote; ``CheckpointError`` naming ``source`` when it is not that."""
         try:
             data = json.loads(text)
+            schema = int(data.get("schema", 0))
+        except (ValueError, TypeError, AttributeError) as err:
+            raise CheckpointError(f"{source}: its LibreYOLO metadata is unreadable ({err}); re-export the model "
+                                  "with model.export(...)") from None
+        if schema > SCHEMA:
+            raise CheckpointError(f"{source}: exported with metadata schema {schema}, newer than this libreyolo "
+                                  f"reads ({SCHEMA}); upgrade libreyolo")
+        try:
             data["names"] = {int(k): str(v) for k, v in data["names"].items()}
             for key in ("mean", "std"):
                 data[key] = tuple(data[key]) if data.get(key) is not None else None
-            if int(data.get("schema", 0)) > SCHEMA:
-                raise CheckpointError(f"{source}: exported with metadata schema {data['schema']}, newer than this "
-                                      f"libreyolo reads ({SCHEMA}); upgrade libreyolo")
             return cls(**data)
         except (ValueError, KeyError, TypeError, AttributeError) as err:
             raise CheckpointError(f"{source}: its LibreYOLO metadata is unreadable ({err}); re-export the model "

@@ -19,9 +19,11 @@ class ExportConfig:
         imgsz: square input size (default: the model's).
         batch: input batch size the file is built for; a runtime runs other batch sizes in
             chunks of it (padded), so a batch-1 file still validates at batch 16.
-        dynamic: the batch is a free dimension of the graph. The image size stays ``imgsz``: the
-            families' anchor grids and position embeddings are built from the traced size and
-            become constants of the graph, so another size would give wrong boxes, not an error.
+        dynamic: batch, height and width are free dimensions of the graph: the exported model
+            predicts and validates at any ``imgsz=`` that is a multiple of the stride (``imgsz``
+            here is then its default). A family whose seam is laid out for one size declares
+            ``dynamic_imgsz=False`` (RT-DETR): its export frees the batch only, keeps ``imgsz``
+            and logs a warning saying why. Without ``dynamic`` the file runs at ``imgsz`` only.
         half: fp16 weights and inputs; ONNX and TorchScript export on a CUDA device for it,
             OpenVINO compresses its weights to fp16 on any device.
         simplify: run onnxslim over the ONNX graph (ONNX and OpenVINO).

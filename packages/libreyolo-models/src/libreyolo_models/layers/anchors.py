@@ -11,6 +11,16 @@ import torch
 from torch import Tensor
 
 
+def level_shapes(maps: list[Tensor]) -> list[tuple[int, int]]:
+    """``(H, W)`` of each ``[B, C, H, W]`` map, as the tensors report them (no ``int()``).
+
+    Eagerly these are plain ints. While ``model.export`` traces the network they are symbolic
+    sizes, so the anchors of an exported graph follow the image it is fed (``dynamic=True`` frees
+    the image size); an ``int()`` here would freeze them at the traced size.
+    """
+    return [(m.shape[2], m.shape[3]) for m in maps]
+
+
 def make_anchors(shapes: list[tuple[int, int]], strides: list[int] | tuple[int, ...], *,
                  device: torch.device, dtype: torch.dtype, offset: float = 0.5) -> tuple[Tensor, Tensor]:
     """Anchor points ``[A, 2]`` (grid units) and per-anchor strides ``[A, 1]`` for level shapes.

@@ -26,17 +26,23 @@ def xyxy_to_xywh(boxes: Tensor) -> Tensor:
     return torch.cat(((x1y1 + x2y2) / 2, x2y2 - x1y1), dim=-1)
 
 
+def wh_area(wh: Tensor) -> Tensor:
+    """Width times height of ``[..., 2]`` sides: one multiply. ``prod(-1)`` computes the same
+    value, but its backward asks the host whether any factor is zero (a sync every training
+    step, and clamped intersections are often zero)."""
+    return wh[..., 0] * wh[..., 1]
+
+
 def box_area(boxes: Tensor) -> Tensor:
     """Area of ``[..., 4]`` xyxy boxes (negative extents count as zero)."""
-    wh = (boxes[..., 2:4] - boxes[..., :2]).clamp(min=0)
-    return wh[..., 0] * wh[..., 1]
+    return wh_area((boxes[..., 2:4] - boxes[..., :2]).clamp(min=0))
 
 
 def box_iou(a: Tensor, b: Tensor, eps: float = 1e-7) -> Tensor:
     """Pairwise IoU of xyxy boxes ``a [N, 4]`` and ``b [M, 4]`` -> ``[N, M]``."""
     lt = torch.maximum(a[:, None, :2], b[None, :, :2])
     rb = torch.minimum(a[:, None, 2:4], b[None, :, 2:4])
-    inter = (rb - lt).clamp(min=0).prod(-1)
+    inter = wh_area((rb - lt).clamp(min=0))
     union = box_area(a)[:, None] + box_area(b)[None, :] - inter
     return inter / (union + eps)
 
@@ -49,7 +55,7 @@ def aligned_iou(a: Tensor, b: Tensor, eps: float = 1e-7) -> Tensor:
     """
     lt = torch.maximum(a[..., :2], b[..., :2])
     rb = torch.minimum(a[..., 2:4], b[..., 2:4])
-    inter = (rb - lt).clamp(min=0).prod(-1)
+    inter = wh_area((rb - lt).clamp(min=0))
     return inter / (box_area(a) + box_area(b) - inter + eps)
 
 
@@ -65,7 +71,7 @@ def aligned_ciou(a: Tensor, b: Tensor, eps: float = 1e-7) -> Tensor:
     wa, ha = (a2 - a1).unbind(-1)
     wb, hb = (b2 - b1).unbind(-1)
     ha, hb = ha + eps, hb + eps
-    inter = (torch.minimum(a2, b2) - torch.maximum(a1, b1)).clamp(min=0).prod(-1)
+    inter = wh_area((torch.minimum(a2, b2) - torch.maximum(a1, b1)).clamp(min=0))
     union = wa * ha + wb * hb - inter + eps
     iou = inter / union
     enclose = torch.maximum(a2, b2) - torch.minimum(a1, b1)

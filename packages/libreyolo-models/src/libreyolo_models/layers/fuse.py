@@ -4,15 +4,20 @@ branches (RepConvN's 3x3 + 1x1) into one convolution.
 Why: at small batch the network is bound by the number of kernels it launches, and a CUDA graph
 replays every one of them; fusing removes a BatchNorm kernel per convolution and one convolution per
 RepConvN. The folded weights are computed in float64, so a fused network agrees with the unfused one
-to rounding (about 1e-6 relative in fp32), but not bit for bit: fusion is opt-in, one-way, and only for
-inference. Modules take part by defining ``fuse_for_inference()``; :func:`fuse_network` calls it on
-every module, children before parents, so a parent can merge children that are already folded.
+to rounding (about 1e-6 relative in fp32), but not bit for bit, and it can no longer train. So the
+model never fuses its own network: :func:`fused_copy` builds a separate inference copy (what
+``LibreYOLO.fused_net`` holds) that shares every parameter fusion leaves alone. Modules take part by
+defining ``fuse_for_inference()``, which must replace the modules it folds rather than write into
+their tensors (those are shared with the original); :func:`fuse_network` calls it on every module,
+children before parents, so a parent can merge children that are already folded.
 """
 
 from __future__ import annotations
 
+import copy
+
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 
 def fold_batchnorm(conv: nn.Conv2d, bn: nn.BatchNorm2d) -> nn.Conv2d:
@@ -67,6 +72,41 @@ def fuse_network(net: nn.Module) -> int:
         if callable(hook) and hook():
             fused += 1
     return fused
+
+
+def fused_copy(net: nn.Module) -> tuple[nn.Module, int]:
+    """A fused inference copy of ``net`` (eval mode) and how many modules fused; ``net`` is untouched.
+
+    The copy's modules are new objects, but its parameters are ``net``'s own until fusion
+    replaces them: memory grows by the folded convolutions only, never by a second full network,
+    not even for a moment. Buffers are copied (small, and what graph warmup restores in place:
+    shared ones would look like new weights to ``net``'s watchers). A fuse hook that wrote into a
+    shared parameter would change ``net``'s weights; that is caught here (tensor versions) and
+    raised as a bug of the hook.
+    """
+    tensors = weight_tensors(net)
+    memo: dict[int, object] = {id(p): p for p in net.parameters()}
+    versions = [t._version for t in tensors]
+    copied = copy.deepcopy(net, memo)
+    count = fuse_network(copied)
+    changed = [i for i, (t, v) in enumerate(zip(tensors, versions)) if t._version != v]
+    if changed:
+        raise RuntimeError(f"fusing {type(net).__name__} wrote into {len(changed)} of its original tensors; a "
+                           "fuse_for_inference() hook must build new modules instead of changing shared weights")
+    return copied, count
+
+
+def weight_tensors(net: nn.Module) -> list[Tensor]:
+    """Every parameter and buffer of ``net`` in module order (shared ones once per owner; cheap:
+    reads the modules' dicts instead of ``named_parameters``' de-duplicating walk)."""
+    out: list[Tensor] = []
+    stack = [net]
+    while stack:
+        module = stack.pop()
+        out.extend(t for t in module._parameters.values() if t is not None)
+        out.extend(t for t in module._buffers.values() if t is not None)
+        stack.extend(reversed([m for m in module._modules.values() if m is not None]))
+    return out
 
 
 def _children_first(module: nn.Module) -> list[nn.Module]:

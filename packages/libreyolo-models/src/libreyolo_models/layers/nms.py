@@ -16,12 +16,15 @@ def nms_per_image(predictions: Tensor, *, conf: float, iou: float, max_det: int,
                   max_candidates: int = MAX_NMS_CANDIDATES) -> list[Tensor]:
     """Detections for each image of a batch.
 
-    The score threshold and the top-``max_candidates`` cut run on fixed shapes for the whole
-    batch and the candidates of all images are taken out at once; NMS then runs per image (a
+    The score threshold runs on fixed shapes for the whole batch, and every candidate row
+    (box, score, class) of all images is taken out in one gather; NMS then runs per image (a
     class-aware ``batched_nms`` over that image's candidates). One NMS over the whole batch would
     cost ``(B * n)^2`` instead of ``B * n^2``: at batch 32 with every anchor a candidate (an
-    untrained model) that is a 9 GB suppression mask and 30x the time. The host waits on the
-    device once for the per-image candidate counts, then once per image for its kept count.
+    untrained model) that is a 9 GB suppression mask and 30x the time. Only an image with more
+    than ``max_candidates`` candidates pays for a top-k (a full sort of its anchors); at batch 1
+    with a trained model that never happens. The host waits on the device once for the
+    candidate counts (then the gather's ``nonzero`` finds the device idle) and once per image
+    inside NMS; the detections stay on the device, one tensor per image.
 
     Args:
         predictions: ``[B, 4 + nc, A]``: xyxy boxes in input pixels, then per-class scores in [0, 1].
@@ -35,36 +38,44 @@ def nms_per_image(predictions: Tensor, *, conf: float, iou: float, max_det: int,
     Returns:
         Per image, ``float [N, 6]``: x1, y1, x2, y2, score, class id; sorted by score.
     """
-    anchors = predictions.shape[2]
-    boxes = predictions[:, :4].transpose(1, 2)                   # [B, A, 4]
+    batch, anchors = predictions.shape[0], predictions.shape[2]
     scores, cls = predictions[:, 4:].max(1)                      # [B, A]
     keep = scores > conf
     if classes is not None:
         keep &= torch.isin(cls, torch.as_tensor(classes, device=cls.device))
-    ranked = scores.masked_fill(~keep, float("-inf"))
-    top_scores, top = ranked.topk(min(max_candidates, anchors), dim=1)  # fixed shape, best first
-    valid = top_scores > float("-inf")
-    flat = valid.flatten().nonzero().squeeze(1)                  # image-major: image 0's first
-    box = boxes.gather(1, top[..., None].expand(-1, -1, 4)).reshape(-1, 4)[flat].float()
-    score = top_scores.reshape(-1)[flat].float()
-    cl = cls.gather(1, top).reshape(-1)[flat]
-    counts = valid.sum(1).tolist()
+    per_image = keep.sum(1) if batch > 1 else None
+    flat = keep.reshape(-1).nonzero().squeeze(1)                 # the wait before NMS
+    counts = [flat.numel()] if per_image is None else per_image.tolist()  # the device is idle by now
+    if max(counts) > max_candidates:                             # an untrained model: cut by score
+        ranked = scores.masked_fill(~keep, float("-inf"))
+        cut = ranked.topk(min(max_candidates, anchors), dim=1).indices
+        keep = torch.zeros_like(keep).scatter_(1, cut, True) & keep
+        flat = keep.reshape(-1).nonzero().squeeze(1)
+        counts = [min(n, max_candidates) for n in counts]
+    # Rows [B, A, 6] = box, score, class; the kept ones, image-major, in one gather.
+    rows = torch.cat((predictions[:, :4].transpose(1, 2), scores[..., None], cls[..., None].to(scores.dtype)), 2)
+    picked = rows.reshape(batch * anchors, 6)[flat].float()
     out: list[Tensor] = []
-    for b, s, c in zip(box.split(counts), score.split(counts), cl.split(counts)):
-        if s.numel() == 0:
-            out.append(predictions.new_zeros((0, 6), dtype=torch.float32))
+    for image_rows in picked.split(counts):
+        if image_rows.shape[0] == 0:
+            out.append(image_rows)
             continue
         # float64 for the class offsets batched_nms adds: float32 would round shifted coordinates
         # (80 classes x 640 px) by ~0.004 px and could flip a borderline suppression.
-        kept = torchvision.ops.batched_nms(b.double(), s.double(), torch.zeros_like(c) if agnostic else c, iou)
-        kept = kept[:max_det]
-        out.append(torch.cat((b[kept], s[kept, None], c[kept, None].to(b.dtype)), 1))
+        boxes, score = image_rows[:, :4].double(), image_rows[:, 4].double()
+        if agnostic:
+            kept = torchvision.ops.nms(boxes, score, iou)
+        else:
+            kept = torchvision.ops.batched_nms(boxes, score, image_rows[:, 5], iou)
+        out.append(image_rows[kept[:max_det]])
     return out
 
 
 def scale_to_original(det: Tensor, ratio: float, pad: tuple[float, float], orig_shape: tuple[int, int]) -> Tensor:
     """Map ``[N, 6]`` detections from letterboxed input pixels back to the original image."""
     det = det.clone()
-    det[:, [0, 2]] = ((det[:, [0, 2]] - pad[0]) / ratio).clamp(0, orig_shape[1])
-    det[:, [1, 3]] = ((det[:, [1, 3]] - pad[1]) / ratio).clamp(0, orig_shape[0])
+    xyxy = det[:, :4]
+    h, w = orig_shape
+    xyxy.sub_(xyxy.new_tensor((pad[0], pad[1], pad[0], pad[1]))).div_(ratio)
+    xyxy.clamp_(xyxy.new_zeros(4), xyxy.new_tensor((w, h, w, h)))
     return det

@@ -4,7 +4,9 @@ post-processing -> the task's ``Results``, one batch at a time.
 Where each step runs, and why:
 
 - decoding (and pinning, on CUDA) happens on a prefetch thread, ``PREFETCH_BATCHES`` batches
-  ahead, so the next batch decodes while this one is on the GPU (``predict.prefetch``);
+  ahead, so the next batch decodes while this one is on the GPU (``predict.prefetch``); the
+  first batch decodes on the caller's thread (nothing to overlap yet: a one-image call pays no
+  thread hop);
 - uint8 pixels are uploaded as they are and letterboxed, scaled and laid out on the device
   (``Task.prepare_batch``, by default ``predict.letterbox.letterbox_batch``; a task whose
   preprocessing is still a CPU function, such as classify's centre crop, overrides it);
@@ -21,7 +23,7 @@ from __future__ import annotations
 import logging
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
@@ -62,7 +64,7 @@ class FrameBatch:
     decode_ms: float
 
 
-def _batches(frames: Iterator[Frame], size: int, *, pin: bool) -> Iterator[FrameBatch]:
+def _batches(frames: Iterator[Frame], size: int, *, pin: bool) -> Generator[FrameBatch, None, None]:
     """Group frames into batches (runs on the prefetch thread, which also closes the source)."""
     try:
         while True:
@@ -103,15 +105,16 @@ class Predictor:
     """One ``predict()`` call's resolved plan (device, dtype, image size, forward) and its loop."""
 
     def __init__(self, model: LibreYOLO, cfg: PredictConfig) -> None:
-        device = default_device(cfg.device, model.device)
+        device = default_device(cfg.device, model.device, model.runs_only_on)
         model.to(device)
         log.info("predict on %s", describe_device(model.device))
-        if cfg.fuse:  # before the cast: BatchNorm folds from fp32 statistics, then rounds once
-            model.fuse()
+        fusing = model.wants_fuse(cfg.fuse)
+        if fusing:  # before the cast: BatchNorm folds from fp32 statistics, then rounds once
+            model.fused_net()
         if cfg.half:
             model.half()
         self.model, self.cfg = model, cfg
-        self.imgsz = model.spec.check_imgsz(cfg.imgsz or model.imgsz)
+        self.imgsz = model.resolve_imgsz(cfg.imgsz)
         self.task = model.task_spec
         self.options = self.task.postprocess_options(vars(cfg))
         if cfg.classes is not None:
@@ -119,8 +122,12 @@ class Predictor:
             if bad:
                 raise ConfigError(f"classes={cfg.classes}: class id {bad[0]} is not one of this model's "
                                   f"{model.nc} classes (0..{model.nc - 1})")
-        model.net.eval()
-        self.forward = forward_for_predict(model, cfg.cuda_graph)
+        self.net = model.inference_net(fusing)  # the fused copy, or the exact network (fuse=False)
+        if self.net is model.net:
+            ensure_eval(model.net)
+        elif self.net.training:  # built in eval mode; only a caller's .train() changes that
+            self.net.eval()
+        self.forward = forward_for_predict(model, cfg.cuda_graph, self.net)
         self.save_dir = next_run_dir(cfg.project, cfg.name) if wants_run_dir(cfg) else None
         self.outputs = PredictOutputs(cfg, self.save_dir)  # labels, crops, windows (predict.outputs)
         self.names = dict(model.names)
@@ -131,13 +138,25 @@ class Predictor:
         """Results of every frame of ``plan`` in order, one batch at a time (``report``: what the
         source skipped, summarised at the end)."""
         device = self.model.device
-        batches = Prefetcher(_batches(plan.frames, self.cfg.batch, pin=device.type == "cuda"),
-                             depth=PREFETCH_BATCHES)
+        source = _batches(plan.frames, self.cfg.batch, pin=device.type == "cuda")
+        batches = Prefetcher(source, depth=PREFETCH_BATCHES)
         try:
-            for batch in batches:
-                yield from self.run_batch(batch)
+            # The first batch decodes here: nothing runs yet that it could overlap, and a thread
+            # hop would only add latency to a one-image call (starting a thread costs up to a
+            # GIL switch interval, 5 ms). The thread takes over the source before that batch
+            # runs, so the next ones decode while it is on the device.
+            first = next(source, None)
+            if first is not None:
+                more = plan.count is None or plan.count > self.cfg.batch
+                if more:  # a one-batch source (one image at batch 1) never starts the thread
+                    batches.start()
+                yield from self.run_batch(first)
+                for batch in batches if more else source:
+                    yield from self.run_batch(batch)
         finally:
             batches.close()
+            if not batches.started:  # an empty or failing source: the thread never owned it
+                source.close()
             for writer in self._writers.values():
                 writer.close()
             if self.save_dir is not None:
@@ -192,6 +211,19 @@ class Predictor:
             log.info("%s: %s (%.1f ms)", where, res.summary(), res.speed.get("inference", 0.0))
 
 
+def ensure_eval(net: torch.nn.Module) -> None:
+    """Put ``net`` in eval mode unless every module already is: ``eval()`` assigns a flag on each
+    of YOLOv9-t's 1,089 modules through ``Module.__setattr__`` (milliseconds per predict call);
+    reading the flags costs a fraction of that."""
+    stack = [net]
+    while stack:
+        module = stack.pop()
+        if module.training:
+            net.eval()
+            return
+        stack.extend(m for m in module._modules.values() if m is not None)
+
+
 def _unique_name(stem: str, used: set[str], suffix: str) -> str:
     """``stem.jpg``, or ``stem_2.jpg``, ``stem_3.jpg``... when inputs share a name (no overwrites)."""
     name, n = f"{stem}{suffix}", 1
@@ -202,4 +234,4 @@ def _unique_name(stem: str, used: set[str], suffix: str) -> str:
     return name
 
 
-__all__ = ["FrameBatch", "Predictor", "run_prediction"]
+__all__ = ["FrameBatch", "Predictor", "ensure_eval", "run_prediction"]

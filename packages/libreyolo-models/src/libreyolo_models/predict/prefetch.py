@@ -73,11 +73,21 @@ class Prefetcher(Generic[T]):
             if close is not None:
                 close()
 
+    @property
+    def started(self) -> bool:
+        """Whether the thread was started (it then owns, and closes, the producer)."""
+        return self._thread.ident is not None
+
+    def start(self) -> None:
+        """Start producing now, before the consumer first asks (idempotent)."""
+        if not self.started:
+            self._thread.start()
+
     def __iter__(self) -> Iterator[T]:
         if self._started:
             raise RuntimeError("a Prefetcher is iterated once")
         self._started = True
-        self._thread.start()
+        self.start()
         try:
             while True:
                 try:

@@ -16,7 +16,10 @@ from __future__ import annotations
 
 import glob
 import logging
-from collections.abc import Iterable, Iterator, Mapping
+import os
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,6 +42,13 @@ from ..errors import SourceError
 __all__ = ["IMAGE_SUFFIXES", "SourceImage", "SourceReport", "expand_paths", "iter_sources", "read_image"]
 
 log = logging.getLogger(__name__)
+
+DECODE_THREADS = max(1, min(8, (os.cpu_count() or 1) // 2))
+"""Files decoded at once for a folder or glob: PIL releases the GIL while it decodes, so a few
+threads multiply the images per second that reach the GPU (one thread decoded about 125 720p
+JPEGs/s on the H200 machine, half of what the network takes at batch 32)."""
+DECODE_TIMEOUT_S = 300.0
+"""The longest one file may take to decode before predict gives up on it (bounds every wait)."""
 
 _KINDS = "an image file, a folder, a glob, a numpy HxWx3 RGB array, a torch 3xHxW tensor, a PIL image, or a list of these"
 
@@ -173,13 +183,13 @@ def _one(item: object, label: str, report: SourceReport, *, alone: bool) -> Iter
     if isinstance(item, str | Path):
         paths = expand_paths(item)
         many = len(paths) > 1 or Path(str(item)).expanduser().is_dir() or any(c in str(item) for c in "*?[")
-        for path in paths:
-            try:
-                yield SourceImage(read_image_file(path)[0], str(path))
-            except ImageDecodeError as err:
+        for path, decoded in decoded_in_order(paths):
+            if isinstance(decoded, ImageDecodeError):
                 if alone and not many:
-                    raise
-                report.skip(err.name, err.reason)
+                    raise decoded
+                report.skip(decoded.name, decoded.reason)
+            else:
+                yield SourceImage(decoded, str(path))
         if many and alone and len(report.skipped) == len(paths):
             name, reason = report.skipped[0]
             raise SourceError(f"none of the {len(paths)} images in {str(item)!r} could be read "
@@ -198,6 +208,43 @@ def _one(item: object, label: str, report: SourceReport, *, alone: bool) -> Iter
         yield SourceImage(pil_to_rgb8(item, label), f"{label}.jpg")
     else:
         raise SourceError(f"{label}: unsupported source type {type(item).__name__}; use {_KINDS}")
+
+
+def decoded_in_order(paths: Sequence[Path], threads: int = DECODE_THREADS
+                     ) -> Iterator[tuple[Path, np.ndarray | ImageDecodeError]]:
+    """Each path with its pixels (or why it cannot be read), in order, decoding up to ``threads``
+    files ahead on a pool; closing the iterator early cancels what has not started."""
+    if threads <= 1 or len(paths) <= 1:
+        for path in paths:
+            yield path, _decode_or_error(path)
+        return
+    pool = ThreadPoolExecutor(threads, thread_name_prefix="libreyolo-decode")
+    pending: deque[tuple[Path, Future[np.ndarray | ImageDecodeError]]] = deque()
+    ahead = iter(paths)
+    try:
+        for path in ahead:
+            pending.append((path, pool.submit(_decode_or_error, path)))
+            if len(pending) >= 2 * threads:
+                break
+        while pending:
+            path, future = pending.popleft()
+            following = next(ahead, None)
+            if following is not None:
+                pending.append((following, pool.submit(_decode_or_error, following)))
+            try:
+                yield path, future.result(timeout=DECODE_TIMEOUT_S)
+            except TimeoutError:
+                yield path, ImageDecodeError(str(path), f"decoding took over {DECODE_TIMEOUT_S:.0f} s; "
+                                                        "is the file on a stalled network drive?")
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _decode_or_error(path: Path) -> np.ndarray | ImageDecodeError:
+    try:
+        return read_image_file(path)[0]
+    except ImageDecodeError as err:
+        return err
 
 
 def _split(err: SourceError, label: str) -> tuple[str, str]:

@@ -85,6 +85,7 @@ class SourcePlan:
 
     frames: Iterator[Frame]
     is_live: bool  # a camera or network stream: no end
+    count: int | None = None  # how many frames at most, when known before decoding (image files)
 
 
 def open_source(source: object, *, vid_stride: int = 1, report: SourceReport | None = None) -> SourcePlan:
@@ -105,7 +106,8 @@ def open_source(source: object, *, vid_stride: int = 1, report: SourceReport | N
     if not any(_special(item) for item in items):
         named = [item for item in items if isinstance(item, str | Path)]
         if items and len(named) == len(items):
-            return SourcePlan(_files(named, report, listed=isinstance(source, list | tuple)), is_live=False)
+            frames, count = _files(named, report, listed=isinstance(source, list | tuple))
+            return SourcePlan(frames, is_live=False, count=count)
         return SourcePlan(_still(source, report), is_live=False)
     if not isinstance(source, list | tuple) and _special(source) == "video" and not Path(
             str(source)).expanduser().is_file():
@@ -131,9 +133,9 @@ def _special(item: object) -> str | None:
     return "video" if is_video_path(text) else None
 
 
-def _files(items: list[str | Path], report: SourceReport, *, listed: bool) -> Iterator[Frame]:
+def _files(items: list[str | Path], report: SourceReport, *, listed: bool) -> tuple[Iterator[Frame], int]:
     """Paths, folders and globs: expanded now (one given alone that is missing fails at the call;
-    in a list it is skipped), then decoded in parallel."""
+    in a list it is skipped), then decoded in parallel; and how many files that is."""
     paths: list[Path | ImageDecodeError] = []  # a list item that named nothing: skipped in its place
     for idx, item in enumerate(items):
         try:
@@ -144,7 +146,7 @@ def _files(items: list[str | Path], report: SourceReport, *, listed: bool) -> It
             paths.append(ImageDecodeError(f"source[{idx}]", str(err)))
     alone = not listed and len(paths) == 1 and paths[0] == Path(str(items[0])).expanduser()
     where = "inputs" if listed else f"images in {str(items[0])!r}"
-    return decode_files(paths, report=report, alone=alone, where=where)
+    return decode_files(paths, report=report, alone=alone, where=where), len(paths)
 
 
 def decode_workers() -> int:

@@ -7,7 +7,10 @@ keep working unchanged; what needs a PyTorch network (train, fuse, CUDA graphs, 
 refused by the facade.
 
 A file exported at a fixed batch runs any batch: the backend feeds it chunks of that batch and
-pads the last one, so a batch-1 ONNX file still validates with ``batch=16``.
+pads the last one, so a batch-1 ONNX file still validates with ``batch=16``. A file exported with
+``dynamic=True`` takes any batch and (where its family allows, ``ExportMetadata.dynamic_imgsz``)
+any multiple of the stride as height and width: predict and val letterbox to the ``imgsz`` the
+caller asks, checked by ``LibreYOLO.resolve_imgsz`` before any image is read.
 """
 
 from __future__ import annotations
@@ -67,6 +70,11 @@ class RuntimeNetwork(nn.Module):
         self.path, self.meta = path, meta
         self.anchor = nn.Parameter(torch.zeros(0), requires_grad=False)
 
+    @property
+    def runs_only_on(self) -> str | None:
+        """The device type the file is bound to ("cpu", "cuda"), or None when it runs anywhere."""
+        return None
+
     def forward(self, images: Tensor) -> Tensor | tuple[Tensor, ...]:
         self._check(images)
         step = len(images) if self.meta.dynamic else self.meta.batch
@@ -81,12 +89,22 @@ class RuntimeNetwork(nn.Module):
         outs = [out.to(self.anchor.device) for out in outs]
         return outs[0] if len(outs) == 1 else tuple(outs)
 
+    @property
+    def fixed_imgsz(self) -> int | None:
+        """The one square size the file runs at; None when height and width are free."""
+        return None if self.meta.dynamic_imgsz else self.meta.imgsz
+
     def _check(self, images: Tensor) -> None:
         meta = self.meta
-        h, w = images.shape[-2:]
         if images.ndim != 4 or images.shape[1] != 3:
             raise ConfigError(f"{self.path}: expects images [B, 3, H, W], got {tuple(images.shape)}")
-        if (h, w) != (meta.imgsz, meta.imgsz):
+        h, w = images.shape[-2:]
+        if self.fixed_imgsz is None:
+            if h % meta.stride or w % meta.stride:
+                raise ConfigError(f"{self.path}: got {h}x{w} images, but height and width must be multiples of "
+                                  f"{meta.stride} (the network's stride); letterbox to such a size (predict and val "
+                                  f"do, at imgsz=)")
+        elif (h, w) != (meta.imgsz, meta.imgsz):
             raise ConfigError(f"{self.path} was exported for imgsz={meta.imgsz} but got {h}x{w} images; use "
                               f"imgsz={meta.imgsz}, or re-export from the .pt with imgsz={max(h, w)}")
 
@@ -96,7 +114,7 @@ class RuntimeNetwork(nn.Module):
 
     def describe(self) -> dict[str, Any]:
         return {"runtime": self.kind, "file": str(self.path), "exported_batch": self.meta.batch,
-                "dynamic": self.meta.dynamic, "half": self.meta.half}
+                "dynamic": self.meta.dynamic, "dynamic_imgsz": self.meta.dynamic_imgsz, "half": self.meta.half}
 
 
 def _numpy_input(images: Tensor, dtype: str) -> np.ndarray:
@@ -161,10 +179,14 @@ class TorchScriptNetwork(RuntimeNetwork):
         super().__init__(path, ExportMetadata.from_json(files[METADATA_FILE], str(path)))
         self.script = script
 
+    @property
+    def runs_only_on(self) -> str | None:
+        """A trace records tensors made inside the network (anchor grids) on the device it ran on."""
+        return str(self.meta.extra.get("traced_on", "cpu"))
+
     def run(self, images: Tensor) -> list[Tensor]:
-        traced_on = str(self.meta.extra.get("traced_on", "cpu"))
+        traced_on = self.runs_only_on
         if traced_on != self.anchor.device.type:
-            # A trace records tensors made inside the network (anchor grids) on the device it ran on.
             raise ConfigError(f"{self.path} was traced on {traced_on} and runs only there; "
                               + ("move it with model.to(0)" if traced_on == "cuda" else "keep it on the CPU")
                               + f", or re-export from the .pt with device={'cpu' if traced_on == 'cuda' else 0}")

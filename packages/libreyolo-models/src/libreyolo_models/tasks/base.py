@@ -87,6 +87,9 @@ class Task(abc.ABC):
     fitness_name: ClassVar[str]          # how fitness is computed, for messages and checkpoints
     results_field: ClassVar[str]         # what Results carries: "boxes", "probs" or "masks"
     supports_multi_scale: ClassVar[bool] = False
+    # train_pipeline may keep the training split's images on the device (data.device_cache);
+    # autobatch then leaves their bytes out of the batch's memory budget.
+    images_on_device: ClassVar[bool] = False
     augmentations: ClassVar[frozenset[str]] = frozenset()  # TrainConfig augmentation fields honoured
 
     # ------------------------------------------------------------------ data

@@ -47,6 +47,7 @@ class DetectTask(Task):
     fitness_name: ClassVar[str] = "0.1*mAP50 + 0.9*mAP50-95"
     results_field: ClassVar[str] = "boxes"
     supports_multi_scale: ClassVar[bool] = True
+    images_on_device: ClassVar[bool] = True
     augmentations: ClassVar[frozenset[str]] = frozenset(AugmentConfig.__dataclass_fields__)
 
     def load_data(self, data: Any) -> Any:
@@ -91,6 +92,8 @@ class DetectTask(Task):
         """Every image's ``[N, 6]`` detections in one device-to-host copy (one sync per batch)."""
         if not predictions or predictions[0].device.type == "cpu":
             return predictions
+        if len(predictions) == 1:  # batch 1: no concatenation kernel
+            return [predictions[0].cpu()]
         sizes = [len(p) for p in predictions]
         return list(torch.cat(predictions).cpu().split(sizes))
 

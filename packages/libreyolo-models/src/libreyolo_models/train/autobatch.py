@@ -2,10 +2,14 @@
 
 Called by every rank before training: in one process it probes here; with a process group
 (spawned workers or torchrun) rank 0 probes and broadcasts (``libreyolo_ddp.resolve_autobatch``).
+
+The training images the data pipeline will keep on the device (``data.device_cache``) are asked
+about here with the same rule the pipeline applies, and their bytes come out of the budget.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 import torch
@@ -13,11 +17,16 @@ import torch
 import libreyolo_ddp
 
 from ..contract import has_training_head
+from ..data.cache_store import parse_cache_setting
+from ..data.device_cache import may_be_resident, plan_residency
+from ..data.pipeline import _resolve_gpu_augment
 from ..errors import ConfigError
 
 if TYPE_CHECKING:
     from ..facade import LibreYOLO
     from .plan import TrainPlan
+
+log = logging.getLogger(__name__)
 
 
 def resolve_batch(model: LibreYOLO, plan: TrainPlan) -> TrainPlan:
@@ -28,11 +37,31 @@ def resolve_batch(model: LibreYOLO, plan: TrainPlan) -> TrainPlan:
         raise ConfigError("batch=-1 (fit the batch to GPU memory) needs a CUDA device; on "
                           f"{plan.devices.type} pass a fixed batch, e.g. batch=16")
     device = libreyolo_ddp.local_device() if libreyolo_ddp.dist_env().world_size > 1 else plan.devices.torch_device(0)
-    fraction = memory_fraction(graphed=bool(plan.cfg.cuda_graph))
-    batch = libreyolo_ddp.resolve_autobatch(
-        lambda: probe_training_batch(model, plan.imgsz, device, plan.cfg.amp, fraction=fraction),
-        world_size=plan.world_size, nbs=plan.cfg.nbs)
+
+    def probe() -> int:  # rank 0 only under a process group: the others receive its batch
+        resident = planned_resident_bytes(model, plan, device)
+        share = resident / torch.cuda.get_device_properties(device).total_memory if resident else 0.0
+        fraction = memory_fraction(graphed=bool(plan.cfg.cuda_graph), resident_share=share)
+        return probe_training_batch(model, plan.imgsz, device, plan.cfg.amp, fraction=fraction)
+
+    batch = libreyolo_ddp.resolve_autobatch(probe, world_size=plan.world_size, nbs=plan.cfg.nbs)
     return plan.with_batch(batch)
+
+
+def planned_resident_bytes(model: LibreYOLO, plan: TrainPlan, device: torch.device) -> int:
+    """Bytes of training images the data pipeline will keep on ``device`` (0: none), decided by
+    ``device_cache.plan_residency`` as the pipeline decides it (it counts the training split)."""
+    task = model.task_spec
+    place = parse_cache_setting(plan.cfg.cache)
+    gpu_augment = _resolve_gpu_augment(plan.cfg.gpu_augment, device)
+    if not task.images_on_device or not may_be_resident(place, device, gpu_augment=gpu_augment):
+        return 0
+    n_images = len(task.load_split(task.load_data(plan.cfg.data), "train"))
+    residency = plan_residency(place, device, gpu_augment=gpu_augment, n_images=n_images, imgsz=plan.imgsz)
+    if not residency.resident:
+        return 0
+    log.info("autobatch: planning around the training images kept on the device (%s)", residency.reason)
+    return residency.nbytes
 
 
 MEMORY_FRACTION = 0.6
@@ -47,10 +76,26 @@ eager loss, optimizer and EMA cannot reuse; the acceptance bound for that overhe
 prints the measured pool and peaks per arm to check the estimate."""
 
 
-def memory_fraction(*, graphed: bool) -> float:
-    """The share of device memory the probe may fill: smaller under ``cuda_graph=True`` so the
-    graph pool fits on top of the probed (eager) step."""
-    return MEMORY_FRACTION / (1.0 + GRAPH_POOL_SHARE) if graphed else MEMORY_FRACTION
+MIN_PROBE_FRACTION = 0.05
+"""Below this share of device memory left for the step, autobatch refuses rather than probe."""
+
+
+def memory_fraction(*, graphed: bool, resident_share: float = 0.0) -> float:
+    """The share of device memory the probe may fill.
+
+    The training images kept on the device (``resident_share`` of its memory) come off the top;
+    under ``cuda_graph=True`` what is left is divided so the graph pool fits on top of the probed
+    (eager) step.
+
+    Raises:
+        ConfigError: the resident images leave less than :data:`MIN_PROBE_FRACTION` for the step.
+    """
+    fraction = (MEMORY_FRACTION - resident_share) / ((1.0 + GRAPH_POOL_SHARE) if graphed else 1.0)
+    if fraction < MIN_PROBE_FRACTION:
+        raise ConfigError(f"batch=-1: the training images kept on the GPU take {resident_share:.0%} of its memory, "
+                          f"leaving {max(fraction, 0.0):.0%} for the training step (under {MIN_PROBE_FRACTION:.0%}); "
+                          f"use cache='auto' (GPU only when the images fit) or cache='ram', or a fixed batch")
+    return fraction
 
 
 def probe_training_batch(model: LibreYOLO, imgsz: int, device: torch.device, amp: bool, *,

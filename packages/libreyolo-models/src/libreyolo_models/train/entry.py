@@ -35,7 +35,6 @@ def train_model(model: LibreYOLO, options: Mapping[str, Any]) -> TrainOutcome:
     options = dict(options)
     callbacks = options.pop("callbacks", None)
     source = "train()"
-    model.require_unfused("train")
     resume = None
     if options.get("resume"):
         if not is_training_checkpoint(model.checkpoint):

@@ -84,7 +84,7 @@ class TrainConfig:
     log_every: int = 50                 # loggers get the losses every this many batches
     cuda_graph: bool = False
     multi_scale: bool = False
-    cache: CacheSetting = "auto"        # "auto", "ram", "disk", "off" or a folder (see data.cache_store)
+    cache: CacheSetting = "auto"        # "auto", "ram", "disk", "gpu", "off" or a folder (data.cache_store)
     gpu_augment: bool | Literal["auto"] = "auto"
     sync_bn: bool | None = None         # Python argument; None: the family's default
     profile: bool = False
@@ -98,7 +98,9 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "device", device_text(self.device))  # [0, 1] -> "0,1": saved and resumed as text
-        parse_cache_setting(self.cache)
+        if parse_cache_setting(self.cache).mode == "gpu" and self.gpu_augment is False:
+            raise ConfigError("cache='gpu' keeps the training images on the GPU for batches rendered there, but "
+                              "gpu_augment=False renders them in the workers; drop one of them")
         if not self.data:
             raise ConfigError("train needs data=...: a data.yaml path, a dataset folder, or the bundled 'shapes'")
         if self.epochs < 1:

@@ -24,12 +24,12 @@ log = logging.getLogger(__name__)
 
 def validate_model(model: LibreYOLO, options: Mapping[str, Any]) -> TaskMetrics:
     cfg = load_config(ValConfig, options, "val()")
-    model.to(default_device(cfg.device, model.device))
+    model.to(default_device(cfg.device, model.device, model.runs_only_on))
     log.info("val on %s", describe_device(model.device))
     if cfg.half and model.device.type != "cuda":
         raise ConfigError(f"val(half=True) runs fp16 weights, which needs a CUDA GPU; the model is on {model.device}. "
                           "Pass device=0 (or move the model with model.to(0)), or leave half=False on the CPU")
-    imgsz = model.spec.check_imgsz(cfg.imgsz or model.imgsz)
+    imgsz = model.resolve_imgsz(cfg.imgsz)
     task = model.task_spec
     data = task.load_data(cfg.data)
     if data.nc != model.nc:
@@ -40,16 +40,20 @@ def validate_model(model: LibreYOLO, options: Mapping[str, Any]) -> TaskMetrics:
     pipeline = task.val_pipeline(index, imgsz=imgsz, batch_size=cfg.batch, device=model.device, workers=workers,
                                  cache=cfg.cache)
     if cfg.fuse:  # before the cast: BatchNorm folds from fp32 statistics, then rounds once
-        model.fuse()
+        model.fused_net()
     if cfg.half:
         model.half()
     model.net.eval()
+    # Unfused by default (fuse=False): validation measures the exact network, as training's
+    # validation of the EMA does; fuse=True runs the fused copy predict runs by default.
+    net = model.fused_net() if cfg.fuse else model.net
     save_dir = None
     if cfg.plots or cfg.save_json:
         save_dir = libreyolo_ddp.resolve_on_rank_zero(lambda: next_run_dir(cfg.project, cfg.name))
     settings = EvalSettings(conf=cfg.conf, iou=cfg.iou, max_det=cfg.max_det, half=cfg.half, save_dir=save_dir,
                             plots=cfg.plots, save_json=cfg.save_json)
-    result = task.evaluate(model, model.inference_forward, pipeline, settings=settings, progress=cfg.verbose)
+    forward = model.inference_forward if net is model.net else (lambda x: model.inference_forward(x, net=net))
+    result = task.evaluate(model, forward, pipeline, settings=settings, progress=cfg.verbose)
     model.metrics = result
     if save_dir is not None:
         log.info("validation plots and files in %s", save_dir)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ...layers.boxes import box_area
+from ...layers.boxes import box_area, wh_area
 
 
 def generalized_iou(a: Tensor, b: Tensor, eps: float = 1e-7) -> Tensor:
@@ -22,8 +22,8 @@ def generalized_iou(a: Tensor, b: Tensor, eps: float = 1e-7) -> Tensor:
     """
     lt = torch.maximum(a[..., :2], b[..., :2])
     rb = torch.minimum(a[..., 2:4], b[..., 2:4])
-    inter = (rb - lt).clamp(min=0).prod(-1)
+    inter = wh_area((rb - lt).clamp(min=0))
     union = box_area(a) + box_area(b) - inter
     iou = inter / union.clamp(min=eps)
-    hull = (torch.maximum(a[..., 2:4], b[..., 2:4]) - torch.minimum(a[..., :2], b[..., :2])).clamp(min=0).prod(-1)
+    hull = wh_area((torch.maximum(a[..., 2:4], b[..., 2:4]) - torch.minimum(a[..., :2], b[..., :2])).clamp(min=0))
     return iou - (hull - union) / hull.clamp(min=eps)

@@ -44,6 +44,11 @@ SPEC = FamilySpec(
             inference_capture=True,
             train_capture=True,
             recipe=RECIPE,
+            dynamic_imgsz=False,
+            # flatten_memory reads the level sizes as ints (split sizes, per-level sampling grids).
+            dynamic_imgsz_note="its encoder anchors and the deformable attention's per-level sampling are laid "
+                               "out from feature-map sizes read as Python numbers, which the trace freezes at "
+                               "the export's imgsz",
         ),
     },
     implementation=_implementation,

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ...errors import ConfigError
-from ...layers.boxes import box_area, xywh_to_xyxy
+from ...layers.boxes import box_area, wh_area, xywh_to_xyxy
 from ...layers.ground_truth import padded_ground_truths
 from ...layers.loss_scale import check_world_size, global_normalizer
 from .assign import DynamicSoftLabelAssigner
@@ -42,9 +42,9 @@ def aligned_giou(a: Tensor, b: Tensor, eps: float = 1e-7) -> Tensor:
     GIoU = IoU - (enclosing area - union) / enclosing area: in [-1, 1], and still informative
     (through the enclosing box) when the boxes do not overlap. Inverted boxes count as empty.
     """
-    inter = (torch.minimum(a[..., 2:], b[..., 2:]) - torch.maximum(a[..., :2], b[..., :2])).clamp(min=0).prod(-1)
+    inter = wh_area((torch.minimum(a[..., 2:], b[..., 2:]) - torch.maximum(a[..., :2], b[..., :2])).clamp(min=0))
     union = box_area(a) + box_area(b) - inter
-    enclose = (torch.maximum(a[..., 2:], b[..., 2:]) - torch.minimum(a[..., :2], b[..., :2])).clamp(min=0).prod(-1)
+    enclose = wh_area((torch.maximum(a[..., 2:], b[..., 2:]) - torch.minimum(a[..., :2], b[..., :2])).clamp(min=0))
     return inter / union.clamp(min=eps) - (enclose - union) / enclose.clamp(min=eps)
 
 

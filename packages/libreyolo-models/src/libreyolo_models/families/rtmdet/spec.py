@@ -45,12 +45,11 @@ SPEC = FamilySpec(
             loss_names=("cls", "box"),
             loss_gains={"cls": 1.0, "box": 2.0},  # quality focal loss, GIoU (upstream's weights)
             default_imgsz=640,
-            # H200, torch 2.11, 2026-12-01 (docs/parity-matrix.md): inference rows t and s green;
-            # training rows red: the head's convs shared across levels get gradients that differ
-            # from eager under the graph (4 tensors), so training capture stays off until that is
-            # found and fixed.
+            # H200, torch 2.11, 2026-12-01 (docs/parity-matrix.md): rows t and s green, inference
+            # and training (every gradient and buffer bit-identical). The training rows were red
+            # until libreyolo-cudagraph stopped leaving stand-ins in the head's shared convs.
             inference_capture=True,
-            train_capture=False,
+            train_capture=True,
             recipe=RECIPE,
             recipe_shares=RUN_LENGTH_SHARES,
         ),

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from ...layers.anchors import dfl_expectation, distances_to_boxes, make_anchors
+from ...layers.anchors import dfl_expectation, distances_to_boxes, level_shapes, make_anchors
 from ...layers.conv import Conv
 from .blocks import ELAN1, SPPELAN, AConv, ADown, RepNCSPELAN4
 
@@ -174,7 +174,7 @@ class DetectHead(nn.Module):
         b = raw[0].shape[0]
         flat = torch.cat([r.view(b, self.no, -1) for r in raw], 2)
         box_logits, cls_logits = flat.split((4 * self.reg_max, self.nc), 1)
-        anchors, strides = make_anchors([(int(r.shape[2]), int(r.shape[3])) for r in raw], STRIDES,
+        anchors, strides = make_anchors(level_shapes(raw), STRIDES,
                                         device=flat.device, dtype=flat.dtype)
         boxes = distances_to_boxes(self.dfl(box_logits), anchors.t().unsqueeze(0), dim=1) * strides.t()
         return torch.cat((boxes, cls_logits.sigmoid()), 1)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from ...layers.anchors import make_anchors
+from ...layers.anchors import level_shapes, make_anchors
 from ...layers.conv import Conv
 from .blocks import CSPLayer, Focus, SPPBottleneck, spatial_conv
 
@@ -164,7 +164,7 @@ class YoloxHead(nn.Module):
         Each cell decodes from its corner (grid offset 0): centre ``(t + g) * s``, size ``exp(t) * s``.
         """
         flat = torch.cat([r.flatten(2) for r in raw], 2)  # [B, 5 + nc, A]
-        grid, strides = make_anchors([(int(r.shape[2]), int(r.shape[3])) for r in raw], STRIDES, device=flat.device,
+        grid, strides = make_anchors(level_shapes(raw), STRIDES, device=flat.device,
                                      dtype=flat.dtype, offset=0.0)
         grid, strides = grid.t().unsqueeze(0), strides.t().unsqueeze(0)  # [1, 2, A], [1, 1, A]
         centre = (flat[:, :2] + grid) * strides

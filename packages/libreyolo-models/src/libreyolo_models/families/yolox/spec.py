@@ -61,6 +61,7 @@ SPEC = FamilySpec(
             # gradient and buffer bit-identical).
             inference_capture=True,
             train_capture=True,
+            inference_fuse=True,  # test_yolox_family: fused detections equal unfused ones to rounding
             recipe=RECIPE,
             recipe_shares=RUN_LENGTH_SHARES,
         ),
