@@ -8,6 +8,7 @@ declare them).
 
 from __future__ import annotations
 
+import csv
 from pathlib import Path
 
 import pytest
@@ -16,14 +17,22 @@ from libreyolo_models import LibreYOLO, families
 
 pytestmark = [pytest.mark.cuda, pytest.mark.slow, pytest.mark.learning]
 
+# YOLOX-s ended at mAP50 0.000 here before its recipe stopped clipping gradients (norm 10
+# against ~1e4 at the start: the network never moved); the curve printed below shows the fix.
+# The third case is a comparison arm, not a second recipe: YOLOX under the trainer's clipped
+# step (lr0 0.01, norm-10 clip) with the recipe's decay per image (5e-4 x 64). On the CPU at 128 px
+# it reached mAP50 0.61 after 36 epochs where the recipe reached 0.10 (see the report of branch
+# learn2); this run says whether the recipe should adopt it.
 CASES: list[tuple[str, str, dict[str, object]]] = [
     ("yolox", "s", {"epochs": 40, "cuda_graph": True}),
     ("rtmdet", "t", {"epochs": 40}),
+    ("yolox", "s", {"epochs": 40, "cuda_graph": True, "lr0": 0.01, "max_grad_norm": 10.0}),
 ]
+IDS = ["yolox-s", "rtmdet-t", "yolox-s-clipped-step"]
 
 
 @pytest.mark.timeout(1200)
-@pytest.mark.parametrize(("family", "size", "settings"), CASES, ids=[f"{f}-{s}" for f, s, _ in CASES])
+@pytest.mark.parametrize(("family", "size", "settings"), CASES, ids=IDS)
 def test_detector_learns_shapes_on_one_gpu_to_map50_over_half(tmp_path: Path, family: str, size: str,
                                                               settings: dict[str, object]) -> None:
     if family not in families():
@@ -31,5 +40,7 @@ def test_detector_learns_shapes_on_one_gpu_to_map50_over_half(tmp_path: Path, fa
     model = LibreYOLO(family=family, size=size)
     outcome = model.train(data="shapes", imgsz=320, batch=16, device=0, workers=8,
                           project=str(tmp_path), verbose=False, plots=False, **settings)
-    print(f"{family}-{size}: {outcome.summary()}")
-    assert outcome.metrics["metrics/mAP50"] >= 0.5, outcome.summary()
+    with (outcome.run_dir / "results.csv").open() as fh:
+        curve = " ".join(f"{float(row['metrics/mAP50']):.3f}" for row in csv.DictReader(fh))
+    print(f"{family}-{size}: {outcome.summary()}; mAP50 per epoch: {curve}")
+    assert outcome.metrics["metrics/mAP50"] >= 0.5, f"{outcome.summary()}; mAP50 per epoch: {curve}"

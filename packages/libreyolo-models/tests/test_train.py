@@ -154,6 +154,7 @@ def test_deterministic_training_leaves_the_process_flags_as_it_found_them(mini_s
     ({"data": ""}, "train needs data="),
     ({"deterministic": True, "cudnn_benchmark": True}, "cudnn_benchmark=True contradicts deterministic=True"),
     ({"channels_last": "sometimes"}, "channels_last"),
+    ({"max_grad_norm": -1.0}, r"max_grad_norm=-1.0 must be >= 0 .* 0 turns clipping off"),
     ({"batch": 1, "imgsz": 32}, r"batch=1 at imgsz=32 gives each device one image.*use batch >= 2 or imgsz >= 64"),
 ])
 def test_bad_training_options_fail_before_any_work(options, match, mini_shapes) -> None:
@@ -224,3 +225,22 @@ def test_a_family_training_head_gets_the_targets_after_the_seam(mini_shapes: Pat
     monkeypatch.setattr(Yolo9Family, "training_head", head, raising=False)
     LibreYOLO9(size="t").train(data=str(mini_shapes), project=str(tmp_path), **{**FAST, "epochs": 1})
     assert calls and all(c == (3, 6) for c in calls)  # three raw maps, [M, 6] detection targets
+
+
+@pytest.mark.parametrize(("max_grad_norm", "scale"), [(0.0, 1.0), (1.0, None)])
+def test_max_grad_norm_zero_steps_on_the_whole_gradient(max_grad_norm: float, scale: float | None) -> None:
+    """0 turns clipping off (a norm-0 clip would zero every gradient); a positive value clips."""
+    from libreyolo_models.contract import LossContext
+    from libreyolo_models.train.step import StepTimer, TrainStep
+
+    net = torch.nn.Linear(3, 1, bias=False)
+    with torch.no_grad():
+        net.weight.zero_()
+    opt = torch.optim.SGD(net.parameters(), lr=1.0)
+    step = TrainStep(None, net, net, opt, torch.amp.GradScaler("cuda", enabled=False), None,  # type: ignore[arg-type]
+                     amp=False, device=torch.device("cpu"), context=LossContext(), max_grad_norm=max_grad_norm,
+                     timer=StepTimer(False, torch.device("cpu")))
+    (net(torch.tensor([[30.0, 40.0, 0.0]])).sum() * -1).backward()  # gradient (-30, -40, 0): norm 50
+    step.optimizer_step()
+    expected = torch.tensor([[30.0, 40.0, 0.0]]) * (scale if scale is not None else 1 / 50)
+    torch.testing.assert_close(net.weight.detach(), expected)

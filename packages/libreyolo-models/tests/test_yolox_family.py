@@ -73,3 +73,49 @@ def test_recipe_translates_upstream_yolox_into_train_config_values() -> None:
     assert cfg.warmup_epochs == 5 and cfg.warmup_bias_lr == 0.0 and cfg.lrf == 0.05
     assert decl.loss_gains == {"iou": 5.0, "obj": 1.0, "cls": 1.0, "l1": 1.0}
     assert decl.inference_capture and decl.train_capture  # set from green GPU parity rows (docs/parity-matrix.md)
+
+
+def test_recipe_steps_on_yolox_gradients_unclipped_because_they_start_in_the_thousands() -> None:
+    """The bug behind mAP50 0.000 after 40 GPU epochs: the trainer's default clip (norm 10) cut
+    YOLOX's updates by three orders of magnitude. The recipe turns clipping off, as upstream."""
+    from libreyolo_models.contract import LossContext
+
+    model = LibreYOLOX(size="n", nc=5, imgsz=IMGSZ)
+    decl = model.spec.task("detect")
+    cfg = load_config(TrainConfig, {**decl.recipe, "data": "shapes"}, "recipe")
+    assert cfg.max_grad_norm == 0.0
+    torch.manual_seed(0)
+    net = model.net.train()
+    images = torch.rand(4, 3, IMGSZ, IMGSZ)
+    targets = model.family.sample_targets(4, IMGSZ, torch.Generator().manual_seed(0))
+    outputs = model.family.training_forward(net, images)
+    model.family.compute_loss(outputs, targets, LossContext(gains=dict(decl.loss_gains), global_batch=16)).total.backward()
+    norm = torch.nn.utils.get_total_norm([p.grad for p in net.parameters() if p.grad is not None])
+    default_clip = TrainConfig.__dataclass_fields__["max_grad_norm"].default
+    assert norm > 100 * default_clip  # the default clip would shrink this step over 100x
+
+
+@pytest.mark.parametrize(("options", "warmup", "close_mosaic"), [
+    ({"epochs": 12}, 0.3 * 12, 4),                        # 5 and 15 of 300 would be 42 % and all of 12
+    ({"epochs": 12, "warmup_epochs": 5}, 5.0, 4),         # what the user sets is kept
+    ({"epochs": 300}, 5.0, 15),                           # a COCO-length run keeps upstream's recipe
+])
+def test_recipe_epoch_counts_scale_down_to_a_short_run(options, warmup, close_mosaic, caplog) -> None:
+    from libreyolo_models.train.plan import resolve_plan
+
+    with caplog.at_level("INFO", logger="libreyolo_models.train.plan"):
+        plan = resolve_plan(LibreYOLOX(size="n"), {"data": "shapes", "device": "cpu", **options}, "train()")
+    assert (plan.cfg.warmup_epochs, plan.cfg.close_mosaic) == (pytest.approx(warmup), close_mosaic)
+    assert isinstance(plan.cfg.close_mosaic, int)
+    assert ("recipe scaled to a 12-epoch run" in caplog.text) == (options["epochs"] == 12)
+
+
+@pytest.mark.parametrize(("shares", "match"), [
+    ({"lr0": 0.5}, r"recipe_shares names 'lr0'; only epoch counts .*warmup_epochs, close_mosaic"),
+    ({"warmup_epochs": 1.5}, r"recipe_shares\['warmup_epochs'\]=1.5 must be in \(0, 1\]"),
+])
+def test_recipe_shares_are_epoch_counts_and_shares(shares, match) -> None:
+    from libreyolo_models import ConfigError, TaskDecl
+
+    with pytest.raises(ConfigError, match=match):
+        TaskDecl(loss_names=("x",), recipe_shares=shares)

@@ -20,6 +20,9 @@ if TYPE_CHECKING:
 TASK_SUFFIXES = {"detect": "", "segment": "-seg", "semantic": "-sem", "pose": "-pose",
                  "classify": "-cls", "obb": "-obb"}
 
+# Recipe values counted in epochs, which ``TaskDecl.recipe_shares`` may cap to a share of the run.
+RUN_LENGTH_KEYS = ("warmup_epochs", "close_mosaic")
+
 # Where upstream LibreYOLO publishes weights: <hub>/<org>/<stem>/resolve/main/<stem>.pt.
 HUB_ORG = "LibreYOLO"
 
@@ -44,6 +47,11 @@ class TaskDecl:
         recipe: training defaults of this family, as ``TrainConfig`` values (``{"optimizer":
             "AdamW", "lr0": 1e-4}``). The user's options win; the merged values are what
             ``args.yaml`` records.
+        recipe_shares: recipe values counted in epochs (``warmup_epochs``, ``close_mosaic``) that
+            must scale down with a short run: each is capped to this share of the run's epochs
+            unless the user sets it. Upstream recipes are written for COCO-length runs (YOLOX:
+            5 warmup and 15 mosaic-free epochs of 300), which a 12-epoch run on a small set would
+            otherwise spend mostly warming up, or never train with mosaic at all.
         exportable: ``model.export()`` writes the inference seam (``inference_forward``) to ONNX,
             TorchScript and OpenVINO; the family's ``postprocess`` (NMS, thresholds) always stays
             outside the exported graph and runs in Python on the runtime's outputs.
@@ -67,6 +75,7 @@ class TaskDecl:
     train_capture: bool = False
     inference_fuse: bool = False
     recipe: Mapping[str, object] = field(default_factory=dict)
+    recipe_shares: Mapping[str, float] = field(default_factory=dict)
     exportable: bool = True
     export_note: str = ""
     dynamic_imgsz: bool = True
@@ -78,6 +87,12 @@ class TaskDecl:
             raise ConfigError("a task declared exportable=False needs export_note saying why")
         if not self.dynamic_imgsz and not self.dynamic_imgsz_note:
             raise ConfigError("a task declared dynamic_imgsz=False needs dynamic_imgsz_note saying why")
+        for key, share in self.recipe_shares.items():
+            if key not in RUN_LENGTH_KEYS:
+                raise ConfigError(f"recipe_shares names {key!r}; only epoch counts scale with the run: "
+                                  f"{', '.join(RUN_LENGTH_KEYS)}")
+            if not 0.0 < share <= 1.0:
+                raise ConfigError(f"recipe_shares[{key!r}]={share} must be in (0, 1]: a share of the run's epochs")
         unknown = set(self.loss_gains) - set(self.loss_names)
         if unknown:
             raise ConfigError(f"loss_gains names {sorted(unknown)} that are not in loss_names {self.loss_names}")

@@ -1,13 +1,15 @@
 """Training options resolved once into a plan that is passed down; nothing below re-parses them.
 
 The merge order: the family's recipe for its task, then the user's options (or, on resume, the
-run's saved options), checked by ``TrainConfig``; then the device plan, the image size against
+run's saved options), checked by ``TrainConfig``; the recipe's epoch counts capped to their
+declared share of a short run (``TaskDecl.recipe_shares``); then the device plan, the image size against
 the family's stride, the global batch against the world size, the loss gains against the
 family's loss terms, and the SyncBatchNorm choice.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -22,6 +24,8 @@ from .settings import TrainConfig
 
 if TYPE_CHECKING:
     from ..facade import LibreYOLO
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -59,6 +63,8 @@ def resolve_plan(model: LibreYOLO, options: Mapping[str, Any], source: str, *, r
     decl = model.spec.task(model.task)
     merged = dict(options) if resumed else {**decl.recipe, **options}
     cfg = load_config(TrainConfig, merged, source)
+    if not resumed:
+        cfg = scale_recipe_to_run(cfg, decl.recipe_shares, set(options))
     devices = parse_train_devices(cfg.device, source)
     world = libreyolo_ddp.dist_env().world_size if libreyolo_ddp.is_torchrun() else devices.world_size
     if cfg.batch != -1:
@@ -70,6 +76,23 @@ def resolve_plan(model: LibreYOLO, options: Mapping[str, Any], source: str, *, r
         raise ConfigError(f"{source}: multi_scale=True is not supported for task {model.task!r}")
     sync_bn = model.spec.sync_bn_default if cfg.sync_bn is None else cfg.sync_bn
     return TrainPlan(cfg, devices, imgsz, resolve_gains(model, cfg, source), sync_bn, world)
+
+
+def scale_recipe_to_run(cfg: TrainConfig, shares: Mapping[str, float], user_keys: set[str]) -> TrainConfig:
+    """Cap each epoch-counted recipe value to its declared share of ``cfg.epochs`` (logged), except
+    the ones the user set: a COCO recipe's 5 warmup epochs are 2 % of 300 but 42 % of 12."""
+    changes: dict[str, float | int] = {}
+    for key, share in shares.items():
+        if key in user_keys:
+            continue
+        value = getattr(cfg, key)
+        cap = share * cfg.epochs
+        if value > cap:
+            changes[key] = type(value)(round(cap)) if isinstance(value, int) else cap
+    if changes:
+        log.info("recipe scaled to a %d-epoch run: %s", cfg.epochs, ", ".join(
+            f"{k} {getattr(cfg, k):g} -> {v:g} ({shares[k]:.0%} of the epochs)" for k, v in changes.items()))
+    return replace(cfg, **changes) if changes else cfg
 
 
 def _check_batchnorm_has_values(model: LibreYOLO, batch: int, world: int, imgsz: int, source: str) -> None:

@@ -90,7 +90,7 @@ class TrainConfig:
     profile: bool = False
     channels_last: bool | Literal["auto"] = "auto"    # CUDA: NHWC weights and images; auto: on for CUDA
     cudnn_benchmark: bool | Literal["auto"] = "auto"  # auto: on for CUDA unless deterministic or multi_scale
-    max_grad_norm: float = 10.0
+    max_grad_norm: float = 10.0                       # clip the gradient norm to this; 0 disables clipping
     val_conf: float = 0.001
     val_iou: float = 0.7
     max_det: int = 300
@@ -113,6 +113,9 @@ class TrainConfig:
             raise ConfigError(f"log_every={self.log_every} must be at least 1 (batches between logged losses)")
         if self.nbs < 1:
             raise ConfigError(f"nbs={self.nbs} must be at least 1 (the nominal batch for gradient accumulation)")
+        if not self.max_grad_norm >= 0.0:  # NaN fails too
+            raise ConfigError(f"max_grad_norm={self.max_grad_norm} must be >= 0 (the largest gradient norm a step "
+                              "keeps; 10 is the default, 0 turns clipping off)")
         if self.deterministic and self.cudnn_benchmark is True:
             raise ConfigError("cudnn_benchmark=True contradicts deterministic=True (cuDNN's autotuner picks kernels "
                               "run by run); drop one of them")

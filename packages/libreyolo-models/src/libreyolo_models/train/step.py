@@ -87,13 +87,14 @@ class TrainStep:
         return result.items
 
     def optimizer_step(self) -> None:
-        """Unscale, clip, step (skipped by the scaler on inf/NaN), clear grads, update the EMA."""
+        """Unscale, clip (unless ``max_grad_norm`` is 0), step (skipped by the scaler on inf/NaN), clear grads, update the EMA."""
         if self.sync_gradients:
             with self.timer.phase("sync"):
                 libreyolo_ddp.average_gradients(self.net.parameters())
         with self.timer.phase("optimizer"):
             self.scaler.unscale_(self.optimizer)
-            torch.nn.utils.clip_grad_norm_(self.net.parameters(), max_norm=self.max_grad_norm)
+            if self.max_grad_norm > 0:  # 0: no clipping (a norm-0 clip would zero every gradient)
+                torch.nn.utils.clip_grad_norm_(self.net.parameters(), max_norm=self.max_grad_norm)
             self.scaler.step(self.optimizer)
             self.scaler.update()
             self.optimizer.zero_grad(set_to_none=True)
