@@ -81,7 +81,7 @@ def resolve_plan(model: LibreYOLO, options: Mapping[str, Any], source: str, *, r
 def scale_recipe_to_run(cfg: TrainConfig, shares: Mapping[str, float], user_keys: set[str]) -> TrainConfig:
     """Cap each epoch-counted recipe value to its declared share of ``cfg.epochs`` (logged), except
     the ones the user set: a COCO recipe's 5 warmup epochs are 2 % of 300 but 42 % of 12."""
-    changes: dict[str, float | int] = {}
+    changes: dict[str, Any] = {}
     for key, share in shares.items():
         if key in user_keys:
             continue
