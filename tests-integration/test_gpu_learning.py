@@ -17,18 +17,16 @@ from libreyolo_models import LibreYOLO, families
 
 pytestmark = [pytest.mark.cuda, pytest.mark.slow, pytest.mark.learning]
 
-# YOLOX-s ended at mAP50 0.000 here before its recipe stopped clipping gradients (norm 10
-# against ~1e4 at the start: the network never moved); the curve printed below shows the fix.
-# The third case is a comparison arm, not a second recipe: YOLOX under the trainer's clipped
-# step (lr0 0.01, norm-10 clip) with the recipe's decay per image (5e-4 x 64). On the CPU at 128 px
-# it reached mAP50 0.61 after 36 epochs where the recipe reached 0.10 (see the report of branch
-# learn2); this run says whether the recipe should adopt it.
+# YOLOX-s ended at mAP50 0.000 here in every earlier run: under fp16 autocast its losses were NaN
+# from the first epoch (its recipe now trains in fp32), and upstream's lr0 0.01 / 64 under the
+# trainer's norm-10 clip could not move it. With the recipe's clipped step at lr0 0.01 in fp32 it
+# reached 0.976 in a 40-epoch diagnostic run (2026-12-01). RTMDet-t runs graphed (its training
+# capture is declared since its parity rows went green): 0.991 on 2026-12-01.
 CASES: list[tuple[str, str, dict[str, object]]] = [
     ("yolox", "s", {"epochs": 40, "cuda_graph": True}),
-    ("rtmdet", "t", {"epochs": 40}),
-    ("yolox", "s", {"epochs": 40, "cuda_graph": True, "lr0": 0.01, "max_grad_norm": 10.0}),
+    ("rtmdet", "t", {"epochs": 40, "cuda_graph": True}),
 ]
-IDS = ["yolox-s", "rtmdet-t", "yolox-s-clipped-step"]
+IDS = ["yolox-s", "rtmdet-t"]
 
 
 @pytest.mark.timeout(1200)

@@ -26,6 +26,6 @@ def test_cli_trains_yolox_n_one_epoch_and_the_checkpoint_predicts(tmp_path: Path
     ckpt = torch.load(run / "weights" / "best.pt", weights_only=True)
     assert (ckpt["model_family"], ckpt["size"], ckpt["nc"], ckpt["imgsz"]) == ("yolox", "n", 5, 64)
     args = (run / "args.yaml").read_text()
-    assert "lr0: 0.00015625" in args and "optimizer: SGD" in args  # the family's recipe was applied
-    assert "max_grad_norm: 0.0" in args and "close_mosaic: 1" in args  # unclipped; the user's value kept
+    assert "lr0: 0.01" in args and "optimizer: SGD" in args and "amp: false" in args  # the family's recipe
+    assert "max_grad_norm: 10.0" in args and "close_mosaic: 1" in args  # the user's close_mosaic kept
     assert main(["predict", f"model={run / 'weights' / 'best.pt'}", "imgsz=64", "conf=0.001"]) == EXIT_OK
