@@ -51,25 +51,18 @@ def _first_and_last_epoch(run_dir: Path) -> tuple[dict[str, str], dict[str, str]
 @pytest.mark.slow
 @pytest.mark.learning
 @pytest.mark.timeout(900)
-def test_yolox_n_learns_shapes_on_cpu(tmp_path) -> None:
-    """The same settings; everything else is YOLOX's recipe (SGD at 0.01 per 64 images, no clipping).
-
-    Measured (2026-12-01, one thread of a shared 2-core CPU): 4.1-5.1 minutes, mAP50 0.025; objectness
-    loss 5.13 -> 3.12, IoU loss 4.42 -> 3.54. Far from 0.5: SimOTA gives each box one positive
-    until predicted boxes overlap their targets (its dynamic k sums the 10 best IoUs), so YOLOX
-    starts slowly, and 300 steps are 1/2000 of its COCO schedule; four times the learning rate
-    or half the scale jitter did not change that (0.023, 0.009). Before the recipe stopped clipping
-    gradients (norm 10 against ~1.3e4) every loss stayed flat and mAP50 was 0.000.
+def test_yolox_n_learns_shapes_on_cpu_to_map50_over_half(tmp_path) -> None:
+    """QUICK settings for 36 epochs (YOLOX starts slower than YOLOv9: SimOTA gives each box one
+    positive until predicted boxes overlap their targets); everything else is YOLOX's recipe (SGD
+    at lr0 0.01 clipped to norm 10, fp32). Measured (2026-12-01, idle 2-core CPU, 2 threads):
+    36 epochs in 3.5 minutes, mAP50 0.676 (12 epochs: 0.07 in 1.3 minutes).
     """
     started = time.perf_counter()
     model = LibreYOLOX(size="n")
-    outcome = model.train(project=str(tmp_path), **QUICK)
+    outcome = model.train(project=str(tmp_path), **{**QUICK, "epochs": 36})
     minutes = (time.perf_counter() - started) / 60
     print(f"trained in {minutes:.1f} min: {outcome.summary()}")
-    first, last = _first_and_last_epoch(outcome.run_dir)
-    assert float(last["train/obj_loss"]) < 0.75 * float(first["train/obj_loss"]), (first, last)
-    assert float(last["train/iou_loss"]) < 0.9 * float(first["train/iou_loss"]), (first, last)
-    assert outcome.metrics["metrics/mAP50"] >= 0.01, outcome.summary()
+    assert outcome.metrics["metrics/mAP50"] >= 0.5, outcome.summary()
 
 
 @pytest.mark.slow
