@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
 
@@ -53,3 +55,24 @@ def _no_network_and_private_folders(tmp_path_factory: pytest.TempPathFactory, mo
     monkeypatch.setenv("LIBREYOLO_CACHE_DIR", str(base / "cache"))
     (base / "shm").mkdir(exist_ok=True)
     monkeypatch.setenv("LIBREYOLO_SHM_DIR", str(base / "shm"))
+
+
+@pytest.fixture(autouse=True)
+def _dataloader_errors_stay_with_their_loader() -> Iterator[None]:
+    """Put SIGCHLD back to the default after each test.
+
+    The first multi-worker DataLoader of a process installs a SIGCHLD handler that raises
+    "DataLoader worker ... exited unexpectedly" from the main thread at whatever point the next
+    child process exits, for as long as any still-registered worker is dead (checked: kill one
+    worker of a live iterator, and the next ``subprocess.run`` of anything raises). In a
+    pytest-xdist worker, a loader left behind by one test can then raise inside pytest's own code
+    during a later test that starts a process, which kills the xdist worker ("node down"): the
+    crashes CI saw under the tests marked ``solo``. Without the handler a dead worker is still
+    reported, by its own iterator, when it is next read.
+    """
+    yield
+    import signal
+
+    handler = signal.getsignal(signal.SIGCHLD)
+    if callable(handler) and getattr(handler, "__module__", "").startswith("torch.utils.data"):
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)

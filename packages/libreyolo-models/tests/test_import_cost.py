@@ -8,7 +8,13 @@ import json
 import subprocess
 import sys
 
+import pytest
 
+
+# In one full `pytest -n 2` CI run (2026-12-01) the xdist worker running this test died, like the
+# two-rank cache test's before it; both start child processes. Run on its own after the parallel run
+# (README's test command), where it passes; see conftest's SIGCHLD fixture for the likely cause.
+@pytest.mark.solo
 def test_importing_the_package_leaves_torchvision_dynamo_and_matplotlib_for_later() -> None:
     code = ("import json, sys, libreyolo_models; "
             "print(json.dumps(sorted({m.split('.')[0] if not m.startswith('torch.') else '.'.join(m.split('.')[:2]) "

@@ -164,10 +164,12 @@ def test_fuse_folds_norms_and_merges_repvgg_branches_with_the_same_features() ->
     with torch.no_grad():
         before = model.net.features(x)
     model.fuse()
+    fused = model.fused_net()  # the inference copy; model.net stays trainable
     with torch.no_grad():
-        after = model.net.features(x)
-    assert not any(isinstance(m, torch.nn.BatchNorm2d) for m in model.net.backbone.modules())
-    assert all(block.conv2 is None for block in model.net.encoder.fpn_blocks[0].bottlenecks)
+        after = fused.features(x)
+    assert not any(isinstance(m, torch.nn.BatchNorm2d) for m in fused.backbone.modules())
+    assert all(block.conv2 is None for block in fused.encoder.fpn_blocks[0].bottlenecks)
+    assert any(isinstance(m, torch.nn.BatchNorm2d) for m in model.net.backbone.modules())
     for a, b in zip(before, after):
         torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-4)
 

@@ -84,9 +84,11 @@ def test_fused_network_predicts_what_the_unfused_one_does() -> None:
     with torch.no_grad():
         before = model.inference_forward(x)
         model.fuse()
-        after = model.inference_forward(x)
-    # Each level folds its own BatchNorm into its own copy of the shared conv.
-    assert model.net.head.cls_convs[1][0].conv is not model.net.head.cls_convs[0][0].conv
+        fused = model.fused_net()  # the inference copy; model.net stays trainable
+        after = model.inference_forward(x, fused)
+    # Each level folds its own BatchNorm into its own copy of the shared conv; the model keeps one.
+    assert fused.head.cls_convs[1][0].conv is not fused.head.cls_convs[0][0].conv
+    assert model.net.head.cls_convs[1][0].conv is model.net.head.cls_convs[0][0].conv
     torch.testing.assert_close(after, before, rtol=1e-4, atol=1e-4)
 
 
