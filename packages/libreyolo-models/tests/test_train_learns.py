@@ -3,8 +3,8 @@ set, on the CPU.
 
 Slow by nature (minutes on 2 cores); they are the only proof that the loss, assigner,
 augmentation and schedule fit together. YOLOv9-t's is in the default (CI) run (marked ``ci``);
-YOLOX-n's and RTMDet-t's run with ``-m learning``. Only YOLOv9-t reaches mAP50 0.5 in this
-budget; the other two assert what they reach, with margin, and say why they stop short.
+YOLOX-n's and RTMDet-t's run with ``-m learning``. All three reach mAP50 0.5 within the 15-minute
+limit; YOLOX-n and RTMDet-t need more epochs than YOLOv9-t's 12 (36 and 30).
 """
 
 from __future__ import annotations
@@ -68,22 +68,21 @@ def test_yolox_n_learns_shapes_on_cpu_to_map50_over_half(tmp_path) -> None:
 @pytest.mark.slow
 @pytest.mark.learning
 @pytest.mark.timeout(900)
-def test_rtmdet_t_learns_shapes_on_cpu(tmp_path) -> None:
-    """The same settings; everything else is RTMDet's recipe (AdamW at lr 0.004, cosine to 5 %).
+def test_rtmdet_t_learns_shapes_on_cpu_to_map50_over_half(tmp_path) -> None:
+    """QUICK settings for 30 epochs; everything else is RTMDet's recipe (AdamW at lr 0.004, cosine
+    to 5 %, warmup and mosaic-free epochs capped to a short run).
 
-    Slower than YOLOv9-t per epoch on the CPU (about 40 s per epoch at 128 px, one thread, idle
-    machine), so outside the CI selection. Measured (2026-12-01, one thread of the shared 2-core
-    CPU): 7.3 minutes, mAP50 0.234 (an earlier run on main: 0.313); the box loss falls
-    1.15 -> 0.45 while the quality-focal class loss stays near 0.6, so classification is what
-    keeps it short of 0.5 in 12 epochs.
+    Measured (2026-12-01, idle 2-core CPU, 2 threads): 30 epochs in 7.4 minutes, mAP50 0.877. At
+    12 epochs it stopped near 0.23-0.31: the box loss falls first, the quality-focal class loss later.
+    Outside the CI selection (learning).
     """
     started = time.perf_counter()
     model = LibreRTMDet(size="t")
-    outcome = model.train(project=str(tmp_path), **QUICK)
+    outcome = model.train(project=str(tmp_path), **{**QUICK, "epochs": 30})
     minutes = (time.perf_counter() - started) / 60
     print(f"trained in {minutes:.1f} min: {outcome.summary()}")
     first, last = _first_and_last_epoch(outcome.run_dir)
     assert float(last["train/box_loss"]) < 0.6 * float(first["train/box_loss"]), (first, last)
-    assert outcome.metrics["metrics/mAP50"] >= 0.15, outcome.summary()
+    assert outcome.metrics["metrics/mAP50"] >= 0.5, outcome.summary()
     again = model.val(data="shapes", imgsz=128, workers=1, verbose=False)  # the instance holds the best weights
-    assert again.map50 >= 0.15
+    assert again.map50 >= 0.5
