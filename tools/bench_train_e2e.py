@@ -20,9 +20,9 @@ run measured 161 and 327 img/s).
 ``--profile`` synchronizes around every phase of every step (data wait, forward, loss, backward,
 gradient sync, optimizer, EMA, logging) and adds a per-step table in milliseconds; images/s drop,
 so profile in its own invocation. An arm is ``eager`` or ``graph`` plus optional suffixes: ``-cl``
-trains with ``channels_last=True``; ``-fast`` trains with ``deterministic=False``, so the
-trainer's default ``cudnn_benchmark="auto"`` lets cuDNN pick the fastest kernels (losses are then
-no longer reproducible run to run); arms without ``-fast`` use ``--deterministic`` (default on,
+trains with ``channels_last=True``; ``-fast`` trains with ``deterministic=False`` and
+``cudnn_benchmark=True`` (the trainer's ``"auto"`` leaves the autotuner off for a run this
+short), so cuDNN picks the fastest kernels (losses are then no longer reproducible run to run); arms without ``-fast`` use ``--deterministic`` (default on,
 for the bit-identical loss check). Arms without ``-cl`` pass ``channels_last=False``. ``-host``
 trains with ``cache="ram"``: the images stay on the host and workers ship tiles, which is how every
 arm ran before the GPU-resident image cache (``cache="auto"``, the default, now keeps a split that
@@ -113,6 +113,8 @@ def run_arm(data: Path, project: Path, *, size: str, batch: int, arm: str, args:
     outcome = model.train(data=str(data), epochs=args.epochs, imgsz=args.imgsz, batch=batch, device=0,
                           workers=args.workers, amp=True, cuda_graph=graph, val=False, plots=False,
                           close_mosaic=0, seed=0, deterministic=deterministic, profile=args.profile,
+                          # a benchmark's few hundred steps stand for a long run: autotune as one would
+                          cudnn_benchmark=True if not deterministic else "auto",
                           channels_last="cl" in suffixes, cache="ram" if "host" in suffixes else "auto",
                           project=str(project),
                           name=f"{size}-b{batch}-{arm}", verbose=False, callbacks=[report])

@@ -66,6 +66,19 @@ for what in "$@"; do
              --out "$OUT/bench-e2e-profile.md" ;;
     tests_speed) step tests_speed 240 $PY -m pytest -p no:cacheprovider --import-mode=importlib -m cuda -q -rA -o addopts="" \
              packages/libreyolo-models/tests/test_train_speed.py ;;
+    probe_step) step probe_step ${PROBE_S:-240} $PY tools/probe_train_step.py --batch ${BATCHES:-32} ${PROBE_ARGS:-} --out "$OUT/probe-train-step.md" ;;
+    sweeps) [ -n "${SEG_BASE:-}" ] || SEG_BASE='{"epochs": 80, "batch": 16, "nbs": 16, "scale": 0.25, "device": 0, "workers": 2}'
+             [ -n "${SEG_GRID:-}" ] || SEG_GRID='{"imgsz": [128, 256], "lr0": [0.001, 0.003]}'
+             [ -n "${DETR_BASE:-}" ] || DETR_BASE='{"epochs": 10, "imgsz": 128, "batch": 8, "nbs": 8, "device": 0, "workers": 2}'
+             [ -n "${DETR_GRID:-}" ] || DETR_GRID='{"lr0": [0.0005, 0.001, 0.002]}'
+             $PY -c "from libreyolo_models.data.shapes import ensure_shapes; from libreyolo_models.data.shapes_seg import ensure_shapes_seg; ensure_shapes(); ensure_shapes_seg()"
+             step sweep_seg ${SWEEP_S:-400} $PY tools/sweep_recipe.py --model LibreSegFormerb0.yaml --data shapes-seg \
+               --metric metrics/mIoU --parallel 4 --timeout $(( ${SWEEP_S:-400} - 20 )) --base "$SEG_BASE" --grid "$SEG_GRID" \
+               --out "$OUT/sweep-seg.md" &
+             step sweep_rtdetr ${SWEEP_S:-400} $PY tools/sweep_recipe.py --model LibreRTDETRr18.yaml --data shapes \
+               --metric metrics/mAP50 --parallel 3 --timeout $(( ${SWEEP_S:-400} - 20 )) --base "$DETR_BASE" --grid "$DETR_GRID" \
+               --out "$OUT/sweep-rtdetr.md" &
+             wait ;;
     tta) step tta ${TTA_S:-570} $PY tools/bench_time_to_accuracy.py --epochs ${TTA_EPOCHS:-30} ${ARMS:+--arms $ARMS} \
              --peer-timeout ${PEER_S:-300} --out "$OUT/bench-tta.md" ;;
     ddp) step ddp ${DDP_S:-420} $PY tools/bench_ddp.py --size s --per-gpu-batch 32 --images 1536 --epochs 3 --out "$OUT/bench-ddp.md" ;;

@@ -14,9 +14,9 @@ carried in ``.whl/`` into a folder on ``PYTHONPATH`` (``tools/gpu_session.sh`` d
 Training throughput comes from Ultralytics' own ``results.csv`` (its cumulative ``time``
 column, written by rank 0 after each epoch), which works for one GPU and for its DDP launcher
 alike: images/s of each epoch after the first and before the last (the last also validates).
-It trains with ``val=False, save=False, plots=False``, AMP, ``cache="ram"``; the run may end
-with an error after the last epoch when ``polars`` (needed only to write its final checkpoint)
-is absent, which does not touch the epochs already measured.
+It trains with ``val=False, save=False, plots=False``, AMP, ``cache="ram"``. Where ``polars`` is
+missing (Ultralytics reads its results.csv with it into every checkpoint), that checkpoint field
+is left empty so the run goes on (``_checkpoints_without_polars``).
 """
 
 from __future__ import annotations
@@ -43,7 +43,20 @@ def _import_yolo():  # noqa: ANN202
     except ImportError as err:
         _emit({"skipped": f"ultralytics is not importable here ({err})"})
         sys.exit(3)
+    _checkpoints_without_polars()
     return YOLO
+
+
+def _checkpoints_without_polars() -> None:
+    """Ultralytics copies its results.csv into every checkpoint through ``polars``; where polars is
+    missing (the GPU machine) that metadata is left empty instead of ending the run after epoch 1.
+    Training, validation and the timing are untouched."""
+    try:
+        import polars  # noqa: F401
+    except ImportError:
+        from ultralytics.engine.trainer import BaseTrainer
+
+        BaseTrainer.read_results_csv = lambda self: {}  # type: ignore[method-assign]
 
 
 def _epoch_rates(csv_path: Path, images: int) -> list[float]:
@@ -70,7 +83,7 @@ def train(args: argparse.Namespace) -> None:
         model.train(data=args.data, imgsz=args.imgsz, batch=args.batch, epochs=args.epochs, device=args.device,
                     workers=args.workers, amp=True, cache="ram", val=False, save=False, plots=False,
                     project=str(project), name="peer", exist_ok=True, verbose=False, seed=0, deterministic=False)
-    except Exception as err:  # noqa: BLE001 - see the module docstring (polars at the very end)
+    except Exception as err:  # noqa: BLE001 - reported, not raised
         error = f"{type(err).__name__}: {str(err)[:200]}"
     csv_path = next(project.rglob("results.csv"), None)
     if csv_path is None:
@@ -108,7 +121,7 @@ def fit(args: argparse.Namespace) -> None:
         model.train(data=args.data, imgsz=args.imgsz, batch=args.batch, epochs=args.epochs, device=args.device,
                     workers=args.workers, plots=False, project=str(project), name="fit", exist_ok=True,
                     verbose=False, seed=0)
-    except Exception as err:  # noqa: BLE001 - see the module docstring (polars at the very end)
+    except Exception as err:  # noqa: BLE001 - reported, not raised
         error = f"{type(err).__name__}: {str(err)[:200]}"
     if not epochs:
         _emit({"error": error or "no epoch finished"})

@@ -2,13 +2,13 @@
 
 A detection transformer is costly on a CPU at any image size: the decoder's 300 queries (plus
 about 200 denoising queries per image) cost the same at 128 px as at 640 px, so a step is
-dominated by it. This test is therefore outside the default (CI) selection (``learning``); the
-GPU learning test in ``tests-integration/test_gpu_rtdetr.py`` is the one that proves accuracy.
-From scratch (no pretrained backbone), the learning rate is raised to 5e-4 (backbone 5e-5).
+dominated by it (2.8 s for 8 images at 128 px on 2 idle cores). This test is therefore outside
+the default (CI) selection (``learning``). From scratch (no pretrained backbone), lr0 is 5e-4.
 
-Measured once (2026-12-01, 1 thread of a shared 2-core CPU under a load of ~10): 3 epochs in 67
-minutes; mAP50 0.025, 0.064, 0.106 after epochs 1-3 (mAP50-95 0.052); box L1 loss -27 %, GIoU
-loss -21 %. mAP50 > 0.3 would take about 8 epochs at that pace: far past a CI budget.
+The budget comes from a recipe sweep on an H200 (``tools/sweep_recipe.py``, 2026-12-01, same
+settings): lr0 5e-4 reached mAP50 0.208 after 6 epochs, 0.312 after 8 and 0.390 after 10; lr0 1e-3
+0.325 and 2e-3 0.126 after 10. Measured here (2026-12-01, 2 CPU threads): 10 epochs in 20.3 min,
+mAP50 0.433 (mAP50-95 0.309).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import pytest
 
 from libreyolo_models import LibreRTDETR
 
-QUICK = {"data": "shapes", "imgsz": 128, "batch": 8, "nbs": 8, "epochs": 3, "lr0": 5e-4, "workers": 0,
+QUICK = {"data": "shapes", "imgsz": 128, "batch": 8, "nbs": 8, "epochs": 10, "lr0": 5e-4, "workers": 0,
          "device": "cpu", "val": False, "verbose": False, "plots": False}
 
 
@@ -38,4 +38,4 @@ def test_rtdetr_r18_learns_shapes_on_cpu(tmp_path) -> None:
     first, last = rows[0], rows[-1]
     for term in ("bbox", "giou"):  # the box terms fall as matching settles
         assert float(last[f"train/{term}_loss"]) < 0.85 * float(first[f"train/{term}_loss"]), (first, last)
-    assert outcome.metrics["metrics/mAP50"] > 0.05, outcome.summary()
+    assert outcome.metrics["metrics/mAP50"] > 0.3, outcome.summary()

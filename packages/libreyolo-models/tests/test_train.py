@@ -244,3 +244,12 @@ def test_max_grad_norm_zero_steps_on_the_whole_gradient(max_grad_norm: float, sc
     step.optimizer_step()
     expected = torch.tensor([[30.0, 40.0, 0.0]]) * (scale if scale is not None else 1 / 50)
     torch.testing.assert_close(net.weight.detach(), expected)
+
+
+def test_cudnn_autotuning_is_left_off_for_runs_too_short_to_repay_its_search() -> None:
+    from libreyolo_models.train.trainer import AUTOTUNE_MIN_STEPS, autotune_pays
+
+    assert not autotune_pays(390, multi_scale=False)  # the shapes quick start: 30 epochs of 13 batches
+    assert autotune_pays(3_700, multi_scale=False)   # one COCO epoch at batch 32
+    assert autotune_pays(AUTOTUNE_MIN_STEPS, multi_scale=False)
+    assert not autotune_pays(10**6, multi_scale=True)  # every new input size would search again

@@ -45,7 +45,7 @@ def centre_crop(image: np.ndarray, imgsz: int) -> np.ndarray:
     h, w = image.shape[:2]
     scale = imgsz / CROP_FRACTION / min(h, w)
     nh, nw = max(imgsz, round(h * scale)), max(imgsz, round(w * scale))
-    chw = torch.from_numpy(np.ascontiguousarray(image)).permute(2, 0, 1).float()[None]
+    chw = torch.from_numpy(np.require(image, requirements=("C", "W"))).permute(2, 0, 1).float()[None]  # PIL: read-only
     if (nh, nw) != (h, w):
         chw = F.interpolate(chw, size=(nh, nw), mode="bilinear", align_corners=False, antialias=True)
     top, left = (nh - imgsz) // 2, (nw - imgsz) // 2

@@ -264,7 +264,7 @@ class _LetterboxedPairs(Dataset):
 
     def __getitem__(self, index: int) -> tuple[Tensor, Tensor, LetterboxInfo, str] | None:
         try:
-            pixels = torch.from_numpy(np.ascontiguousarray(read_image(self.images[index])))
+            pixels = torch.from_numpy(np.require(read_image(self.images[index]), requirements=("C", "W")))  # PIL's arrays are read-only
             images, (info,) = letterbox_batch([pixels], self.imgsz)
             mask = torch.from_numpy(load_mask(self.masks[index]))
         except (SourceError, OSError, ValueError, SyntaxError) as err:

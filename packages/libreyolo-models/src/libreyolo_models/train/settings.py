@@ -89,7 +89,7 @@ class TrainConfig:
     sync_bn: bool | None = None         # Python argument; None: the family's default
     profile: bool = False
     channels_last: bool | Literal["auto"] = "auto"    # CUDA: NHWC weights and images; auto: on for CUDA
-    cudnn_benchmark: bool | Literal["auto"] = "auto"  # auto: on for CUDA unless deterministic or multi_scale
+    cudnn_benchmark: bool | Literal["auto"] = "auto"  # auto: CUDA runs of 2,000+ steps, unless deterministic or multi_scale
     max_grad_norm: float = 10.0                       # clip the gradient norm to this; 0 disables clipping
     val_conf: float = 0.001
     val_iou: float = 0.7
