@@ -196,3 +196,23 @@ def test_augment_boxes_follow_the_rendered_pixels() -> None:
             if (b, k) not in kept:  # dropped: little of the object is left in view
                 visible = (images[b, k] > 127.5).sum().item()
                 assert visible < 0.25 * (x2 - x1) * (y2 - y1) * scale[b].item() ** 2
+
+
+def test_gathered_placement_equals_the_per_tile_copies_byte_for_byte() -> None:
+    """The GPU's batched placement against the CPU's loop: crops at every edge, empty tiles,
+    overlapping tiles (the later wins) and a real mosaic layout."""
+    from libreyolo_models.data.augment_ops import mosaic_offsets
+    from libreyolo_models.data.letterbox import place_tiles_gathered
+
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(40):
+        b, k, side = (int(torch.randint(lo, hi, (1,), generator=gen)) for lo, hi in ((1, 5), (1, 5), (2, 10)))
+        canvas = int(torch.randint(2, 2 * side + 3, (1,), generator=gen))
+        tiles = torch.randint(0, 256, (b, k, side, side, 3), generator=gen, dtype=torch.uint8)
+        offsets = torch.randint(-side, canvas + 2, (b, k, 2), generator=gen)
+        hw = torch.randint(0, side + 1, (b, k, 2), generator=gen)
+        assert torch.equal(place_tiles_gathered(tiles, offsets, hw, canvas), place_tiles(tiles, offsets, hw, canvas))
+    tiles = torch.randint(0, 256, (3, 4, 16, 16, 3), generator=gen, dtype=torch.uint8)
+    hw = torch.randint(6, 17, (3, 4, 2), generator=gen)
+    offsets = mosaic_offsets(torch.tensor([[12, 20], [16, 16], [25, 9]]), hw)
+    assert torch.equal(place_tiles_gathered(tiles, offsets, hw, 32), place_tiles(tiles, offsets, hw, 32))
