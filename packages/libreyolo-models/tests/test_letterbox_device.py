@@ -53,10 +53,11 @@ def test_predict_pixels_match_validations_cached_pixels_within_one_grey_level() 
 
 
 def test_same_sized_frames_and_mixed_sizes_give_the_same_pixels_as_one_by_one() -> None:
-    images = [torch.from_numpy(im) for im in _images(2)[:3]] * 2
-    batched, _ = letterbox_batch(images, 96)
-    singles = torch.cat([letterbox_batch([im], 96)[0] for im in images])
-    assert torch.equal(batched, singles)
+    first, second, third = (torch.from_numpy(im) for im in _images(2)[:3])
+    for images in ([first, second, third] * 2, [first, first, second, third, third, third]):  # scattered, runs
+        batched, _ = letterbox_batch(images, 96)
+        singles = torch.cat([letterbox_batch([im], 96)[0] for im in images])
+        assert torch.equal(batched, singles)
 
 
 def test_half_input_is_the_float32_result_cast_once() -> None:

@@ -102,6 +102,10 @@ def letterbox_batch(images: Sequence[Tensor], imgsz: int, dtype: torch.dtype = t
         info = infos[members[0]]
         new_h, new_w, _ = letterbox_geometry(*info.orig_shape, imgsz)
         resized = resize_images(torch.stack([images[i] for i in members]), new_h, new_w)
+        left, top = int(info.pad[0]), int(info.pad[1])
+        if members[-1] - members[0] == len(members) - 1:  # consecutive (a video, a same-size folder): one copy
+            canvas[members[0]:members[-1] + 1, top:top + new_h, left:left + new_w] = resized
+            continue
         for j, i in enumerate(members):
-            paste(canvas[i], resized[j], int(info.pad[0]), int(info.pad[1]))
+            paste(canvas[i], resized[j], left, top)
     return to_network_input(canvas.permute(0, 3, 1, 2), dtype), infos
