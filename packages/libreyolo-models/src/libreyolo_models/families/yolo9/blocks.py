@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ...layers.conv import Conv
+from ...layers.conv import Conv, SiLU
 from ...layers.fuse import merge_parallel_convs
 
 
@@ -21,7 +21,7 @@ class RepConvN(nn.Module):
         super().__init__()
         self.conv1 = Conv(c_in, c_out, 3, act=False)
         self.conv2 = Conv(c_in, c_out, 1, act=False)
-        self.act = nn.SiLU(inplace=True)
+        self.act = SiLU()
 
     def forward(self, x: Tensor) -> Tensor:
         if self.conv2 is None:  # merged by fuse_for_inference
