@@ -108,3 +108,34 @@ def test_truncated_checkpoint_is_reported_with_its_path(small_model, tmp_path) -
     path.write_bytes(path.read_bytes()[:1000])
     with pytest.raises(CheckpointError, match="cut.pt"):
         LibreYOLO9(path)
+
+
+def test_host_copies_detach_and_standardise_every_tensor_of_a_nested_state() -> None:
+    from collections import namedtuple
+
+    from libreyolo_models.checkpoint import host_copies
+
+    Pair = namedtuple("Pair", "a b")
+    weight = torch.randn(4, 3, 2, 2, requires_grad=True).contiguous(memory_format=torch.channels_last)
+    tree = {"state": {0: {"momentum_buffer": weight.detach()}}, "groups": [{"lr": 0.1, "params": [0]}],
+            "betas": (0.9, 0.999), "pair": Pair(weight, 3), "note": "x", "w": weight}
+    out = host_copies(tree)
+    assert out["groups"] == tree["groups"] and out["betas"] == (0.9, 0.999) and out["note"] == "x"
+    assert isinstance(out["pair"], Pair) and out["pair"].b == 3
+    for copied in (out["w"], out["pair"].a, out["state"][0]["momentum_buffer"]):
+        assert torch.equal(copied, weight.detach()) and not copied.requires_grad
+        assert copied.is_contiguous() and copied.data_ptr() != weight.data_ptr()  # NCHW, its own memory
+
+
+@pytest.mark.cuda
+def test_host_copies_of_gpu_tensors_wait_once_and_hold_the_values() -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    from libreyolo_models.checkpoint import host_copies
+
+    src = [torch.randn(64, 8, 3, 3, device="cuda").contiguous(memory_format=torch.channels_last) for _ in range(50)]
+    expected = [t.cpu().contiguous() for t in src]
+    out = host_copies({"t": src})
+    for t in src:
+        t.add_(1)  # later device work does not reach the copies
+    assert all(o.device.type == "cpu" and o.is_contiguous() and torch.equal(o, e) for o, e in zip(out["t"], expected))

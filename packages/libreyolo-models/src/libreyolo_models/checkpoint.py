@@ -37,7 +37,41 @@ def atomic_save(obj: object, path: str | Path) -> Path:
 def cpu_state_dict(module: torch.nn.Module) -> dict[str, torch.Tensor]:
     """Detached CPU copies of a module's state, in the standard (NCHW) layout whatever the
     training layout was, so a checkpoint reads the same everywhere."""
-    return {k: v.detach().cpu().clone(memory_format=torch.contiguous_format) for k, v in module.state_dict().items()}
+    return host_copies(module.state_dict())
+
+
+def host_copies(tree: Any) -> Any:
+    """``tree`` (dicts, lists, tuples, tensors, plain values) with every tensor replaced by a
+    detached CPU copy in the standard memory layout.
+
+    GPU tensors are copied asynchronously and waited for once at the end: one host sync for the
+    whole tree instead of one per tensor (a YOLOv9-t training checkpoint holds ~2,700 tensors
+    counting the EMA and the optimizer state, and ``torch.save`` of GPU tensors would also sync
+    for each, once per file written).
+    """
+    devices: set[torch.device] = set()
+
+    def copy(value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            t = value.detach()
+            if t.device.type == "cpu":
+                return t.clone(memory_format=torch.contiguous_format)
+            devices.add(t.device)
+            return t.contiguous().to("cpu", non_blocking=True)  # contiguous() on the device: NCHW, one kernel
+        if isinstance(value, dict):
+            return {k: copy(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [copy(v) for v in value]
+        if isinstance(value, tuple):
+            items = [copy(v) for v in value]
+            return type(value)(*items) if hasattr(value, "_fields") else tuple(items)  # namedtuples too
+        return value
+
+    out = copy(tree)
+    for device in devices:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+    return out
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..checkpoint import atomic_save, cpu_state_dict
+from ..checkpoint import atomic_save, cpu_state_dict, host_copies
 
 if TYPE_CHECKING:
     from ..facade import LibreYOLO
@@ -35,7 +35,7 @@ def build_training_checkpoint(model: LibreYOLO, *, net: torch.nn.Module, ema: Mo
         "train_model": raw,
         "ema": smoothed,
         "ema_updates": ema.updates if ema is not None else 0,
-        "optimizer": optimizer.state_dict(),
+        "optimizer": host_copies(optimizer.state_dict()),  # one sync for its state, none in torch.save
         "scaler": scaler.state_dict() if scaler is not None and scaler.is_enabled() else None,
         "epoch": epoch,
         "config": {k: (v if isinstance(v, str | int | float | bool | type(None)) else str(v)) for k, v in config.items()},
