@@ -6,6 +6,10 @@
 #   tools/gpu_session.sh e2e_grid e2e_profile tta   (issue 21: one per 10-minute call)
 #   tools/gpu_session.sh tests_cls parity_cls bench_infer_cls bench_train_cls   (classifiers, issue 16)
 #   tools/gpu_session.sh env bench_export   (issue 18: export latency; needs onnx + onnxruntime importable)
+#   tools/gpu_session.sh probe_step          (where an eager step's time goes: host issue vs GPU time, syncs)
+#   tools/gpu_session.sh sweeps              (learning-recipe sweeps, SegFormer and RT-DETR: SEG_*/DETR_* override)
+# Peers (Ultralytics, PyAV) come from .whl/, which git ignores: pass carry=[".whl"] to the device
+# call, or the peer arms report "not importable".
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu-out}; mkdir -p "$OUT"
