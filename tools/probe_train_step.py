@@ -193,7 +193,7 @@ def main() -> None:
     p.add_argument("--size", default="t")
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--imgsz", type=int, default=640)
-    p.add_argument("--images", type=int, default=512)
+    p.add_argument("--images", type=int, default=1024, help="more steps per epoch dilute the epoch end in the profile")
     p.add_argument("--epochs", type=int, default=3, help="at least 3: the second-to-last is profiled")
     p.add_argument("--workers", type=int, default=12)
     p.add_argument("--graph", action="store_true", help="profile the graphed trainer instead")
