@@ -23,6 +23,11 @@ TASK_SUFFIXES = {"detect": "", "segment": "-seg", "semantic": "-sem", "pose": "-
 # Recipe values counted in epochs, which ``TaskDecl.recipe_shares`` may cap to a share of the run.
 RUN_LENGTH_KEYS = ("warmup_epochs", "close_mosaic")
 
+# The shares a COCO-length recipe (warmup and mosaic-free epochs sized for ~300 epochs) declares:
+# a short run caps each to 30 % of its epochs (the share the trainer's warmup floor uses), so 12
+# epochs warm up for at most 3.6 and close mosaic for the last 4 instead of all of them.
+SHORT_RUN_SHARES: dict[str, float] = {"warmup_epochs": 0.3, "close_mosaic": 0.3}
+
 # Where upstream LibreYOLO publishes weights: <hub>/<org>/<stem>/resolve/main/<stem>.pt.
 HUB_ORG = "LibreYOLO"
 

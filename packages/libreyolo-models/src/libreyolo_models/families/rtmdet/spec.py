@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ...family_spec import FamilySpec, TaskDecl
+from ...family_spec import SHORT_RUN_SHARES, FamilySpec, TaskDecl
 from .input_stats import MEAN_RGB, STD_RGB
 
 if TYPE_CHECKING:
@@ -29,11 +29,6 @@ RECIPE: dict[str, object] = {
     "mosaic": 1.0, "close_mosaic": 20, "fliplr": 0.5, "degrees": 0.0, "shear": 0.0,
 }
 
-# The recipe's warmup and mosaic-free epochs are sized for a 300-epoch COCO run; a short run
-# caps each to 30 % of its epochs (the share main's warmup floor uses): 12 epochs close mosaic
-# for the last 4 instead of all 12 (close_mosaic 20), and warm up for at most 3.6.
-RUN_LENGTH_SHARES: dict[str, float] = {"warmup_epochs": 0.3, "close_mosaic": 0.3}
-
 SPEC = FamilySpec(
     name="rtmdet",
     display_name="RTMDet",
@@ -51,7 +46,7 @@ SPEC = FamilySpec(
             inference_capture=True,
             train_capture=True,
             recipe=RECIPE,
-            recipe_shares=RUN_LENGTH_SHARES,
+            recipe_shares=SHORT_RUN_SHARES,
         ),
     },
     implementation=_implementation,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ...family_spec import FamilySpec, TaskDecl
+from ...family_spec import SHORT_RUN_SHARES, FamilySpec, TaskDecl
 
 if TYPE_CHECKING:
     from ...contract import Family
@@ -44,11 +44,6 @@ RECIPE: dict[str, object] = {
     "amp": False,
 }
 
-# The recipe's warmup and mosaic-free epochs are sized for a 300-epoch COCO run; a short run
-# caps each to 30 % of its epochs (the share main's warmup floor uses), so 12 epochs warm up
-# for 3.6 and close mosaic for the last 4, instead of warming up for 5 and never using mosaic.
-RUN_LENGTH_SHARES: dict[str, float] = {"warmup_epochs": 0.3, "close_mosaic": 0.3}
-
 SPEC = FamilySpec(
     name="yolox",
     display_name="YOLOX",
@@ -68,7 +63,7 @@ SPEC = FamilySpec(
             train_capture=True,
             inference_fuse=True,  # test_yolox_family: fused detections equal unfused ones to rounding
             recipe=RECIPE,
-            recipe_shares=RUN_LENGTH_SHARES,
+            recipe_shares=SHORT_RUN_SHARES,
         ),
     },
     implementation=_implementation,
