@@ -21,7 +21,7 @@ against eager and against Ultralytics.
     python tools/bench_predict.py --images 200 --video-s 5 --no-compile   # a quick look
 
 Random weights (``--size`` of YOLOv9, the same ``yolov9<size>.yaml`` for the peer); our class scores
-sit at the head's prior (``PRIOR_SCORES``), so detections are few and NMS is cheap for both. ``--data-dir`` keeps the generated files between runs.
+sit at the head's prior (``fresh_model``), so detections are few and NMS is cheap for both. ``--data-dir`` keeps the generated files between runs.
 """
 
 from __future__ import annotations
@@ -111,7 +111,14 @@ def _moving(i: int) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------- our arms
-def fresh_model(size: str, imgsz: int) -> Any:
+def fresh_model(size: str, imgsz: int, *, prior_scores: bool = True) -> Any:
+    """A random YOLOv9 with BatchNorm statistics from one batch (so fp16 stays finite).
+
+    With those weights about 1,900 boxes per image clear conf 0.25, against a handful for a
+    freshly built Ultralytics model, so post-processing would compare unequal workloads.
+    ``prior_scores`` zeroes our last class convolutions, leaving every class score at the head's
+    prior (about 1e-4), like a new Ultralytics head's; ``--busy-scores`` keeps the busy case.
+    The table's detections column shows each side's count."""
     from libreyolo_models import LibreYOLO
 
     torch.manual_seed(0)
@@ -122,19 +129,14 @@ def fresh_model(size: str, imgsz: int) -> Any:
     model.net.train()
     with torch.no_grad():
         model.net(torch.rand(2, 3, imgsz, imgsz))
-        if PRIOR_SCORES:  # the last class conv of each level zeroed: every score is the class prior
+        if prior_scores:  # the last class conv of each level zeroed: every score is the class prior
             for branch in model.net.head.cv3:
                 branch[-1].weight.zero_()
     model.net.eval()
     return model
 
 
-PRIOR_SCORES = True
-"""With random weights and BatchNorm statistics from one batch, about 1,900 boxes per image clear
-conf 0.25, against a handful for a freshly built Ultralytics model, so post-processing would
-compare unequal workloads. Zeroing our last class convolutions leaves every class score at the
-head's prior (about 1e-4), like a new Ultralytics head's; ``--busy-scores`` keeps the busy case.
-The table's detections column shows each side's count."""
+
 
 
 def phase_means(results: Iterable[Any]) -> tuple[int, dict[str, float]]:
@@ -152,7 +154,7 @@ def phase_means(results: Iterable[Any]) -> tuple[int, dict[str, float]]:
 
 def run_ours(arm: str, args: argparse.Namespace, image: Path, folder: Path, video: Path | None) -> dict[str, Any]:
     options = {"device": 0, "imgsz": args.imgsz, "conf": args.conf, **ARMS[arm]}
-    model = fresh_model(args.size, args.imgsz)
+    model = fresh_model(args.size, args.imgsz, prior_scores=not args.busy_scores)
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
     out: dict[str, Any] = {}
@@ -305,11 +307,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    global PRIOR_SCORES
     args = parse_args(argv)
     if not torch.cuda.is_available():
         sys.exit("bench_predict.py needs a CUDA GPU")
-    PRIOR_SCORES = not args.busy_scores
     notes: list[str] = []
     log(f"writing data into {args.data_dir}")
     image = args.data_dir / "one.jpg"
