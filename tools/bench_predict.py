@@ -201,24 +201,34 @@ def median_ms(fn: Callable[[], Any], reps: int, warmup: int) -> float:
 
 
 def network_only(args: argparse.Namespace) -> list[str]:
+    """The fused fp16 network alone: eager, our graph and compile's, in NCHW; then eager and our
+    graph in channels_last (a copy of the network and its input in that layout): what the layout
+    alone is worth, before predict adopts it."""
+    import copy
+
     model = fresh_model(args.size, args.imgsz).to(0)
     model.fuse()  # folded from fp32 statistics, then cast with the network
     model.half()
     module = model.inference_module(model.fused_net()).eval()
-    rows = ["| batch | eager ms | graph ms | compile(reduce-overhead) ms | graph/eager | compile/eager | compile first call s |",
-            "|---:|---:|---:|---:|---:|---:|---:|"]
+    rows = ["| batch | layout | eager ms | graph ms | compile(reduce-overhead) ms | graph/eager | compile/eager | "
+            "graph/compile | compile first call s |", "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
     compiled = None
     if args.compile:
         compiled = torch.compile(module, mode="reduce-overhead")
+    # A copy in channels_last (the module wraps a closure over its network, so copy the network).
+    last = model.inference_module(copy.deepcopy(model.fused_net()).to(memory_format=torch.channels_last)).eval()
     for batch in sorted({1, args.batch}):
-        rows.append(_network_row(module, compiled, batch, args))
+        rows.append(_network_row(module, compiled, batch, args, "NCHW"))
+        rows.append(_network_row(last, None, batch, args, "channels_last"))
     return rows
 
 
-def _network_row(module: torch.nn.Module, compiled: Any, batch: int, args: argparse.Namespace) -> str:
+def _network_row(module: torch.nn.Module, compiled: Any, batch: int, args: argparse.Namespace, layout: str) -> str:
     from libreyolo_cudagraph import GraphRunner
 
     x = torch.rand(batch, 3, args.imgsz, args.imgsz, device="cuda", dtype=torch.float16)
+    if layout == "channels_last":
+        x = x.contiguous(memory_format=torch.channels_last)
     mark = getattr(torch.compiler, "cudagraph_mark_step_begin", lambda: None)
 
     def call_compiled() -> Any:
@@ -227,7 +237,7 @@ def _network_row(module: torch.nn.Module, compiled: Any, batch: int, args: argpa
 
     with torch.no_grad():  # as tools/bench_infer_graphs.py: compile's graph trees and ours alike
         eager = median_ms(lambda: module(x), args.reps, args.warmup)
-        runner = GraphRunner(module, mode="on", name=f"net-b{batch}")
+        runner = GraphRunner(module, mode="on", name=f"net-b{batch}-{layout}")
         graph = median_ms(lambda: runner(x), args.reps, args.warmup)
         runner.release()
         comp, first = float("nan"), float("nan")
@@ -237,8 +247,8 @@ def _network_row(module: torch.nn.Module, compiled: Any, batch: int, args: argpa
             torch.cuda.synchronize()
             first = time.perf_counter() - t0
             comp = median_ms(call_compiled, args.reps, args.warmup)
-    return (f"| {batch} | {eager:.3f} | {graph:.3f} | {comp:.3f} | {eager / graph:.2f}x | "
-            f"{eager / comp:.2f}x | {first:.1f} |")
+    return (f"| {batch} | {layout} | {eager:.3f} | {graph:.3f} | {comp:.3f} | {eager / graph:.2f}x | "
+            f"{eager / comp:.2f}x | {graph / comp:.2f}x | {first:.1f} |")
 
 
 # --------------------------------------------------------------------------- report

@@ -5,6 +5,7 @@ files all pass through ``load_config``, so each option has one default and one t
 from __future__ import annotations
 
 import difflib
+import functools
 import types
 import typing
 from collections.abc import Mapping
@@ -35,14 +36,20 @@ def load_config(cls: type[T], values: Mapping[str, object], source: str) -> T:
         ConfigError: an unknown key (with a did-you-mean) or a value of the wrong type; the
             message names ``source`` (``"model.train()"``, ``"command line"``, a file).
     """
-    hints = typing.get_type_hints(cls)
-    known = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+    hints, known = _schema(cls)
     for key in values:
         if key not in known:
             raise ConfigError(f"{source}: unknown option {key!r}{suggest(key, known)}; "
                               f"valid options: {', '.join(sorted(known))}")
     converted = {key: coerce(value, hints[key], key, source) for key, value in values.items()}
     return cls(**converted)
+
+
+@functools.cache
+def _schema(cls: type) -> tuple[dict[str, Any], frozenset[str]]:
+    """A settings class's field types and names: resolving the string annotations costs about a
+    millisecond per call, which every ``model(image)`` would pay again."""
+    return typing.get_type_hints(cls), frozenset(f.name for f in fields(cls))  # type: ignore[arg-type]
 
 
 def coerce(value: object, annotation: Any, key: str, source: str) -> object:
