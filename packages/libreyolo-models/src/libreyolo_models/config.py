@@ -36,7 +36,7 @@ def load_config(cls: type[T], values: Mapping[str, object], source: str) -> T:
         ConfigError: an unknown key (with a did-you-mean) or a value of the wrong type; the
             message names ``source`` (``"model.train()"``, ``"command line"``, a file).
     """
-    hints, known = _schema(cls)
+    hints, known = _schema(cls)  # type: ignore[arg-type]  # a class is hashable
     for key in values:
         if key not in known:
             raise ConfigError(f"{source}: unknown option {key!r}{suggest(key, known)}; "
@@ -49,7 +49,7 @@ def load_config(cls: type[T], values: Mapping[str, object], source: str) -> T:
 def _schema(cls: type) -> tuple[dict[str, Any], frozenset[str]]:
     """A settings class's field types and names: resolving the string annotations costs about a
     millisecond per call, which every ``model(image)`` would pay again."""
-    return typing.get_type_hints(cls), frozenset(f.name for f in fields(cls))  # type: ignore[arg-type]
+    return typing.get_type_hints(cls), frozenset(f.name for f in fields(cls))
 
 
 def coerce(value: object, annotation: Any, key: str, source: str) -> object:
