@@ -78,3 +78,26 @@ def test_a_training_mode_forward_alone_makes_the_fused_copy_stale() -> None:
         model.net(torch.rand(2, 3, 64, 64))  # BatchNorm statistics move, no weight does
     model.net.eval()
     assert not model.fused and model.fused_net() is not first
+
+
+def test_a_folded_unit_calls_the_same_kernels_as_its_modules_and_gives_the_same_bits() -> None:
+    from libreyolo_models.layers.conv import Conv
+
+    torch.manual_seed(0)
+    for act in (True, False):
+        unit = Conv(4, 6, 3, s=2, act=act).eval()
+        with torch.no_grad():  # statistics away from the defaults, so the fold does something
+            unit.bn.running_mean.uniform_(-1, 1)
+            unit.bn.running_var.uniform_(0.5, 2)
+        assert unit.fuse_for_inference() and unit.folded
+        x = torch.rand(2, 4, 9, 9)
+        with torch.inference_mode(), _Ops() as ops:
+            fast = unit(x)
+        assert ops.seen["aten.conv2d"] == 1 and ops.seen["aten.silu_"] == int(act) and sum(ops.seen.values()) == 1 + act
+        unit.folded = False  # the module path: conv, Identity, activation
+        with torch.inference_mode():
+            assert torch.equal(fast, unit(x))
+        unit.folded = True
+        y = unit(x.requires_grad_())  # under autograd the fast path stays out of place
+        y.sum().backward()
+        assert x.grad is not None
