@@ -33,6 +33,7 @@ not a guess.
 
 from __future__ import annotations
 
+import io
 import logging
 from pathlib import Path
 from typing import Any
@@ -94,14 +95,19 @@ class Notes:
 # --------------------------------------------------------------------------- files
 
 
-def read_image_file(path: str | Path, *, max_side: int | None = None) -> tuple[np.ndarray, tuple[int, int]]:
+def read_image_file(path: str | Path, *, max_side: int | None = None, draft_only: bool = False,
+                    data: bytes | None = None) -> tuple[np.ndarray, tuple[int, int]]:
     """Decode an image file to RGB uint8 as a viewer shows it (see the module docstring).
 
     Args:
-        path: the file.
+        path: the file (named in errors; read unless ``data`` is given).
         max_side: resize so the long side is ``max_side`` (aspect kept; bilinear with
             antialiasing); large JPEGs are then decoded at a reduced DCT scale first, still at
             least the target size, which is several times faster. None keeps the full size.
+        draft_only: apply ``max_side`` only to a JPEG that the reduced DCT scale makes at least
+            twice smaller; anything else keeps its full size (predict resizes those on the
+            device, where it costs nothing, instead of on the CPU).
+        data: the file's bytes, already read.
 
     Returns:
         ``uint8 [h, w, 3]`` pixels and the full-size ``(h, w)`` after EXIF orientation.
@@ -116,16 +122,19 @@ def read_image_file(path: str | Path, *, max_side: int | None = None) -> tuple[n
         raise ImageDecodeError(name, f"unsupported source: {path.suffix} is a video; LibreYOLO reads still "
                                      f"images ({', '.join(sorted(IMAGE_SUFFIXES))}); extract frames first")
     try:
-        with Image.open(path) as im:
+        with Image.open(path if data is None else io.BytesIO(data)) as im:
             raw_w, raw_h = im.size
             if raw_w < 1 or raw_h < 1:
                 raise ImageDecodeError(name, f"image has no pixels ({raw_w}x{raw_h})")
             rotated = exif_orientation(im) in _ROTATED
             ori_h, ori_w = (raw_w, raw_h) if rotated else (raw_h, raw_w)
             target = _target_size(ori_h, ori_w, max_side)
-            if target is not None and im.format in ("JPEG", "MPO"):
+            jpeg = im.format in ("JPEG", "MPO")
+            if target is not None and jpeg:
                 ratio = max(target) / max(ori_h, ori_w)
                 im.draft(im.mode, (max(1, int(raw_w * ratio + 0.999)), max(1, int(raw_h * ratio + 0.999))))
+            if draft_only and (not jpeg or im.size == (raw_w, raw_h)):
+                target = None  # no reduced decode to be had: full size, resized where it is cheap
             im.load()
             rgb = to_rgb_image(_oriented(im), name)
     except ImageDecodeError:

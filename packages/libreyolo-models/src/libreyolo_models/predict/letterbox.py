@@ -72,8 +72,8 @@ def resize_images(images: Tensor, new_h: int, new_w: int) -> Tensor:
     return out.round_().clamp_(0, 255).to(torch.uint8).permute(0, 2, 3, 1)
 
 
-def letterbox_batch(images: Sequence[Tensor], imgsz: int, dtype: torch.dtype = torch.float32
-                    ) -> tuple[Tensor, list[LetterboxInfo]]:
+def letterbox_batch(images: Sequence[Tensor], imgsz: int, dtype: torch.dtype = torch.float32,
+                    orig_shapes: Sequence[tuple[int, int]] | None = None) -> tuple[Tensor, list[LetterboxInfo]]:
     """Letterbox a batch on the images' device: the device half of predict's preprocessing.
 
     Images of one size (the frames of a video) are resized by one call, so a batch of frames
@@ -83,6 +83,11 @@ def letterbox_batch(images: Sequence[Tensor], imgsz: int, dtype: torch.dtype = t
         images: ``uint8 [H, W, 3]`` RGB tensors, all on one device; sizes may differ.
         imgsz: side of the square network input.
         dtype: the network's input dtype (fp16 for ``half=True``).
+        orig_shapes: per image, the ``(h, w)`` of the picture it shows when it is a reduced
+            decode (``sources.read_image_for``); the geometry and the mapping back are the
+            picture's, and an image already at its letterbox size is pasted as it is (the
+            image cache's pixels, so predict and validation see the same input). None: each
+            image is its own picture.
 
     Returns:
         ``dtype [B, 3, imgsz, imgsz]`` in [0, 1] on the images' device, and per image the mapping
@@ -93,14 +98,14 @@ def letterbox_batch(images: Sequence[Tensor], imgsz: int, dtype: torch.dtype = t
     device = images[0].device
     canvas = torch.full((len(images), imgsz, imgsz, 3), FILL, dtype=torch.uint8, device=device)
     infos: list[LetterboxInfo] = []
-    groups: dict[tuple[int, int], list[int]] = {}
+    groups: dict[tuple[int, int, int, int], list[int]] = {}  # (h, w, new_h, new_w) -> images
     for i, image in enumerate(images):
-        new_h, new_w, info = letterbox_geometry(int(image.shape[0]), int(image.shape[1]), imgsz)
+        size = (int(image.shape[0]), int(image.shape[1]))
+        new_h, new_w, info = letterbox_geometry(*(size if orig_shapes is None else orig_shapes[i]), imgsz)
         infos.append(info)
-        groups.setdefault((int(image.shape[0]), int(image.shape[1])), []).append(i)
-    for members in groups.values():
+        groups.setdefault((*size, new_h, new_w), []).append(i)
+    for (_, _, new_h, new_w), members in groups.items():
         info = infos[members[0]]
-        new_h, new_w, _ = letterbox_geometry(*info.orig_shape, imgsz)
         resized = resize_images(torch.stack([images[i] for i in members]), new_h, new_w)
         left, top = int(info.pad[0]), int(info.pad[1])
         if members[-1] - members[0] == len(members) - 1:  # consecutive (a video, a same-size folder): one copy

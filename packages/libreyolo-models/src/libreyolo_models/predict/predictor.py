@@ -92,7 +92,10 @@ def run_prediction(model: LibreYOLO, source: object, cfg: PredictConfig) -> Resu
     listed on the list's ``skipped``.
     """
     report = SourceReport()
-    plan = open_source(source, vid_stride=cfg.vid_stride, report=report)
+    # Image files decode for the letterbox they feed: a large JPEG at a reduced DCT scale straight
+    # to its letterbox size (the image cache's pixels), its full picture kept for Results.orig_img.
+    shrink_to = model.resolve_imgsz(cfg.imgsz) if model.task_spec.reduced_decode else None
+    plan = open_source(source, vid_stride=cfg.vid_stride, report=report, shrink_to=shrink_to)
     if plan.is_live and not cfg.stream:
         raise ConfigError(f"source={source!r} is a camera or network stream, which never ends, so a list of its "
                           "results would grow without bound; pass stream=True and iterate the results")
@@ -169,7 +172,9 @@ class Predictor:
         """One forward pass over ``batch``: upload, letterbox, network, post-process, results."""
         model, task = self.model, self.task
         clock = PhaseClock(model.device)
-        x, infos = task.prepare_batch(batch.pixels, self.imgsz, model.dtype, model.device)
+        reduced = any(f.full is not None for f in batch.frames)
+        x, infos = task.prepare_batch(batch.pixels, self.imgsz, model.dtype, model.device,
+                                      [f.orig_shape for f in batch.frames] if reduced else None)
         clock.mark("preprocess")
         with torch.inference_mode():
             out = self.forward(x)
@@ -181,6 +186,8 @@ class Predictor:
         results = []
         for frame, prediction, info in zip(batch.frames, predictions, infos):
             res = task.make_results(frame.image, frame.name, self.names, prediction, info, dict(speed))
+            if frame.full is not None:  # orig_img: the full picture, decoded if someone looks
+                res.defer_orig_img(frame.full)
             res.source, res.frame, res.fps = frame.source, frame.frame, frame.fps
             self._emit(res, frame)
             results.append(res)

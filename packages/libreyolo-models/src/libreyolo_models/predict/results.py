@@ -8,7 +8,7 @@ import json
 import logging
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
@@ -17,6 +17,9 @@ from torch import Tensor
 from ..layers.boxes import xyxy_to_xywh
 from .plotting import draw_detections, draw_top_classes
 from .probs import Probs
+
+if TYPE_CHECKING:
+    from .sources import ShrunkImage
 
 log = logging.getLogger(__name__)
 
@@ -123,10 +126,29 @@ class Results:
     # model.track only: recent box centres per track id, ``float [K, 2]`` (x, y pixels, oldest
     # first), for the ids in ``boxes.id``; drawn as trails by ``plot``.
     trails: dict[int, np.ndarray] | None = None
+    _full: ShrunkImage | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def orig_shape(self) -> tuple[int, int]:
+        full = self.__dict__.get("_full")
+        if full is not None:
+            return full.orig_shape
         return self.orig_img.shape[0], self.orig_img.shape[1]
+
+    def defer_orig_img(self, full: ShrunkImage) -> None:
+        """Make ``orig_img`` the full picture of ``full``, decoded on first access: predict read a
+        reduced copy for the network (``sources.read_image_for``), and most callers only read the
+        boxes; plotting, saving and crops decode it then (once)."""
+        self._full = full
+        del self.orig_img  # now found by __getattr__ until it is decoded
+
+    def __getattr__(self, name: str) -> Any:
+        full = self.__dict__.get("_full")
+        if name == "orig_img" and full is not None:
+            self.orig_img = image = full.full()
+            self._full = None
+            return image
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def __len__(self) -> int:
         return len(self.boxes) if self.boxes is not None else 0

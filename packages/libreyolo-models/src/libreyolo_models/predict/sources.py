@@ -33,13 +33,15 @@ from ..data.decode import (
     ImageDecodeError,
     Notes,
     array_to_rgb8,
+    describe_read_error,
     pil_to_rgb8,
     read_image_file,
     tensor_to_rgb8,
 )
 from ..errors import SourceError
 
-__all__ = ["IMAGE_SUFFIXES", "SourceImage", "SourceReport", "expand_paths", "iter_sources", "read_image"]
+__all__ = ["IMAGE_SUFFIXES", "ShrunkImage", "SourceImage", "SourceReport", "expand_paths", "iter_sources", "read_image",
+           "read_image_for"]
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +86,43 @@ class SourceReport:
 def read_image(path: str | Path) -> np.ndarray:
     """Decode an image file to RGB uint8 ``[H, W, 3]`` as a viewer shows it (EXIF, 16-bit, alpha)."""
     return read_image_file(_checked_path(path))[0]
+
+
+@dataclass(frozen=True)
+class ShrunkImage:
+    """A file decoded for a network input of a known size (``read_image_for``).
+
+    Attributes:
+        pixels: RGB uint8 ``[h, w, 3]``: the full picture, or a JPEG decoded at a reduced DCT
+            scale straight to its letterbox size (then exactly the image cache's pixels).
+        orig_shape: the full picture's ``(h, w)`` after EXIF orientation.
+        data: the file's bytes when ``pixels`` is reduced (the full picture decodes from them
+            when asked for, not before); None when ``pixels`` is the full picture.
+    """
+
+    pixels: np.ndarray
+    orig_shape: tuple[int, int]
+    name: str
+    data: bytes | None = None
+
+    def full(self) -> np.ndarray:
+        """The full-size picture (decoded now from the kept bytes when ``pixels`` is reduced)."""
+        if self.data is None:
+            return self.pixels
+        return read_image_file(self.name, data=self.data)[0]
+
+
+def read_image_for(path: str | Path, imgsz: int) -> ShrunkImage:
+    """Decode an image file for an ``imgsz`` letterbox: a JPEG at least twice the letterbox size
+    decodes at a reduced DCT scale (several times faster, a fraction of the bytes to move), other
+    files at full size. The full picture stays available (``ShrunkImage.full``)."""
+    resolved = _checked_path(path)
+    try:
+        data = resolved.read_bytes()
+    except OSError as err:
+        raise ImageDecodeError(str(path), describe_read_error(err)) from None
+    pixels, orig_shape = read_image_file(resolved, max_side=imgsz, draft_only=True, data=data)
+    return ShrunkImage(pixels, orig_shape, str(resolved), data if pixels.shape[:2] != orig_shape else None)
 
 
 def _checked_path(path: str | Path) -> Path:

@@ -47,7 +47,7 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 
 from ..data.decode import ImageDecodeError
 from ..errors import ConfigError, SourceError
-from .sources import IMAGE_SUFFIXES, SourceReport, expand_paths, iter_sources, read_image
+from .sources import IMAGE_SUFFIXES, ShrunkImage, SourceReport, expand_paths, iter_sources, read_image, read_image_for
 from .video import STREAM_SCHEMES, VIDEO_SUFFIXES, is_video_path, iter_video, webcam_target
 
 URL_TIMEOUT_S = 10.0
@@ -70,6 +70,8 @@ class Frame:
         frame: index within a video or stream; None for a still image.
         name: file name used when saving (a path or a label with a suffix).
         fps: frame rate of the video it belongs to (None for still images or unknown).
+        full: when ``image`` is a reduced decode of a larger picture (``sources.read_image_for``),
+            that picture's full size and a way to decode it; None when ``image`` is the picture.
     """
 
     image: np.ndarray
@@ -77,6 +79,12 @@ class Frame:
     frame: int | None = None
     name: str = ""
     fps: float | None = None
+    full: ShrunkImage | None = None
+
+    @property
+    def orig_shape(self) -> tuple[int, int]:
+        """The picture's ``(h, w)``: ``image``'s, or the full size it was reduced from."""
+        return self.full.orig_shape if self.full is not None else (self.image.shape[0], self.image.shape[1])
 
 
 @dataclass(frozen=True)
@@ -88,8 +96,12 @@ class SourcePlan:
     count: int | None = None  # how many frames at most, when known before decoding (image files)
 
 
-def open_source(source: object, *, vid_stride: int = 1, report: SourceReport | None = None) -> SourcePlan:
+def open_source(source: object, *, vid_stride: int = 1, report: SourceReport | None = None,
+                shrink_to: int | None = None) -> SourcePlan:
     """Classify ``source`` now (so a missing file fails at the call) and decode it lazily.
+
+    ``shrink_to``: the letterbox size the frames are for; image files that can decode smaller
+    (large JPEGs, ``sources.read_image_for``) then do, keeping their full picture on ``Frame.full``.
 
     Unreadable items of a folder, glob or list are skipped into ``report`` (``predict.sources``
     rules: one input given alone that cannot be read is an error).
@@ -106,7 +118,7 @@ def open_source(source: object, *, vid_stride: int = 1, report: SourceReport | N
     if not any(_special(item) for item in items):
         named = [item for item in items if isinstance(item, str | Path)]
         if items and len(named) == len(items):
-            frames, count = _files(named, report, listed=isinstance(source, list | tuple))
+            frames, count = _files(named, report, listed=isinstance(source, list | tuple), shrink_to=shrink_to)
             return SourcePlan(frames, is_live=False, count=count)
         return SourcePlan(_still(source, report), is_live=False)
     if not isinstance(source, list | tuple) and _special(source) == "video" and not Path(
@@ -133,7 +145,8 @@ def _special(item: object) -> str | None:
     return "video" if is_video_path(text) else None
 
 
-def _files(items: list[str | Path], report: SourceReport, *, listed: bool) -> tuple[Iterator[Frame], int]:
+def _files(items: list[str | Path], report: SourceReport, *, listed: bool, shrink_to: int | None = None
+           ) -> tuple[Iterator[Frame], int]:
     """Paths, folders and globs: expanded now (one given alone that is missing fails at the call;
     in a list it is skipped), then decoded in parallel; and how many files that is."""
     paths: list[Path | ImageDecodeError] = []  # a list item that named nothing: skipped in its place
@@ -146,7 +159,7 @@ def _files(items: list[str | Path], report: SourceReport, *, listed: bool) -> tu
             paths.append(ImageDecodeError(f"source[{idx}]", str(err)))
     alone = not listed and len(paths) == 1 and paths[0] == Path(str(items[0])).expanduser()
     where = "inputs" if listed else f"images in {str(items[0])!r}"
-    return decode_files(paths, report=report, alone=alone, where=where), len(paths)
+    return decode_files(paths, report=report, alone=alone, where=where, shrink_to=shrink_to), len(paths)
 
 
 def decode_workers() -> int:
@@ -159,17 +172,17 @@ def decode_workers() -> int:
 
 
 def decode_files(paths: list[Path | ImageDecodeError], workers: int | None = None, *, report: SourceReport | None = None,
-                 alone: bool = False, where: str = "images") -> Iterator[Frame]:
+                 alone: bool = False, where: str = "images", shrink_to: int | None = None) -> Iterator[Frame]:
     """Image files decoded by a few threads (PIL and libjpeg release the GIL), yielded in order.
 
     At most ``2 * workers`` decodes are in flight, so memory stays bounded for any number of
     files; closing the generator cancels the ones not started and waits for the rest. An
     unreadable file is skipped into ``report`` unless it was given ``alone``; if none could be
-    read, that is an error naming the first.
+    read, that is an error naming the first. ``shrink_to``: see ``open_source``.
     """
     report = report if report is not None else SourceReport()
     produced = 0
-    for path, image in _decoded(paths, workers or decode_workers()):
+    for path, image in _decoded(paths, workers or decode_workers(), shrink_to):
         report.seen += 1
         if isinstance(image, ImageDecodeError):
             if alone:
@@ -177,39 +190,45 @@ def decode_files(paths: list[Path | ImageDecodeError], workers: int | None = Non
             report.skip(image.name, image.reason)
             continue
         produced += 1
-        yield Frame(image, str(path), None, str(path))
+        if isinstance(image, ShrunkImage):
+            yield Frame(image.pixels, str(path), None, str(path), full=image if image.data is not None else None)
+        else:
+            yield Frame(image, str(path), None, str(path))
     if produced == 0 and report.skipped:
         name, reason = report.skipped[0]
         raise SourceError(f"none of the {report.seen} {where} could be read (first: {name}: {reason})")
 
 
-def _read_or_error(path: Path | ImageDecodeError) -> np.ndarray | ImageDecodeError:
+Decoded = np.ndarray | ShrunkImage | ImageDecodeError
+
+
+def _read_or_error(path: Path | ImageDecodeError, shrink_to: int | None = None) -> Decoded:
     if isinstance(path, ImageDecodeError):
         return path
     try:
-        return read_image(path)
+        return read_image(path) if shrink_to is None else read_image_for(path, shrink_to)
     except ImageDecodeError as err:
         return err
 
 
-def _decoded(paths: list[Path | ImageDecodeError], workers: int
-             ) -> Iterator[tuple[Path | ImageDecodeError, np.ndarray | ImageDecodeError]]:
+def _decoded(paths: list[Path | ImageDecodeError], workers: int, shrink_to: int | None = None
+             ) -> Iterator[tuple[Path | ImageDecodeError, Decoded]]:
     workers = min(workers, len(paths))
     if workers <= 1:  # one file (a batch-1 call): no pool to start and stop
         for path in paths:
-            yield path, _read_or_error(path)
+            yield path, _read_or_error(path, shrink_to)
         return
     pool = ThreadPoolExecutor(workers, thread_name_prefix="libreyolo-decode")
-    pending: deque[tuple[Path | ImageDecodeError, Future[np.ndarray | ImageDecodeError]]] = deque()
+    pending: deque[tuple[Path | ImageDecodeError, Future[Decoded]]] = deque()
     todo = iter(paths)
     try:
         for path in islice(todo, 2 * workers):
-            pending.append((path, pool.submit(_read_or_error, path)))
+            pending.append((path, pool.submit(_read_or_error, path, shrink_to)))
         while pending:
             path, future = pending.popleft()
             following = next(todo, None)
             if following is not None:
-                pending.append((following, pool.submit(_read_or_error, following)))
+                pending.append((following, pool.submit(_read_or_error, following, shrink_to)))
             yield path, future.result()
     finally:
         pool.shutdown(wait=True, cancel_futures=True)

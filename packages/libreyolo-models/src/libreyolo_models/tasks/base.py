@@ -91,6 +91,9 @@ class Task(abc.ABC):
     # autobatch then leaves their bytes out of the batch's memory budget.
     images_on_device: ClassVar[bool] = False
     augmentations: ClassVar[frozenset[str]] = frozenset()  # TrainConfig augmentation fields honoured
+    # predict may hand prepare_batch a reduced decode of a large picture, with the picture's size
+    # in orig_shapes (sources.read_image_for): true for the letterboxing tasks.
+    reduced_decode: ClassVar[bool] = True
 
     # ------------------------------------------------------------------ data
     @abc.abstractmethod
@@ -133,15 +136,16 @@ class Task(abc.ABC):
     def prepare(self, image: np.ndarray, imgsz: int) -> Prepared:
         """RGB uint8 ``[H, W, 3]`` -> the network input and the mapping back (CPU reference path)."""
 
-    def prepare_batch(self, images: Sequence[Tensor], imgsz: int, dtype: torch.dtype, device: torch.device
-                      ) -> tuple[Tensor, list[Any]]:
+    def prepare_batch(self, images: Sequence[Tensor], imgsz: int, dtype: torch.dtype, device: torch.device,
+                      orig_shapes: Sequence[tuple[int, int]] | None = None) -> tuple[Tensor, list[Any]]:
         """Predict's preprocessing: host ``uint8 [H, W, 3]`` RGB tensors (pinned on CUDA; sizes may
         differ) -> the network input ``dtype [B, 3, S, S]`` on ``device`` and per image what
         ``make_results`` needs to map back. The default uploads the uint8 pixels and letterboxes
-        them there, as validation does (``predict.letterbox.letterbox_batch``)."""
+        them there, as validation does (``predict.letterbox.letterbox_batch``). ``orig_shapes``:
+        the pictures' sizes where an image is a reduced decode (``reduced_decode`` tasks only)."""
         from ..predict.letterbox import letterbox_batch
 
-        return letterbox_batch([image.to(device, non_blocking=True) for image in images], imgsz, dtype)
+        return letterbox_batch([image.to(device, non_blocking=True) for image in images], imgsz, dtype, orig_shapes)
 
     def predictions_to_host(self, predictions: Any) -> Any:
         """A batch's post-processed predictions, moved to the CPU if the task's results live

@@ -44,6 +44,7 @@ class ClassifyTask(Task):
     results_field: ClassVar[str] = "probs"
     supports_multi_scale: ClassVar[bool] = False
     augmentations: ClassVar[frozenset[str]] = frozenset(ClassifyAugment.__dataclass_fields__) | {"label_smoothing"}
+    reduced_decode: ClassVar[bool] = False  # the centre crop is taken from the full picture
 
     def load_data(self, data: Any) -> Any:
         return load_folder_data(data)
@@ -77,8 +78,8 @@ class ClassifyTask(Task):
         crop = torch.from_numpy(centre_crop(image, imgsz)).permute(2, 0, 1).float().div_(255)
         return Prepared(crop, None)
 
-    def prepare_batch(self, images: Sequence[Tensor], imgsz: int, dtype: torch.dtype, device: torch.device
-                      ) -> tuple[Tensor, list[Any]]:
+    def prepare_batch(self, images: Sequence[Tensor], imgsz: int, dtype: torch.dtype, device: torch.device,
+                      orig_shapes: Sequence[tuple[int, int]] | None = None) -> tuple[Tensor, list[Any]]:
         """The centre crop on the CPU (the pixels validation caches), then one upload of the batch."""
         crops = torch.stack([self.prepare(image.numpy(), imgsz).tensor for image in images])
         return crops.to(device=device, dtype=dtype, non_blocking=True), [None] * len(images)

@@ -100,4 +100,4 @@ class DetectTask(Task):
     def make_results(self, image: np.ndarray, name: str, names: dict[int, str], prediction: Any, info: Any,
                      speed: dict[str, float]) -> Results:
         det = scale_to_original(prediction, info.ratio, info.pad, info.orig_shape).cpu()
-        return Results(image, name, names, boxes=Boxes(det, image.shape[:2]), speed=speed)
+        return Results(image, name, names, boxes=Boxes(det, info.orig_shape), speed=speed)

@@ -1,0 +1,96 @@
+"""Predict reads a large JPEG at a reduced DCT scale, straight to its letterbox size: the network
+sees validation's cached pixels bit for bit, boxes map back to the full picture, and
+``Results.orig_img`` is the full picture, decoded only when something looks at it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from libreyolo_models import LibreYOLO9
+from libreyolo_models.data.decode import read_image_file
+from libreyolo_models.data.image_cache import decode_image
+from libreyolo_models.data.letterbox import letterbox_offsets, place_tiles, to_network_input
+from libreyolo_models.predict.letterbox import letterbox_batch
+from libreyolo_models.predict.sources import read_image_for
+from libreyolo_models.predict.streams import open_source
+
+IMGSZ = 64
+
+
+def _photo(h: int, w: int, seed: int = 0) -> np.ndarray:
+    """Smooth gradients and a few blocks: JPEG-like content whose reduced decode is not trivial."""
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[0:h, 0:w]
+    img = np.stack([xx * 255 // w, yy * 255 // h, (xx + yy) * 127 // (h + w)], -1).astype(np.uint8)
+    for _ in range(4):
+        y, x = int(rng.integers(0, h - 20)), int(rng.integers(0, w - 20))
+        img[y:y + 20, x:x + 30] = rng.integers(0, 255, 3)
+    return img
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("reduced")
+    out = {"big": root / "big.jpg", "small": root / "small.jpg", "png": root / "big.png",
+           "rotated": root / "rotated.jpg"}
+    Image.fromarray(_photo(180, 320)).save(out["big"], quality=90)        # 5x the letterbox: reduced
+    Image.fromarray(_photo(40, 60)).save(out["small"], quality=90)        # smaller: full size
+    Image.fromarray(_photo(180, 320)).save(out["png"])                    # not a JPEG: full size
+    exif = Image.Exif()
+    exif[0x0112] = 6  # shown rotated by 90 degrees
+    Image.fromarray(_photo(180, 320, 1)).save(out["rotated"], quality=90, exif=exif)
+    return out
+
+
+def test_a_large_jpeg_decodes_reduced_to_the_image_caches_pixels_and_keeps_its_full_picture(
+        files: dict[str, Path]) -> None:
+    for key in ("big", "rotated"):
+        shrunk = read_image_for(files[key], IMGSZ)
+        cached, orig = decode_image(files[key], IMGSZ)
+        assert shrunk.data is not None and shrunk.orig_shape == orig
+        assert np.array_equal(shrunk.pixels, cached)                  # validation's pixels, bit for bit
+        assert np.array_equal(shrunk.full(), read_image_file(files[key])[0])  # the picture as a viewer shows it
+    assert read_image_for(files["rotated"], IMGSZ).orig_shape == (320, 180)
+
+
+def test_small_images_and_other_formats_decode_at_full_size(files: dict[str, Path]) -> None:
+    for key in ("small", "png"):
+        shrunk = read_image_for(files[key], IMGSZ)
+        assert shrunk.data is None and np.array_equal(shrunk.pixels, read_image_file(files[key])[0])
+
+
+def test_predict_feeds_the_network_validations_canvas_bit_for_bit(files: dict[str, Path]) -> None:
+    (frame,) = list(open_source(str(files["big"]), shrink_to=IMGSZ).frames)
+    assert frame.full is not None and frame.orig_shape == (180, 320)
+    x, (info,) = letterbox_batch([torch.from_numpy(frame.image.copy())], IMGSZ,
+                                 orig_shapes=[frame.orig_shape])
+    assert info.orig_shape == (180, 320) and info.ratio == pytest.approx(IMGSZ / 320)
+    cached, _ = decode_image(files["big"], IMGSZ)
+    h, w = cached.shape[:2]
+    tile = torch.zeros(1, 1, IMGSZ, IMGSZ, 3, dtype=torch.uint8)
+    tile[0, 0, :h, :w] = torch.from_numpy(cached)
+    hw = torch.tensor([[[h, w]]])
+    val = to_network_input(place_tiles(tile, letterbox_offsets(hw, IMGSZ), hw, IMGSZ).permute(0, 3, 1, 2))
+    assert torch.equal(x, val)
+
+
+def test_results_carry_the_full_picture_decoded_on_first_look(files: dict[str, Path], tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = LibreYOLO9(size="t", nc=3, imgsz=IMGSZ)
+    (res,) = model(str(files["big"]), conf=0.0, max_det=3, verbose=False)
+    assert "orig_img" not in vars(res)                     # not decoded yet
+    assert res.orig_shape == (180, 320) and res.boxes is not None and res.boxes.orig_shape == (180, 320)
+    assert len(res.boxes) == 3 and float(res.boxes.xyxy[:, 2].max()) <= 320  # boxes in the picture's pixels
+    assert np.array_equal(res.orig_img, read_image_file(files["big"])[0]) and "orig_img" in vars(res)
+    assert res.plot().shape == (180, 320, 3)
+    (saved,) = model(str(files["big"]), conf=0.0, max_det=3, save=True, project=str(tmp_path), name="run",
+                     verbose=False)
+    assert Image.open(next((tmp_path / "run").glob("*.jpg"))).size == (320, 180)
+    # The same picture given as pixels (no reduced decode) finds boxes in the same frame of reference.
+    (direct,) = model(read_image_file(files["big"])[0], conf=0.0, max_det=3, verbose=False)
+    assert direct.orig_shape == saved.orig_shape == (180, 320)
