@@ -220,14 +220,22 @@ def network_only(args: argparse.Namespace) -> list[str]:
     for batch in sorted({1, args.batch}):
         rows.append(_network_row(module, compiled, batch, args, "NCHW"))
         rows.append(_network_row(last, None, batch, args, "channels_last"))
+    # fp32 (predict's default precision), both layouts, without compile
+    model32 = fresh_model(args.size, args.imgsz).to(0)
+    net32 = model32.fused_net()
+    for layout, net in (("NCHW fp32", net32), ("channels_last fp32",
+                                               copy.deepcopy(net32).to(memory_format=torch.channels_last))):
+        for batch in sorted({1, args.batch}):
+            rows.append(_network_row(model32.inference_module(net).eval(), None, batch, args, layout))
     return rows
 
 
 def _network_row(module: torch.nn.Module, compiled: Any, batch: int, args: argparse.Namespace, layout: str) -> str:
     from libreyolo_cudagraph import GraphRunner
 
-    x = torch.rand(batch, 3, args.imgsz, args.imgsz, device="cuda", dtype=torch.float16)
-    if layout == "channels_last":
+    dtype = torch.float32 if layout.endswith("fp32") else torch.float16
+    x = torch.rand(batch, 3, args.imgsz, args.imgsz, device="cuda", dtype=dtype)
+    if layout.startswith("channels_last"):
         x = x.contiguous(memory_format=torch.channels_last)
     mark = getattr(torch.compiler, "cudagraph_mark_step_begin", lambda: None)
 
@@ -291,7 +299,7 @@ def report(results: dict[str, dict[str, Any]], net_rows: list[str], notes: list[
                 ratio = r[key] / ref[key] if higher else ref[key] / r[key]
                 parts.append(f"{key.split('_')[0]} {ratio:.2f}x vs {ref_name}")
         lines.append(f"- {arm}: " + (", ".join(parts) or "-"))
-    lines += ["", "Network only (fused fp16, CUDA events, medians):", "", *net_rows]
+    lines += ["", "Network only (fused; fp16 unless the layout says fp32; CUDA events, medians):", "", *net_rows]
     if notes:
         lines += ["", *[f"- {n}" for n in notes]]
     return lines

@@ -56,13 +56,14 @@ def steps(model: Any, path: Path, options: dict[str, Any], reps: int) -> list[tu
     rows: list[tuple[str, float]] = []
     ms, cfg = timed(lambda: load_config(PredictConfig, options, "predict()"), reps)
     rows.append(("config", ms))
-    ms, plan = timed(lambda: open_source(str(path), vid_stride=1), reps)
+    shrink = predictor_imgsz = model.resolve_imgsz(options.get("imgsz"))
+    ms, plan = timed(lambda: open_source(str(path), vid_stride=1, shrink_to=shrink), reps)
     rows.append(("open source", ms))
     ms, predictor = timed(lambda: Predictor(model, cfg), reps)
     rows.append(("predictor set-up", ms))
 
     def decode() -> Any:
-        return next(_batches(open_source(str(path), vid_stride=1).frames, 1, pin=False))
+        return next(_batches(open_source(str(path), vid_stride=1, shrink_to=shrink).frames, 1, pin=False))
 
     ms, batch = timed(decode, reps)
     rows.append(("open + read + decode", ms))
@@ -70,7 +71,8 @@ def steps(model: Any, path: Path, options: dict[str, Any], reps: int) -> list[tu
     rows.append(("pin", ms))
     pinned = [p.pin_memory() for p in batch.pixels]
     task, device = predictor.task, model.device
-    ms, prepared = timed(lambda: task.prepare_batch(pinned, predictor.imgsz, model.dtype, device), reps)
+    shapes = [f.orig_shape for f in batch.frames]
+    ms, prepared = timed(lambda: task.prepare_batch(pinned, predictor_imgsz, model.dtype, device, shapes), reps)
     rows.append(("letterbox (upload, resize, layout)", ms))
     x, infos = prepared
     with torch.inference_mode():
@@ -95,7 +97,11 @@ def decoders(path: Path, reps: int) -> list[tuple[str, float]]:
     from libreyolo_models.data.decode import read_image_file
 
     rows = []
+    from libreyolo_models.predict.sources import read_image_for
+
     rows.append(("read_image_file (PIL, EXIF, mode)", timed(lambda: read_image_file(path), reps, sync=False)[0]))
+    rows.append(("read_image_for(640): reduced DCT scale when large", timed(lambda: read_image_for(path, 640), reps,
+                                                                             sync=False)[0]))
     rows.append(("PIL open+load only", timed(lambda: Image.open(path).load(), reps, sync=False)[0]))
     rows.append(("torchvision decode_jpeg, CPU", timed(lambda: tvio.decode_jpeg(tvio.read_file(str(path))), reps,
                                                        sync=False)[0]))

@@ -243,18 +243,18 @@ def test_the_first_batch_decodes_on_the_callers_thread_and_the_rest_ahead_of_it(
     path = tmp_path / "one.png"
     Image.fromarray(np.full((40, 56, 3), 90, np.uint8)).save(path)
     decoded_on: list[str] = []
-    read, still = streams.read_image, streams.iter_sources
+    read, still = streams.read_image_for, streams.iter_sources
 
-    def reading(p):  # noqa: ANN001, ANN202
+    def reading(p, imgsz):  # noqa: ANN001, ANN202
         decoded_on.append(threading.current_thread().name)
-        return read(p)
+        return read(p, imgsz)
 
     def arrays(source, report):  # noqa: ANN001, ANN202
         for item in still(source, report):
             decoded_on.append(threading.current_thread().name)
             yield item
 
-    monkeypatch.setattr(streams, "read_image", reading)
+    monkeypatch.setattr(streams, "read_image_for", reading)  # predict reads files for its letterbox
     monkeypatch.setattr(streams, "iter_sources", arrays)
     starts: list[int] = []
     start = Prefetcher.start
