@@ -282,15 +282,3 @@ def test_predict_puts_a_network_in_eval_mode_only_when_some_module_is_training(m
     net.head.cv3[0].train()  # one training submodule would use batch statistics
     ensure_eval(net)
     assert not any(m.training for m in net.modules())
-
-
-def test_a_video_decodes_on_its_own_thread_which_ends_when_the_stream_is_closed(model, video) -> None:
-    import threading
-
-    results = model(video, stream=True, batch=1, conf=0.3)
-    first = next(results)
-    assert first.frame == 0  # at most 4 frames taken and 8 queued of 16: the decoder still runs
-    assert any(t.name == "libreyolo-video-decode" for t in threading.enumerate())
-    results.close()  # a consumer that stops early
-    assert not any(t.name == "libreyolo-video-decode" for t in threading.enumerate())
-    assert [r.frame for r in model(video, batch=3, conf=0.3)] == list(range(N_FRAMES))  # and a full run after

@@ -47,7 +47,6 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 
 from ..data.decode import ImageDecodeError
 from ..errors import ConfigError, SourceError
-from .prefetch import Prefetcher
 from .sources import IMAGE_SUFFIXES, ShrunkImage, SourceReport, expand_paths, iter_sources, read_image, read_image_for
 from .video import STREAM_SCHEMES, VIDEO_SUFFIXES, is_video_path, iter_video, webcam_target
 
@@ -56,10 +55,6 @@ URL_TIMEOUT_S = 10.0
 
 MAX_DECODE_WORKERS = 8
 """Most threads decoding a folder's image files at once (beyond this, the GPU waits on nothing)."""
-
-VIDEO_FRAMES_AHEAD = 8
-"""Frames a video's decoding thread may run ahead of the batches being assembled (each 720p
-frame is 2.7 MB of RGB)."""
 
 MAX_IMAGE_URL_BYTES = 256 << 20
 """Largest image body downloaded from a URL (a video URL is streamed, never downloaded)."""
@@ -281,16 +276,9 @@ def _item(idx: int, item: object, vid_stride: int, report: SourceReport, *, labe
 
 def _video(url: str, source: str, vid_stride: int, *, fmt: str | None = None, live: bool = False,
            name: str | None = None) -> Iterator[Frame]:
-    """A video's frames, decoded on a thread of their own ``VIDEO_FRAMES_AHEAD`` frames ahead: the
-    thread that assembles and pins batches then overlaps the decoder instead of waiting on it."""
     label = name or (Path(urlsplit(source).path).name or "stream") if live else source
-    decoded = Prefetcher(iter_video(url, source=source, vid_stride=vid_stride, fmt=fmt, live=live),
-                         depth=VIDEO_FRAMES_AHEAD, name="libreyolo-video-decode")
-    try:
-        for image, index, fps in decoded:
-            yield Frame(image, source, index, label, fps)
-    finally:
-        decoded.close()  # stops the thread, which closes the video (bounded wait)
+    for image, index, fps in iter_video(url, source=source, vid_stride=vid_stride, fmt=fmt, live=live):
+        yield Frame(image, source, index, label, fps)
 
 
 def _url(url: str, vid_stride: int) -> Iterator[Frame]:
