@@ -63,7 +63,7 @@ def steps(model: Any, path: Path, options: dict[str, Any], reps: int) -> list[tu
     rows.append(("predictor set-up", ms))
 
     def decode() -> Any:
-        return next(_batches(open_source(str(path), vid_stride=1, shrink_to=shrink).frames, 1, pin=False))
+        return next(_batches(open_source(str(path), vid_stride=1, shrink_to=shrink).frames, 1))
 
     ms, batch = timed(decode, reps)
     rows.append(("open + read + decode", ms))

@@ -41,6 +41,7 @@ from ..settings import PredictConfig
 from .outputs import PredictOutputs, wants_run_dir
 from .prefetch import Prefetcher
 from .results import Results, ResultsList
+from .staging import PinnedStaging, Slot
 from .sources import SourceReport
 from .streams import Frame, SourcePlan, open_source
 from .timing import PhaseClock
@@ -57,27 +58,33 @@ PREFETCH_BATCHES = 2
 
 @dataclass
 class FrameBatch:
-    """Frames decoded on the prefetch thread, with their pixels as (pinned) uint8 tensors."""
+    """Frames decoded on the prefetch thread, with their pixels as (pinned) uint8 tensors;
+    ``slot``: the pinned batch buffer holding them, to release once their upload is queued."""
 
     frames: list[Frame]
     pixels: list[Tensor]
     decode_ms: float
+    slot: Slot | None = None
 
 
-def _batches(frames: Iterator[Frame], size: int, *, pin: bool) -> Generator[FrameBatch, None, None]:
-    """Group frames into batches (runs on the prefetch thread, which also closes the source)."""
+def _batches(frames: Iterator[Frame], size: int, *, staging: PinnedStaging | None = None
+             ) -> Generator[FrameBatch, None, None]:
+    """Group frames into batches (runs on the prefetch thread, which also closes the source);
+    with ``staging`` (CUDA) their pixels land in pinned memory, for asynchronous uploads."""
     try:
         while True:
             started = time.perf_counter()
             chunk = list(islice(frames, size))
             if not chunk:
                 return
-            with warnings.catch_warnings():  # read-only decoder output: only ever read (copied to the device)
-                warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-                pixels = [torch.from_numpy(np.ascontiguousarray(f.image)) for f in chunk]
-            if pin:
-                pixels = [p.pin_memory() for p in pixels]
-            yield FrameBatch(chunk, pixels, (time.perf_counter() - started) * 1e3)
+            slot = None
+            if staging is not None:
+                pixels, slot = staging.stage([f.image for f in chunk])
+            else:
+                with warnings.catch_warnings():  # read-only decoder output: only ever read
+                    warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+                    pixels = [torch.from_numpy(np.ascontiguousarray(f.image)) for f in chunk]
+            yield FrameBatch(chunk, pixels, (time.perf_counter() - started) * 1e3, slot)
     finally:
         close = getattr(frames, "close", None)
         if close is not None:
@@ -135,13 +142,17 @@ class Predictor:
         self.outputs = PredictOutputs(cfg, self.save_dir)  # labels, crops, windows (predict.outputs)
         self.names = dict(model.names)
         self._writers: dict[str, VideoWriter] = {}
+        self._staging: PinnedStaging | None = None
         self._saved_names: set[str] = set()
 
     def stream(self, plan: SourcePlan, report: SourceReport | None = None) -> Iterator[Results]:
         """Results of every frame of ``plan`` in order, one batch at a time (``report``: what the
         source skipped, summarised at the end)."""
         device = self.model.device
-        source = _batches(plan.frames, self.cfg.batch, pin=device.type == "cuda")
+        # Pinned batch buffers, reused: in flight are the batch on the device, the prefetched
+        # ones and the one being filled.
+        self._staging = PinnedStaging(PREFETCH_BATCHES + 2) if device.type == "cuda" else None
+        source = _batches(plan.frames, self.cfg.batch, staging=self._staging)
         batches = Prefetcher(source, depth=PREFETCH_BATCHES)
         try:
             # The first batch decodes here: nothing runs yet that it could overlap, and a thread
@@ -175,6 +186,8 @@ class Predictor:
         reduced = any(f.full is not None for f in batch.frames)
         x, infos = task.prepare_batch(batch.pixels, self.imgsz, model.dtype, model.device,
                                       [f.orig_shape for f in batch.frames] if reduced else None)
+        if batch.slot is not None and self._staging is not None:  # the uploads are queued
+            self._staging.release(batch.slot, torch.cuda.current_stream(model.device))
         clock.mark("preprocess")
         with torch.inference_mode():
             out = self.forward(x)
