@@ -73,7 +73,7 @@ def test_predict_feeds_the_network_validations_canvas_bit_for_bit(files: dict[st
     cached, _ = decode_image(files["big"], IMGSZ)
     h, w = cached.shape[:2]
     tile = torch.zeros(1, 1, IMGSZ, IMGSZ, 3, dtype=torch.uint8)
-    tile[0, 0, :h, :w] = torch.from_numpy(cached)
+    tile[0, 0, :h, :w] = torch.from_numpy(cached.copy())
     hw = torch.tensor([[[h, w]]])
     val = to_network_input(place_tiles(tile, letterbox_offsets(hw, IMGSZ), hw, IMGSZ).permute(0, 3, 1, 2))
     assert torch.equal(x, val)
@@ -84,6 +84,9 @@ def test_results_carry_the_full_picture_decoded_on_first_look(files: dict[str, P
     model = LibreYOLO9(size="t", nc=3, imgsz=IMGSZ)
     (res,) = model(str(files["big"]), conf=0.0, max_det=3, verbose=False)
     assert "orig_img" not in vars(res)                     # not decoded yet
+    copy = res.numpy()                                     # conversions keep it deferred
+    assert "orig_img" not in vars(copy) and "orig_img" not in vars(res.cpu())
+    assert np.array_equal(copy.orig_img, read_image_file(files["big"])[0])
     assert res.orig_shape == (180, 320) and res.boxes is not None and res.boxes.orig_shape == (180, 320)
     assert len(res.boxes) == 3 and float(res.boxes.xyxy[:, 2].max()) <= 320  # boxes in the picture's pixels
     assert np.array_equal(res.orig_img, read_image_file(files["big"])[0]) and "orig_img" in vars(res)

@@ -216,7 +216,16 @@ class Results:
         boxes = self.boxes.to(device) if self.boxes is not None else None
         masks = type(self.masks)(_tensor(self.masks.data).to(device)) if self.masks is not None else None
         probs = Probs(_tensor(self.probs.data).to(device), self.probs.names) if self.probs is not None else None
-        return replace(self, boxes=boxes, masks=masks, probs=probs)
+        return self._with(boxes=boxes, masks=masks, probs=probs)
+
+    def _with(self, **changes: Any) -> Results:
+        """``dataclasses.replace`` that leaves a deferred ``orig_img`` deferred in the copy."""
+        full = self.__dict__.get("_full")
+        if full is None:
+            return replace(self, **changes)
+        copy = replace(self, orig_img=full.pixels, **changes)  # a stand-in, deferred again below
+        copy.defer_orig_img(full)
+        return copy
 
     def cpu(self) -> Results:
         return self.to("cpu")
@@ -231,7 +240,7 @@ class Results:
                       None if self.boxes.id is None else self.boxes.id.cpu()) if self.boxes is not None else None
         masks = type(self.masks)(self.masks.numpy()) if self.masks is not None else None
         probs = self.probs.cpu() if self.probs is not None else None  # Probs' ranking needs a tensor
-        return replace(self, boxes=boxes, masks=masks, probs=probs)
+        return self._with(boxes=boxes, masks=masks, probs=probs)
 
     def show(self, title: str | None = None) -> None:
         """Open the annotated image in a window; without a display, a warning and nothing else."""
