@@ -94,6 +94,7 @@ def steps(model: Any, path: Path, options: dict[str, Any], reps: int) -> list[tu
 def decoders(path: Path, reps: int) -> list[tuple[str, float]]:
     """The same file through each decoder there is, and the pixel moves around it."""
     import torchvision.io as tvio
+
     from libreyolo_models.data.decode import read_image_file
 
     rows = []

@@ -41,8 +41,8 @@ from ..settings import PredictConfig
 from .outputs import PredictOutputs, wants_run_dir
 from .prefetch import Prefetcher
 from .results import Results, ResultsList
-from .staging import PinnedStaging, Slot
 from .sources import SourceReport
+from .staging import PinnedStaging, Slot
 from .streams import Frame, SourcePlan, open_source
 from .timing import PhaseClock
 from .video import VideoWriter

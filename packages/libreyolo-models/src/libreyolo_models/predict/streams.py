@@ -47,7 +47,15 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 
 from ..data.decode import ImageDecodeError
 from ..errors import ConfigError, SourceError
-from .sources import IMAGE_SUFFIXES, ShrunkImage, SourceReport, expand_paths, iter_sources, read_image, read_image_for
+from .sources import (
+    IMAGE_SUFFIXES,
+    ShrunkImage,
+    SourceReport,
+    expand_paths,
+    iter_sources,
+    read_image,
+    read_image_for,
+)
 from .video import STREAM_SCHEMES, VIDEO_SUFFIXES, is_video_path, iter_video, webcam_target
 
 URL_TIMEOUT_S = 10.0
