@@ -56,7 +56,7 @@ def steps(model: Any, path: Path, options: dict[str, Any], reps: int) -> list[tu
     rows: list[tuple[str, float]] = []
     ms, cfg = timed(lambda: load_config(PredictConfig, options, "predict()"), reps)
     rows.append(("config", ms))
-    shrink = predictor_imgsz = model.resolve_imgsz(options.get("imgsz"))
+    shrink = model.resolve_imgsz(options.get("imgsz"))  # predict's reduced decode, as run_prediction asks
     ms, plan = timed(lambda: open_source(str(path), vid_stride=1, shrink_to=shrink), reps)
     rows.append(("open source", ms))
     ms, predictor = timed(lambda: Predictor(model, cfg), reps)
@@ -72,7 +72,7 @@ def steps(model: Any, path: Path, options: dict[str, Any], reps: int) -> list[tu
     pinned = [p.pin_memory() for p in batch.pixels]
     task, device = predictor.task, model.device
     shapes = [f.orig_shape for f in batch.frames]
-    ms, prepared = timed(lambda: task.prepare_batch(pinned, predictor_imgsz, model.dtype, device, shapes), reps)
+    ms, prepared = timed(lambda: task.prepare_batch(pinned, shrink, model.dtype, device, shapes), reps)
     rows.append(("letterbox (upload, resize, layout)", ms))
     x, infos = prepared
     with torch.inference_mode():

@@ -22,14 +22,12 @@ from __future__ import annotations
 
 import logging
 import time
-import warnings
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import numpy as np
 import torch
 from torch import Tensor
 
@@ -42,7 +40,7 @@ from .outputs import PredictOutputs, wants_run_dir
 from .prefetch import Prefetcher
 from .results import Results, ResultsList
 from .sources import SourceReport
-from .staging import PinnedStaging, Slot
+from .staging import PinnedStaging, Slot, host_tensors
 from .streams import Frame, SourcePlan, open_source
 from .timing import PhaseClock
 from .video import VideoWriter
@@ -81,9 +79,7 @@ def _batches(frames: Iterator[Frame], size: int, *, staging: PinnedStaging | Non
             if staging is not None:
                 pixels, slot = staging.stage([f.image for f in chunk])
             else:
-                with warnings.catch_warnings():  # read-only decoder output: only ever read
-                    warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-                    pixels = [torch.from_numpy(np.ascontiguousarray(f.image)) for f in chunk]
+                pixels = host_tensors([f.image for f in chunk])
             yield FrameBatch(chunk, pixels, (time.perf_counter() - started) * 1e3, slot)
     finally:
         close = getattr(frames, "close", None)
@@ -183,9 +179,8 @@ class Predictor:
         """One forward pass over ``batch``: upload, letterbox, network, post-process, results."""
         model, task = self.model, self.task
         clock = PhaseClock(model.device)
-        reduced = any(f.full is not None for f in batch.frames)
         x, infos = task.prepare_batch(batch.pixels, self.imgsz, model.dtype, model.device,
-                                      [f.orig_shape for f in batch.frames] if reduced else None)
+                                      [f.orig_shape for f in batch.frames])
         if batch.slot is not None and self._staging is not None:  # the uploads are queued
             self._staging.release(batch.slot, torch.cuda.current_stream(model.device))
         clock.mark("preprocess")

@@ -28,6 +28,14 @@ REUSE_WAIT_S = 10.0
 POLL_S = 0.001
 
 
+def host_tensors(images: list[np.ndarray]) -> list[Tensor]:
+    """The decoded images as CPU tensors over the same memory (decoders hand out read-only
+    arrays; predict only ever reads them, to copy them on)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        return [torch.from_numpy(image) for image in images]
+
+
 @dataclass(eq=False)
 class Slot:
     """One pinned batch buffer; ``done`` is recorded after the uploads from it were queued."""
@@ -55,9 +63,7 @@ class PinnedStaging:
     def stage(self, images: list[np.ndarray]) -> tuple[list[Tensor], Slot | None]:
         """Pinned ``uint8 [H, W, 3]`` tensors holding ``images``' pixels, and the slot to release
         after their upload (None when the images were pinned one by one)."""
-        with warnings.catch_warnings():  # read-only decoder output: only ever read (copied here)
-            warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-            tensors = [torch.from_numpy(image) for image in images]
+        tensors = host_tensors(images)
         shape = tensors[0].shape
         if len(shape) != 3 or any(t.shape != shape or t.dtype != torch.uint8 for t in tensors):
             return [t.contiguous().pin_memory() for t in tensors], None
@@ -89,4 +95,4 @@ class PinnedStaging:
             time.sleep(POLL_S)  # an upload from a matching buffer is still running: it ends soon
 
 
-__all__ = ["PinnedStaging", "Slot"]
+__all__ = ["PinnedStaging", "Slot", "host_tensors"]

@@ -142,7 +142,8 @@ class Task(abc.ABC):
         differ) -> the network input ``dtype [B, 3, S, S]`` on ``device`` and per image what
         ``make_results`` needs to map back. The default uploads the uint8 pixels and letterboxes
         them there, as validation does (``predict.letterbox.letterbox_batch``). ``orig_shapes``:
-        the pictures' sizes where an image is a reduced decode (``reduced_decode`` tasks only)."""
+        each image's picture size: its own, or the full size a reduced decode came from
+        (``reduced_decode`` tasks only)."""
         from ..predict.letterbox import letterbox_batch
 
         return letterbox_batch([image.to(device, non_blocking=True) for image in images], imgsz, dtype, orig_shapes)
