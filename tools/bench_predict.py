@@ -12,7 +12,8 @@ Arms: ``eager`` (fp32, defaults: fused), ``eager-unfused`` (fp32, ``fuse=False``
 (fp32, fused, ``cuda_graph=True``), ``half+fuse+graph`` (fp16 weights, fused, graphed), and ``ultralytics`` (``tools/peer_ultralytics.py predict`` in a
 subprocess, the same files; skipped with a line when it is not importable). For ours: per-phase
 times (decode on the prefetch thread, preprocess, network, postprocess: ms per image, means of
-``Results.speed``), peak GPU memory per arm and the graph pools' bytes. Then a network-only
+``Results.speed``), peak GPU memory per arm (allocated: live tensors; reserved: what the
+caching allocator holds, graph pools included, what ``nvidia-smi`` shows) and the graph pools' bytes. Then a network-only
 table: the fused fp16 network eager, graphed (``GraphRunner``) and ``torch.compile(mode=
 "reduce-overhead")`` at batch 1 and ``--batch`` (CUDA events, medians). Ratios are printed
 against eager and against Ultralytics.
@@ -177,6 +178,7 @@ def run_ours(arm: str, args: argparse.Namespace, image: Path, folder: Path, vide
         n, out["video_phases"] = phase_means(model.predict(str(video), batch=args.batch, stream=True, **options))
         out["video_per_s"] = n / (time.perf_counter() - t0)
     out["peak_mib"] = torch.cuda.max_memory_allocated() / 2**20
+    out["reserved_mib"] = torch.cuda.max_memory_reserved() / 2**20
     out["pool_mib"] = sum(g["pool_bytes"] or 0 for g in model.graph_info()["graphs"]) / 2**20
     model.release_graphs()
     del model
@@ -271,12 +273,13 @@ def report(results: dict[str, dict[str, Any]], net_rows: list[str], notes: list[
              f"YOLOv9-{args.size} random weights, imgsz {args.imgsz}, conf {args.conf}; image: batch 1, median of "
              f"{args.reps}; folder: {args.images} JPEGs 1280x720 at batch {args.batch}; video: {args.video_s} s "
              f"720p30 at batch {args.batch}.", "",
-             "| arm | image ms | folder img/s | video frames/s | peak GPU MiB | graph pool MiB |",
-             "|---|---:|---:|---:|---:|---:|"]
+             "| arm | image ms | folder img/s | video frames/s | peak allocated MiB | peak reserved MiB "
+             "| graph pool MiB |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
     for arm, r in results.items():
         lines.append(f"| {arm} | {_fmt(r.get('image_ms'))} | {_fmt(r.get('folder_per_s'), '.0f')} | "
                      f"{_fmt(r.get('video_per_s'), '.0f')} | {_fmt(r.get('peak_mib'), '.0f')} | "
-                     f"{_fmt(r.get('pool_mib'), '.0f')} |")
+                     f"{_fmt(r.get('reserved_mib'), '.0f')} | {_fmt(r.get('pool_mib'), '.0f')} |")
     lines += ["", "Per-phase ms per image (decode runs on the prefetch thread, overlapping the GPU):", "",
               "| arm | scenario | decode | preprocess | network | postprocess | detections per image |",
               "|---|---|---:|---:|---:|---:|---:|"]

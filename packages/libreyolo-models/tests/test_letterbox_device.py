@@ -8,7 +8,8 @@ import torch
 from PIL import Image
 
 from libreyolo_models.data.letterbox import letterbox_offsets, place_tiles, to_network_input
-from libreyolo_models.predict.letterbox import letterbox, letterbox_batch
+from libreyolo_models.predict import letterbox as letterbox_module
+from libreyolo_models.predict.letterbox import letterbox, letterbox_batch, letterbox_pixels
 
 SIZES = [(90, 120), (480, 640), (37, 300), (64, 64), (20, 10), (128, 127)]
 ONE_LEVEL = 1 / 255 + 1e-6
@@ -65,3 +66,19 @@ def test_half_input_is_the_float32_result_cast_once() -> None:
     full, _ = letterbox_batch([image], 64)
     half, _ = letterbox_batch([image], 64, torch.float16)
     assert half.dtype == torch.float16 and torch.equal(half, full.half())
+
+
+def test_resizing_a_few_frames_per_call_gives_the_pixels_of_one_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Frames resize in chunks to bound the float32 copy; any chunking yields the same canvas,
+    in uint8 (predict scales it inside the network call)."""
+    frame = torch.from_numpy(_images(4)[1])  # 480x640
+    other = torch.from_numpy(_images(4)[0])
+    images = [frame, frame.flip(0), other, frame.flip(1), frame]  # a run, an interruption, a scattered one
+    whole, infos = letterbox_pixels(images, 96)
+    monkeypatch.setattr(letterbox_module, "RESIZE_CHUNK_BYTES", 480 * 640 * 3 * 4 * 2)  # two frames per call
+    pairs, _ = letterbox_pixels(images, 96)
+    monkeypatch.setattr(letterbox_module, "RESIZE_CHUNK_BYTES", 1)  # one per call
+    singles, _ = letterbox_pixels(images, 96)
+    assert whole.dtype == torch.uint8 and whole.shape == (5, 3, 96, 96)
+    assert torch.equal(whole, pairs) and torch.equal(whole, singles)
+    assert torch.equal(letterbox_batch(images, 96)[0], to_network_input(whole)) and len(infos) == 5

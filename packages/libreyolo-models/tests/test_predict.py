@@ -122,3 +122,17 @@ def test_bad_option_values_are_explained(model) -> None:
         model(SAMPLE_IMAGE, conf=1.5)
     with pytest.raises(ConfigError, match="did you mean 'max_det'"):
         model(SAMPLE_IMAGE, maxdet=3)
+
+
+def test_uint8_pixels_are_scaled_inside_the_network_call_exactly_as_validation_scales_them(model) -> None:
+    """Predict hands the network its uint8 letterbox (so a graph keeps a uint8 input copy and
+    scales inside the capture); the result is the float input's, bit for bit."""
+    from libreyolo_models.data.letterbox import to_network_input
+
+    pixels = torch.randint(0, 256, (2, 64, 64, 3), dtype=torch.uint8).permute(0, 3, 1, 2)
+    with torch.inference_mode():
+        from_pixels = model.inference_forward(pixels)
+        from_float = model.inference_forward(to_network_input(pixels))
+    leaves = from_pixels if isinstance(from_pixels, tuple | list) else (from_pixels,)
+    expected = from_float if isinstance(from_float, tuple | list) else (from_float,)
+    assert all(torch.equal(a, b) for a, b in zip(leaves, expected, strict=True))

@@ -24,6 +24,7 @@ from .checkpoint import atomic_save, checkpoint_metadata, cpu_state_dict
 from .coco_names import default_names
 from .config import load_config
 from .contract import Family, TensorTree
+from .data.letterbox import to_network_input
 from .devices import resolve_device
 from .errors import ConfigError
 from .family_spec import FamilySpec
@@ -184,7 +185,11 @@ class LibreYOLO:
     # ----------------------------------------------------------------- graph seams
     def inference_forward(self, images: Tensor, net: nn.Module | None = None) -> TensorTree:
         """The inference seam (what inference capture records); ``net`` defaults to ``self.net``
-        (validation passes the EMA copy). An exported model runs its runtime backend instead."""
+        (validation passes the EMA copy). An exported model runs its runtime backend instead.
+        ``images``: ``[B, 3, S, S]`` in [0, 1] in the network's dtype, or the uint8 pixels of a
+        letterbox (predict's), scaled here, inside what a graph captures."""
+        if images.dtype == torch.uint8:
+            images = to_network_input(images, self.dtype if net is None else next(net.parameters()).dtype)
         if self.runtime is not None and (net is None or net is self.runtime):
             return self.runtime(images)
         return self.family.inference_forward(net if net is not None else self.net, images)

@@ -7,6 +7,8 @@ their post-processing assume.
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import torch
 from torch import Tensor
 
@@ -36,6 +38,48 @@ def make_anchors(shapes: list[tuple[int, int]], strides: list[int] | tuple[int, 
         points.append(torch.stack((gx, gy), -1).view(-1, 2))
         stride_col.append(torch.full((h * w, 1), s, device=device, dtype=dtype))
     return torch.cat(points), torch.cat(stride_col)
+
+
+class AnchorCache:
+    """``make_anchors`` results kept per ``(shapes, device, dtype)`` for one head or loss.
+
+    An eager forward at batch 1 is bound by kernel launches, and the grid costs about twenty of
+    them per call. The cache steps aside (computes afresh) whenever keeping a tensor would be
+    wrong: while a CUDA graph captures (the graph records the grid kernels itself and never reads
+    memory this cache could later drop), while tracing or compiling (the grid must stay in the
+    exported graph, sized by the input), and for symbolic sizes. Entries are built outside
+    inference mode, so a training step can save them for backward; copies and pickles of the
+    owning module start empty.
+    """
+
+    def __init__(self, strides: list[int] | tuple[int, ...], *, offset: float = 0.5, size: int = 8) -> None:
+        self.strides, self.offset, self.size = tuple(strides), offset, size
+        self._entries: OrderedDict[tuple[object, ...], tuple[Tensor, Tensor]] = OrderedDict()
+
+    def __call__(self, shapes: list[tuple[int, int]], *, device: torch.device, dtype: torch.dtype
+                 ) -> tuple[Tensor, Tensor]:
+        if not _cacheable(shapes, device):
+            return make_anchors(shapes, self.strides, device=device, dtype=dtype, offset=self.offset)
+        key = (tuple(shapes), device, dtype)
+        hit = self._entries.get(key)
+        if hit is None:
+            with torch.inference_mode(False):
+                hit = make_anchors(shapes, self.strides, device=device, dtype=dtype, offset=self.offset)
+            self._entries[key] = hit
+            while len(self._entries) > self.size:
+                self._entries.popitem(last=False)
+        return hit
+
+    def __getstate__(self) -> dict[str, object]:
+        return {**self.__dict__, "_entries": OrderedDict()}
+
+
+def _cacheable(shapes: list[tuple[int, int]], device: torch.device) -> bool:
+    if not all(type(v) is int for hw in shapes for v in hw):  # symbolic sizes: an export trace
+        return False
+    if torch.jit.is_tracing() or torch.compiler.is_compiling():
+        return False
+    return not (device.type == "cuda" and torch.cuda.is_current_stream_capturing())
 
 
 def distances_to_boxes(dist: Tensor, anchors: Tensor, dim: int = -1) -> Tensor:

@@ -5,9 +5,11 @@ prediction see identical inputs, and a CUDA graph sees one shape per batch size.
 
 Two implementations with one geometry:
 
-- :func:`letterbox_batch` is what predict runs: uint8 pixels go to the model's device as they
-  are (a quarter of the bytes of float32), and the resize, the grey bars, the scaling to [0, 1]
-  and the ``[B, 3, S, S]`` layout all happen there as torch ops. The pasting and the final
+- :func:`letterbox_pixels` is what predict runs: uint8 pixels go to the model's device as they
+  are (a quarter of the bytes of float32), and the resize, the grey bars and the ``[B, 3, S, S]``
+  layout happen there as torch ops; the scaling to [0, 1] happens inside the network call
+  (``LibreYOLO.inference_forward``), captured with it when graphed. :func:`letterbox_batch`
+  is the same, scaled. The pasting and the final
   scaling are ``data.letterbox``'s :func:`~libreyolo_models.data.letterbox.paste` and
   :func:`~libreyolo_models.data.letterbox.to_network_input`, the functions validation calls
   on its cached images, with the same fill (114), so validation measures the pixels predict
@@ -29,6 +31,10 @@ from torch import Tensor
 from ..data.letterbox import FILL, letterbox_offset, paste, to_network_input
 
 PAD_VALUE = FILL
+RESIZE_CHUNK_BYTES = 64 * 2**20
+"""Float32 bytes of source pixels one resize call takes: the resize works in float32 (and the
+antialiased kernel on a copy of it), so 32 frames of 720p at once took ~1 GB, more than
+YOLOv9-t's whole batch-32 forward; resizing a few at a time computes the same pixels."""
 
 
 @dataclass(frozen=True)
@@ -74,15 +80,25 @@ def resize_images(images: Tensor, new_h: int, new_w: int) -> Tensor:
 
 def letterbox_batch(images: Sequence[Tensor], imgsz: int, dtype: torch.dtype = torch.float32,
                     orig_shapes: Sequence[tuple[int, int]] | None = None) -> tuple[Tensor, list[LetterboxInfo]]:
+    """:func:`letterbox_pixels`, scaled to the network's ``dtype [B, 3, imgsz, imgsz]`` input in
+    [0, 1] (``data.letterbox.to_network_input``, as validation scales its cached images)."""
+    pixels, infos = letterbox_pixels(images, imgsz, orig_shapes)
+    return to_network_input(pixels, dtype), infos
+
+
+def letterbox_pixels(images: Sequence[Tensor], imgsz: int, orig_shapes: Sequence[tuple[int, int]] | None = None
+                     ) -> tuple[Tensor, list[LetterboxInfo]]:
     """Letterbox a batch on the images' device: the device half of predict's preprocessing.
 
-    Images of one size (the frames of a video) are resized by one call, so a batch of frames
-    costs one resize kernel, not one per frame.
+    Images of one size (the frames of a video) are resized together, a few per call
+    (``RESIZE_CHUNK_BYTES``), so a batch of frames costs a few resize kernels, not one per frame,
+    and no more memory than a few frames in float32. The result stays uint8: predict hands it to
+    ``LibreYOLO.inference_forward``, which scales it inside the (graphed) call, so a graph keeps a
+    uint8 copy of its input (a quarter of float32's bytes) and the float input lives in its pool.
 
     Args:
         images: ``uint8 [H, W, 3]`` RGB tensors, all on one device; sizes may differ.
-        imgsz: side of the square network input.
-        dtype: the network's input dtype (fp16 for ``half=True``).
+        imgsz: side of the square canvas.
         orig_shapes: per image, the ``(h, w)`` of the picture it shows when it is a reduced
             decode (``sources.read_image_for``); the geometry and the mapping back are the
             picture's, and an image already at its letterbox size is pasted as it is (the
@@ -90,11 +106,11 @@ def letterbox_batch(images: Sequence[Tensor], imgsz: int, dtype: torch.dtype = t
             image is its own picture.
 
     Returns:
-        ``dtype [B, 3, imgsz, imgsz]`` in [0, 1] on the images' device, and per image the mapping
-        back to its pixels.
+        ``uint8 [B, 3, imgsz, imgsz]`` (a channels-first view of ``[B, imgsz, imgsz, 3]``) on the
+        images' device, and per image the mapping back to its pixels.
     """
     if not images:
-        raise ValueError("letterbox_batch() needs at least one image")
+        raise ValueError("letterbox_pixels() needs at least one image")
     device = images[0].device
     canvas = torch.full((len(images), imgsz, imgsz, 3), FILL, dtype=torch.uint8, device=device)
     infos: list[LetterboxInfo] = []
@@ -104,13 +120,16 @@ def letterbox_batch(images: Sequence[Tensor], imgsz: int, dtype: torch.dtype = t
         new_h, new_w, info = letterbox_geometry(*(size if orig_shapes is None else orig_shapes[i]), imgsz)
         infos.append(info)
         groups.setdefault((*size, new_h, new_w), []).append(i)
-    for (_, _, new_h, new_w), members in groups.items():
+    for (h, w, new_h, new_w), members in groups.items():
         info = infos[members[0]]
-        resized = resize_images(torch.stack([images[i] for i in members]), new_h, new_w)
         left, top = int(info.pad[0]), int(info.pad[1])
-        if members[-1] - members[0] == len(members) - 1:  # consecutive (a video, a same-size folder): one copy
-            canvas[members[0]:members[-1] + 1, top:top + new_h, left:left + new_w] = resized
-            continue
-        for j, i in enumerate(members):
-            paste(canvas[i], resized[j], left, top)
-    return to_network_input(canvas.permute(0, 3, 1, 2), dtype), infos
+        step = max(1, RESIZE_CHUNK_BYTES // (h * w * 3 * 4))  # images per resize call
+        for start in range(0, len(members), step):
+            chunk = members[start:start + step]
+            resized = resize_images(torch.stack([images[i] for i in chunk]), new_h, new_w)
+            if chunk[-1] - chunk[0] == len(chunk) - 1:  # consecutive (a video, a same-size folder): one copy
+                canvas[chunk[0]:chunk[-1] + 1, top:top + new_h, left:left + new_w] = resized
+                continue
+            for j, i in enumerate(chunk):
+                paste(canvas[i], resized[j], left, top)
+    return canvas.permute(0, 3, 1, 2), infos

@@ -139,14 +139,16 @@ class Task(abc.ABC):
     def prepare_batch(self, images: Sequence[Tensor], imgsz: int, dtype: torch.dtype, device: torch.device,
                       orig_shapes: Sequence[tuple[int, int]] | None = None) -> tuple[Tensor, list[Any]]:
         """Predict's preprocessing: host ``uint8 [H, W, 3]`` RGB tensors (pinned on CUDA; sizes may
-        differ) -> the network input ``dtype [B, 3, S, S]`` on ``device`` and per image what
-        ``make_results`` needs to map back. The default uploads the uint8 pixels and letterboxes
-        them there, as validation does (``predict.letterbox.letterbox_batch``). ``orig_shapes``:
-        each image's picture size: its own, or the full size a reduced decode came from
-        (``reduced_decode`` tasks only)."""
-        from ..predict.letterbox import letterbox_batch
+        differ) -> the network input ``[B, 3, S, S]`` on ``device`` and per image what
+        ``make_results`` needs to map back. The input is either ``dtype`` in [0, 1] or uint8
+        pixels, which ``LibreYOLO.inference_forward`` scales inside the network call (so a CUDA
+        graph captures the scaling and keeps a uint8 copy of its input, not a float one). The
+        default uploads the uint8 pixels and letterboxes them there, as validation does
+        (``predict.letterbox.letterbox_pixels``). ``orig_shapes``: each image's picture size: its
+        own, or the full size a reduced decode came from (``reduced_decode`` tasks only)."""
+        from ..predict.letterbox import letterbox_pixels
 
-        return letterbox_batch([image.to(device, non_blocking=True) for image in images], imgsz, dtype, orig_shapes)
+        return letterbox_pixels([image.to(device, non_blocking=True) for image in images], imgsz, orig_shapes)
 
     def predictions_to_host(self, predictions: Any) -> Any:
         """A batch's post-processed predictions, moved to the CPU if the task's results live

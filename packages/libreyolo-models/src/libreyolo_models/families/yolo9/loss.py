@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ...errors import ConfigError
-from ...layers.anchors import boxes_to_distances, dfl_expectation, distances_to_boxes, make_anchors
+from ...layers.anchors import AnchorCache, boxes_to_distances, dfl_expectation, distances_to_boxes
 from ...layers.assign import Assignment, TaskAlignedAssigner
 from ...layers.boxes import aligned_ciou, xywh_to_xyxy
 from ...layers.ground_truth import padded_ground_truths
@@ -63,6 +63,7 @@ class Yolo9Loss:
         if not strides or any(s <= 0 for s in strides):
             raise ConfigError(f"strides={tuple(strides)} must be positive, one per head level, e.g. (8, 16, 32)")
         self.nc, self.reg_max, self.strides = nc, reg_max, tuple(int(s) for s in strides)
+        self.anchors = AnchorCache(self.strides)
         self.box, self.cls, self.dfl = box, cls, dfl
         self.assigner = TaskAlignedAssigner(topk=topk, alpha=alpha, beta=beta)
 
@@ -125,7 +126,7 @@ class Yolo9Loss:
         """Concatenate levels: box logits ``[B, 4R, A]``, class logits ``[B, A, nc]``, anchors, strides."""
         flat, shapes, image_hw = flatten_levels(raw_outputs, self.strides, self.channels,
                                                 f"4 * reg_max={self.reg_max} + nc={self.nc}")  # [B, no, A]
-        anchors, anchor_strides = make_anchors(shapes, self.strides, device=flat.device, dtype=flat.dtype)
+        anchors, anchor_strides = self.anchors(shapes, device=flat.device, dtype=flat.dtype)
         split = 4 * self.reg_max
         return flat[:, :split], flat[:, split:].transpose(1, 2), anchors, anchor_strides, image_hw
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from ...layers.anchors import dfl_expectation, distances_to_boxes, level_shapes, make_anchors
+from ...layers.anchors import AnchorCache, dfl_expectation, distances_to_boxes, level_shapes
 from ...layers.conv import Conv
 from .blocks import ELAN1, SPPELAN, AConv, ADown, RepNCSPELAN4
 
@@ -158,6 +158,7 @@ class DetectHead(nn.Module):
             for c in channels)
         self.dfl = DFL(reg_max)
         self.register_buffer("stride", torch.tensor(STRIDES, dtype=torch.float32), persistent=False)
+        self.anchors = AnchorCache(STRIDES)
 
     def initialize_biases(self, imgsz: int = 640) -> None:
         """Start box logits flat and class logits at a low prior (about 5 objects per image)."""
@@ -174,8 +175,7 @@ class DetectHead(nn.Module):
         b = raw[0].shape[0]
         flat = torch.cat([r.view(b, self.no, -1) for r in raw], 2)
         box_logits, cls_logits = flat.split((4 * self.reg_max, self.nc), 1)
-        anchors, strides = make_anchors(level_shapes(raw), STRIDES,
-                                        device=flat.device, dtype=flat.dtype)
+        anchors, strides = self.anchors(level_shapes(raw), device=flat.device, dtype=flat.dtype)
         boxes = distances_to_boxes(self.dfl(box_logits), anchors.t().unsqueeze(0), dim=1) * strides.t()
         return torch.cat((boxes, cls_logits.sigmoid()), 1)
 

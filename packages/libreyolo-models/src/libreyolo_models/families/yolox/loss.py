@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ...errors import ConfigError
-from ...layers.anchors import make_anchors
+from ...layers.anchors import AnchorCache
 from ...layers.boxes import aligned_iou, xywh_to_xyxy
 from ...layers.ground_truth import padded_ground_truths
 from ...layers.head_maps import flatten_levels
@@ -55,6 +55,7 @@ class YoloxLoss:
         if not strides or any(s <= 0 for s in strides):
             raise ConfigError(f"strides={tuple(strides)} must be positive, one per head level, e.g. (8, 16, 32)")
         self.nc, self.strides = nc, tuple(int(s) for s in strides)
+        self.anchors = AnchorCache(self.strides, offset=0.0)
         self.gains = {"iou": iou, "obj": obj, "cls": cls, "l1": l1}
         self.assigner = SimOTAAssigner(radius=radius)
 
@@ -119,7 +120,7 @@ class YoloxLoss:
         """Levels concatenated ``[B, A, 5 + nc]`` (float32), cell corners ``[A, 2]`` and strides ``[A, 1]``."""
         flat, shapes, image_hw = flatten_levels(raw_outputs, self.strides, self.channels,
                                                 f"4 box + 1 objectness + nc={self.nc}")
-        grid, strides = make_anchors(shapes, self.strides, device=flat.device, dtype=flat.dtype, offset=0.0)
+        grid, strides = self.anchors(shapes, device=flat.device, dtype=flat.dtype)
         return flat.transpose(1, 2), grid, strides, image_hw
 
     @staticmethod

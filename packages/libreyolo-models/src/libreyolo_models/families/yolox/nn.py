@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from ...layers.anchors import level_shapes, make_anchors
+from ...layers.anchors import AnchorCache, level_shapes
 from ...layers.conv import Conv
 from .blocks import CSPLayer, Focus, SPPBottleneck, spatial_conv
 
@@ -130,6 +130,7 @@ class YoloxHead(nn.Module):
         self.reg_preds = nn.ModuleList(nn.Conv2d(width, 4, 1) for _ in in_channels)
         self.obj_preds = nn.ModuleList(nn.Conv2d(width, 1, 1) for _ in in_channels)
         self.stems = nn.ModuleList(Conv(c, width, 1) for c in in_channels)
+        self.anchors = AnchorCache(STRIDES, offset=0.0)  # cell corners
 
     @staticmethod
     def _branch(width: int, depthwise: bool) -> nn.Sequential:
@@ -164,8 +165,7 @@ class YoloxHead(nn.Module):
         Each cell decodes from its corner (grid offset 0): centre ``(t + g) * s``, size ``exp(t) * s``.
         """
         flat = torch.cat([r.flatten(2) for r in raw], 2)  # [B, 5 + nc, A]
-        grid, strides = make_anchors(level_shapes(raw), STRIDES, device=flat.device,
-                                     dtype=flat.dtype, offset=0.0)
+        grid, strides = self.anchors(level_shapes(raw), device=flat.device, dtype=flat.dtype)
         grid, strides = grid.t().unsqueeze(0), strides.t().unsqueeze(0)  # [1, 2, A], [1, 1, A]
         centre = (flat[:, :2] + grid) * strides
         half = flat[:, 2:4].exp() * strides / 2
