@@ -104,7 +104,8 @@ for what in "$@"; do
              packages/libreyolo-models/tests/test_predict_streams.py packages/libreyolo-models/tests/test_predict_device.py \
              packages/libreyolo-models/tests/test_letterbox_device.py packages/libreyolo-models/tests/test_nms_batched.py \
              packages/libreyolo-models/tests/test_predict_staging.py packages/libreyolo-models/tests/test_predict.py \
-             packages/libreyolo-models/tests/test_graph_dispatch.py packages/libreyolo-models/tests/test_export.py ;;
+             packages/libreyolo-models/tests/test_graph_dispatch.py packages/libreyolo-models/tests/test_export.py \
+             packages/libreyolo-models/tests/test_prefetch.py ;;
     bench_export) step bench_export ${BENCH_EXPORT_S:-240} $PY tools/bench_export.py ${BENCH_EXPORT_ARGS:-} --out "$OUT/bench-export.md" ;;
     probe_decode) step probe_decode 120 $PY tools/probe_decode.py --out "$OUT/probe-decode.md" ;;
     probe_predict) step probe_predict ${PROBE_S:-200} $PY tools/probe_predict.py --wide --out "$OUT/probe-predict.md" ;;
