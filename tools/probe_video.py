@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     import av
 
     from libreyolo_models.predict.predictor import _batches
-    from libreyolo_models.prefetch import Prefetcher
+    from libreyolo_models.predict.prefetch import Prefetcher
     from libreyolo_models.predict.staging import PinnedStaging
     from libreyolo_models.predict.streams import open_source
     from libreyolo_models.predict.video import iter_video

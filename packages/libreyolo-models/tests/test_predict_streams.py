@@ -16,7 +16,7 @@ from PIL import Image
 
 from libreyolo_models import LibreYOLO9, SourceError
 from libreyolo_models.errors import ConfigError
-from libreyolo_models.prefetch import Prefetcher
+from libreyolo_models.predict.prefetch import Prefetcher
 
 av = pytest.importorskip("av")
 

@@ -34,7 +34,7 @@ from .collate import batch_tensor, pass_through
 from .decode import read_image_file
 from .folder_reader import ClassSplit
 from .image_cache import CacheSetting, ImageCache, open_image_cache
-from .pipeline import RenderAhead, _resolve_gpu_augment, _shuffle_seed
+from .pipeline import _one_ahead_on_side_stream, _resolve_gpu_augment, _shuffle_seed
 
 log = logging.getLogger(__name__)
 
@@ -200,7 +200,7 @@ class ClassifyTrainPipeline:
 
     def __iter__(self) -> Iterator[ClassifyBatch]:
         if self.gpu_augment and self.device.type == "cuda":
-            return RenderAhead(self._loader, self._finish, self.device)
+            return _one_ahead_on_side_stream(self._loader, self._finish, self.device)  # type: ignore[arg-type,return-value]
         return map(self._finish, self._loader)
 
     def _finish(self, crops: _Crops) -> ClassifyBatch:

@@ -38,7 +38,7 @@ from .collate import batch_tensor, pass_through
 from .image_cache import CacheSetting, ImageCache, cache_failures, open_image_cache
 from .mask_augment import PARAMS, draw_mask_params, render_pairs
 from .mask_reader import MaskSplit, load_mask
-from .pipeline import RenderAhead, _resolve_gpu_augment, _shuffle_seed
+from .pipeline import _one_ahead_on_side_stream, _resolve_gpu_augment, _shuffle_seed
 from .split_index import DataProblem
 
 log = logging.getLogger(__name__)
@@ -212,8 +212,16 @@ class MaskTrainPipeline:
         if not self.gpu_augment:
             return map(self._upload, self._loader)
         if self.device.type == "cuda":
-            return RenderAhead(self._loader, self._render, self.device)
+            return self._masks_used_here(_one_ahead_on_side_stream(self._loader, self._render,  # type: ignore[arg-type]
+                                                                   self.device))
         return map(self._render, self._loader)
+
+    def _masks_used_here(self, batches: Iterator[MaskBatch]) -> Iterator[MaskBatch]:
+        """The side stream made the masks too: tell the allocator the caller's stream uses them
+        (the shared hand-over already does this for the images)."""
+        for batch in batches:
+            batch.targets.record_stream(torch.cuda.current_stream(self.device))
+            yield batch
 
     def _upload(self, batch: MaskBatch) -> MaskBatch:
         images = batch.images.to(self.device, non_blocking=True).float().div_(255)

@@ -8,8 +8,8 @@
 - GPU path (``gpu_augment=True``; the default on CUDA): workers ship cached uint8 tiles, draws and
   finished targets (a memcpy and a little box math per sample); the main process copies the
   pinned batch to the device without blocking and renders the whole batch there. On CUDA this runs
-  one batch ahead, on a thread and a side stream (``RenderAhead``), so rendering batch ``k + 1``
-  overlaps the training step of batch ``k`` on the GPU and on the host. When the split's images are resident on the device (``device_cache``: ``cache="auto"``
+  one batch ahead on a side stream, so rendering batch ``k + 1`` overlaps the training step of
+  batch ``k``. When the split's images are resident on the device (``device_cache``: ``cache="auto"``
   when they fit, or ``"gpu"``), workers ship tile indices instead of tiles and the main process
   gathers the same pixels there; the batches are bit-identical either way.
 
@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Generic, Literal, TypeVar
+from typing import Literal, TypeVar
 
 import numpy as np
 import torch
@@ -34,7 +34,6 @@ from torch.utils.data import Dataset, RandomSampler
 import libreyolo_ddp
 
 from ..errors import ConfigError
-from ..prefetch import Prefetcher
 from .augment_draws import AugmentConfig, SampleDraws, draw_sample
 from .cache_store import CachePlace, parse_cache_setting
 from .collate import ImageBatch, Sample, TileBatch, collate_samples, collate_tiles, pass_through
@@ -55,7 +54,6 @@ __all__ = ["AugmentConfig", "Batch", "TrainPipeline", "ValPipeline"]
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-B = TypeVar("B")
 
 
 @dataclass
@@ -259,7 +257,7 @@ class TrainPipeline:
         if not self.gpu_augment:
             return map(self._upload, self._loader)
         if self.device.type == "cuda":
-            return RenderAhead(self._loader, self._render, self.device)
+            return _one_ahead_on_side_stream(self._loader, self._render, self.device)
         return map(self._render, self._loader)
 
     def _upload(self, batch: ImageBatch) -> Batch:
@@ -337,54 +335,30 @@ def _warn_size_mismatch(index: SplitIndex, cache: ImageCache) -> None:
                     "if files changed", len(differ), index.images[i], tuple(scanned[i]), tuple(cache.ori_hw[i]))
 
 
-class RenderAhead(Generic[T, B]):
-    """Batches rendered one ahead, on a thread and on a side stream: the GPU pipelines' iterator.
+def _one_ahead_on_side_stream(batches: Iterable[T], prepare: Callable[[T], Batch],
+                              device: torch.device) -> Iterator[Batch]:
+    """Prepare batch ``k + 1`` on a side stream before handing out batch ``k``.
 
-    The thread takes the next raw batch from the DataLoader and issues its rendering on a side
-    stream, so the GPU renders batch ``k + 1`` while it trains on batch ``k``; doing it on a thread
-    takes the issuing off the main thread too. The thread starts a batch when ``allow_next()``
-    says so (``prefetch.Prefetcher``, gated): the trainer calls it just before ``backward``, while
-    the autograd engine issues the backward pass without the GIL, so the two threads issue work
-    side by side rather than taking turns. Asking for a batch none was allowed for allows it.
-
-    Handing a batch over makes the caller's stream wait on the batch's event, and
-    ``record_stream`` keeps the allocator from reusing any of its device tensors until that
-    stream is done with them. Renders must be deterministic given their input (draws come from
-    the workers), so which thread runs them changes no pixel.
+    The copy and rendering of the next batch then overlap the caller's step on its own stream.
+    The caller's stream waits on an event before it touches a batch, and ``record_stream`` keeps
+    the allocator from reusing the batch's memory until that stream is done with it.
     """
+    stream = torch.cuda.Stream(device=device)
+    pending: tuple[Batch, torch.cuda.Event] | None = None
+    for raw in batches:
+        with torch.cuda.stream(stream):
+            batch = prepare(raw)
+            ready = torch.cuda.Event()
+            ready.record(stream)
+        if pending is not None:
+            yield _hand_over(*pending, device)
+        pending = (batch, ready)
+    if pending is not None:
+        yield _hand_over(*pending, device)
 
-    def __init__(self, raw: Iterable[T], render: Callable[[T], B], device: torch.device) -> None:
-        self._device = device
-        self._stream = torch.cuda.Stream(device=device)
-        self._render = render
-        self._fetch = Prefetcher(self._rendered(raw), depth=1, name="libreyolo-render", gated=True)
-        self._batches = iter(self._fetch)
 
-    def _rendered(self, raw: Iterable[T]) -> Iterator[tuple[B, torch.cuda.Event]]:
-        with torch.cuda.device(self._device):  # the thread's current device (rank > 0 under DDP)
-            for item in raw:
-                with torch.cuda.stream(self._stream):
-                    batch = self._render(item)
-                    ready = torch.cuda.Event()
-                    ready.record(self._stream)
-                yield batch, ready
-
-    def allow_next(self) -> None:
-        """Start rendering the next batch now (idempotent until it is handed out)."""
-        self._fetch.allow_next()
-
-    def __iter__(self) -> RenderAhead[T, B]:
-        return self
-
-    def __next__(self) -> B:
-        batch, ready = next(self._batches)
-        current = torch.cuda.current_stream(self._device)
-        current.wait_event(ready)
-        for value in vars(batch).values():
-            if isinstance(value, Tensor) and value.is_cuda:
-                value.record_stream(current)
-        return batch
-
-    def close(self) -> None:
-        """Stop the thread (bounded); an epoch cut short leaves nothing running."""
-        self._batches.close()  # type: ignore[attr-defined]  # a generator
+def _hand_over(batch: Batch, ready: torch.cuda.Event, device: torch.device) -> Batch:
+    current = torch.cuda.current_stream(device)
+    current.wait_event(ready)
+    batch.images.record_stream(current)
+    return batch

@@ -4,7 +4,7 @@ post-processing -> the task's ``Results``, one batch at a time.
 Where each step runs, and why:
 
 - decoding (and pinning, on CUDA) happens on a prefetch thread, ``PREFETCH_BATCHES`` batches
-  ahead, so the next batch decodes while this one is on the GPU (``libreyolo_models.prefetch``); the
+  ahead, so the next batch decodes while this one is on the GPU (``predict.prefetch``); the
   first batch decodes on the caller's thread (nothing to overlap yet: a one-image call pays no
   thread hop);
 - uint8 pixels are uploaded as they are and letterboxed, scaled and laid out on the device
@@ -34,10 +34,10 @@ from torch import Tensor
 from ..devices import default_device, describe_device
 from ..errors import ConfigError
 from ..graphs import forward_for_predict
-from ..prefetch import Prefetcher
 from ..rundir import next_run_dir
 from ..settings import PredictConfig
 from .outputs import PredictOutputs, wants_run_dir
+from .prefetch import Prefetcher
 from .results import Results, ResultsList
 from .sources import SourceReport
 from .staging import PinnedStaging, Slot, host_tensors

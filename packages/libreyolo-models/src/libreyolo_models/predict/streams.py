@@ -5,7 +5,7 @@
 default) returns them all as a list. With ``stream=True`` nothing is held beyond the batch in
 flight and the next ``PREFETCH_BATCHES`` batches: a folder of thousands of images, an hour of
 video or a camera that never ends run in constant memory. A background thread decodes the next
-batches while the current one is on the GPU (``libreyolo_models.prefetch``); every wait on it is bounded.
+batches while the current one is on the GPU (``predict.prefetch``); every wait on it is bounded.
 
 Each ``Results`` names where it came from:
 

@@ -78,18 +78,13 @@ class TrainStep:
             return contextlib.nullcontext()
         return torch.autocast("cuda", dtype=torch.float16, cache_enabled=False)
 
-    def forward_backward(self, images: Tensor, targets: Any,
-                         before_backward: Callable[[], None] | None = None) -> Tensor:
-        """Forward, loss and backward of one micro-batch; returns the detached loss items.
-        ``before_backward``: called just before backward (the data pipeline starts rendering the
-        next batch on its thread then, while the autograd engine runs without the GIL)."""
+    def forward_backward(self, images: Tensor, targets: Any) -> Tensor:
+        """Forward, loss and backward of one micro-batch; returns the detached loss items."""
         with self.autocast():
             with self.timer.phase("forward"):
                 outputs = self.forward(images, targets) if self.takes_targets else self.forward(images)
             with self.timer.phase("loss"):
                 result = self.family.compute_loss(outputs, targets, self.context)
-        if before_backward is not None:
-            before_backward()
         with self.timer.phase("backward"):
             self.scaler.scale(result.total).backward()
         return result.items

@@ -327,26 +327,16 @@ class Trainer:
         return f"; {n} image{'s' if n != 1 else ''} skipped (unreadable, named above)" if n else ""
 
     def _train_epoch(self, epoch: int) -> dict[str, float]:
+        cfg, step, nb = self.cfg, self.step, self.n_batches
         self.forward_module.train()
         self.timer.reset()
-        batches = iter(self.train_data)
-        try:
-            return self._run_epoch(epoch, batches)
-        finally:
-            close = getattr(batches, "close", None)  # a rendering thread: stopped, bounded
-            if close is not None:
-                close()
-
-    def _run_epoch(self, epoch: int, batches: Iterator[Any]) -> dict[str, float]:
-        cfg, step, nb = self.cfg, self.step, self.n_batches
         warmup = warmup_iterations(cfg.warmup_epochs, nb, cfg.epochs)
         sums = torch.zeros(len(self.loss_names), device=self.device)
         last_opt = (epoch * nb) - 1
         wait_s, first_step_s, started = 0.0, 0.0, time.perf_counter()
         bar = tqdm(total=nb, desc=f"epoch {epoch + 1}/{cfg.epochs}", disable=not (self.rank0 and cfg.verbose),
                    leave=False, dynamic_ncols=True)
-        # The pipeline's rendering thread starts the next batch before each backward (RenderAhead).
-        render_next = getattr(batches, "allow_next", None)
+        batches = iter(self.train_data)
         self.optimizer.zero_grad(set_to_none=True)
         for i in range(nb):
             t0 = time.perf_counter()
@@ -363,7 +353,7 @@ class Trainer:
             images = self._multi_scale(batch.images) if cfg.multi_scale else batch.images
             if self.channels_last:
                 images = images.contiguous(memory_format=torch.channels_last)
-            items = step.forward_backward(images, batch.targets, render_next)
+            items = step.forward_backward(images, batch.targets)
             sums += items
             if self.callbacks.active and (ni + 1) % cfg.log_every == 0:
                 self.callbacks.emit(StepEnd(epoch, ni, {f"train/{n}_loss": v for n, v in

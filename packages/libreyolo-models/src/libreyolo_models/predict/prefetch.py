@@ -1,11 +1,7 @@
-"""A bounded background thread that runs ahead of the consumer.
+"""A bounded background thread that runs ahead of the consumer: decoding overlaps the GPU.
 
 Predict pulls batches of decoded frames from here while the thread decodes the next ones, at
-most ``depth`` batches ahead (so memory stays bounded however long the source). Training's GPU
-pipelines render the next batch here (``gated``): the thread starts an item only when the
-consumer says so (``allow_next``), which the trainer does just before ``backward``, because the
-autograd engine releases the GIL while it issues the backward pass: the thread's Python then
-runs beside the main thread's instead of taking turns with it. Every wait is
+most ``depth`` batches ahead (so memory stays bounded however long the source). Every wait is
 bounded: the consumer polls in ``POLL_S`` steps and notices a thread that died; the thread
 stops within one poll of the consumer going away (a generator closed early, an exception), and
 closes the source (a video file, a camera) itself. An error in the thread reaches the consumer
@@ -43,12 +39,9 @@ class Prefetcher(Generic[T]):
         items: the producer's iterable (iterated, and closed if a generator, on the thread).
         depth: how many produced items may wait for the consumer.
         name: thread name (shows in stack dumps).
-        gated: produce one item per ``allow_next()`` (at most ``depth`` allowed ahead); the
-            consumer allows the next one itself when it asks for an item none was allowed for.
     """
 
-    def __init__(self, items: Iterable[T], *, depth: int = 2, name: str = "libreyolo-prefetch",
-                 gated: bool = False) -> None:
+    def __init__(self, items: Iterable[T], *, depth: int = 2, name: str = "libreyolo-prefetch") -> None:
         if depth < 1:
             raise ValueError(f"depth={depth} must be at least 1")
         self._items = items
@@ -56,21 +49,6 @@ class Prefetcher(Generic[T]):
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._started = False
-        self._gate: threading.Semaphore | None = threading.Semaphore(0) if gated else None
-        self._allowed = 0  # items allowed and not yet handed to the consumer (consumer's count)
-        self._depth = depth
-
-    def allow_next(self) -> None:
-        """Gated: let the thread produce one more item now (no-op once ``depth`` are allowed ahead)."""
-        if self._gate is not None and self._allowed < self._depth:
-            self._allowed += 1
-            self._gate.release()
-
-    def _wait_gate(self) -> bool:
-        while self._gate is not None and not self._stop.is_set():
-            if self._gate.acquire(timeout=POLL_S):
-                return True
-        return not self._stop.is_set()
 
     def _put(self, item: object) -> bool:
         while not self._stop.is_set():
@@ -84,14 +62,10 @@ class Prefetcher(Generic[T]):
     def _run(self) -> None:
         iterator = iter(self._items)
         try:
-            while self._wait_gate():
-                try:
-                    item = next(iterator)
-                except StopIteration:
-                    self._put(_DONE)
-                    return
+            for item in iterator:
                 if not self._put(item):
                     return
+            self._put(_DONE)
         except BaseException as err:  # noqa: BLE001 - handed to the consumer, raised there
             self._put(_Failure(err))
         finally:
@@ -116,15 +90,12 @@ class Prefetcher(Generic[T]):
         self.start()
         try:
             while True:
-                if self._allowed == 0:
-                    self.allow_next()
                 try:
                     item = self._queue.get(timeout=POLL_S)
                 except queue.Empty:
                     if not self._thread.is_alive() and self._queue.empty():
                         raise RuntimeError("the prefetch thread ended without a result or an error") from None
                     continue
-                self._allowed = max(0, self._allowed - 1)
                 if item is _DONE:
                     return
                 if isinstance(item, _Failure):
