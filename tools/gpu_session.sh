@@ -10,6 +10,7 @@
 #   tools/gpu_session.sh probe_predict       (where a one-image predict call's time goes, step by step)
 #   tools/gpu_session.sh probe_memory        (where predict's peak GPU memory comes from, step by step)
 #   tools/gpu_session.sh probe_video         (a video's predict: the decoding side alone, then with the GPU)
+#   tools/gpu_session.sh probe_folder        (a folder's predict throughput against the decoding threads)
 #   tools/gpu_session.sh sweeps              (learning-recipe sweeps, SegFormer and RT-DETR: SEG_*/DETR_* override)
 # Peers (Ultralytics, PyAV) come from .whl/, which git ignores: pass carry=[".whl"] to the device
 # call, or the peer arms report "not importable".
@@ -103,13 +104,13 @@ for what in "$@"; do
              packages/libreyolo-models/tests/test_predict_streams.py packages/libreyolo-models/tests/test_predict_device.py \
              packages/libreyolo-models/tests/test_letterbox_device.py packages/libreyolo-models/tests/test_nms_batched.py \
              packages/libreyolo-models/tests/test_predict_staging.py packages/libreyolo-models/tests/test_predict.py \
-             packages/libreyolo-models/tests/test_graph_dispatch.py packages/libreyolo-models/tests/test_export.py \
-             packages/libreyolo-models/tests/test_prefetch.py ;;
+             packages/libreyolo-models/tests/test_graph_dispatch.py packages/libreyolo-models/tests/test_export.py ;;
     bench_export) step bench_export ${BENCH_EXPORT_S:-240} $PY tools/bench_export.py ${BENCH_EXPORT_ARGS:-} --out "$OUT/bench-export.md" ;;
     probe_decode) step probe_decode 120 $PY tools/probe_decode.py --out "$OUT/probe-decode.md" ;;
     probe_predict) step probe_predict ${PROBE_S:-200} $PY tools/probe_predict.py --wide --out "$OUT/probe-predict.md" ;;
     probe_memory) step probe_memory ${PROBE_S:-200} $PY tools/probe_predict_memory.py --out "$OUT/probe-predict-memory.md" ;;
     probe_video) step probe_video ${PROBE_S:-200} $PY tools/probe_video.py --out "$OUT/probe-video.md" ;;
+    probe_folder) step probe_folder ${PROBE_S:-200} $PY tools/probe_folder.py --out "$OUT/probe-folder.md" ;;
     bench_predict) step bench_predict ${BENCH_PREDICT_S:-540} $PY tools/bench_predict.py ${BENCH_PREDICT_ARGS:-} --out "$OUT/bench-predict.md" ;;
     tests_cls) step tests_cls ${TESTS_CLS_S:-420} $PY -m pytest -p no:cacheprovider --import-mode=importlib -m "cuda or multigpu" -q -rfE \
              -o addopts="" tests-integration/test_gpu_classify.py tests-integration/test_multigpu_train.py -k "classif or resnet or cuda" ;;

@@ -45,11 +45,12 @@ __all__ = ["IMAGE_SUFFIXES", "ShrunkImage", "SourceImage", "SourceReport", "expa
 
 log = logging.getLogger(__name__)
 
-DECODE_THREADS = max(1, min(8, (os.cpu_count() or 1) // 2))
+DECODE_THREADS = max(1, min(4, (os.cpu_count() or 1) // 2))
 """Files decoded at once for a folder or glob: PIL releases the GIL while it decodes, so a few
 threads multiply the images per second that reach the GPU (one thread decodes about 125 720p
 JPEGs/s on the H200 machine, 7.9 ms each by tools/probe_decode.py, while YOLOv9-t's network takes
-about 1.5 ms per image at batch 32)."""
+about 1.5 ms per image at batch 32). At most four: more threads take the GIL from the thread
+issuing the GPU work (``streams.MAX_DECODE_WORKERS`` says by how much)."""
 DECODE_TIMEOUT_S = 300.0
 """The longest one file may take to decode before predict gives up on it (bounds every wait)."""
 
