@@ -131,3 +131,19 @@ def test_graphs_under_several_ranks_vote_on_every_decision(caplog) -> None:
         graphed = graph_forward(model, model.training_module(), cfg, world_size=2)
     assert graphed._agree is libreyolo_ddp.agree_min and model.graphs.training is graphed
     assert "2 ranks decide together" in caplog.records[-1].getMessage()
+
+
+def test_capture_ahead_records_the_input_predict_hands_over(monkeypatch) -> None:
+    """A graph is keyed by its input's dtype and strides: capturing ahead must use predict's own
+    (a detector's uint8 letterbox, a channels-first view), or predict would capture again."""
+    from libreyolo_cudagraph import GraphRunner
+    from libreyolo_models import graphs
+    from libreyolo_models.predict.letterbox import letterbox_pixels
+
+    seen: list[torch.Tensor] = []
+    monkeypatch.setattr(graphs, "check_graph_support", lambda model, what: None)
+    monkeypatch.setattr(GraphRunner, "capture", lambda self, x: seen.append(x))
+    LibreYOLO9(size="t", imgsz=64).capture_graph(batch=2)
+    expected, _ = letterbox_pixels([torch.zeros(40, 50, 3, dtype=torch.uint8)] * 2, 64)
+    (x,) = seen
+    assert (x.shape, x.dtype, x.stride()) == (expected.shape, expected.dtype, expected.stride())

@@ -154,7 +154,7 @@ def capture_ahead(model: LibreYOLO, *, imgsz: int, batch: int, dtype: torch.dtyp
                   fuse: bool | None = None) -> dict[str, Any]:
     """Capture the inference graph for ``batch x 3 x imgsz x imgsz`` ahead of the first request,
     of the network predict runs with the same ``fuse`` (the fused copy by default where the
-    family fuses)."""
+    family fuses), for the input predict hands it (``Task.prepare_batch``)."""
     check_graph_support(model, "capture_graph()")
     fusing = model.wants_fuse(fuse)
     if fusing and dtype is not None and dtype != model.dtype:
@@ -169,7 +169,10 @@ def capture_ahead(model: LibreYOLO, *, imgsz: int, batch: int, dtype: torch.dtyp
     model.net.eval()
     imgsz = model.spec.check_imgsz(imgsz)
     runner = model.graphs.inference_runner("on", model.inference_net(fusing))
-    x = torch.rand(batch, 3, imgsz, imgsz, device=model.device, dtype=model.dtype)
+    # The input exactly as predict hands it over (dtype, layout: a graph is keyed by both): the
+    # task's own preprocessing of blank images (detectors: a uint8 letterbox, scaled in the call).
+    blank = [torch.zeros(imgsz, imgsz, 3, dtype=torch.uint8) for _ in range(batch)]
+    x, _ = model.task_spec.prepare_batch(blank, imgsz, model.dtype, model.device)
     with torch.inference_mode():
         runner.capture(x)
     return model.graphs.describe()
