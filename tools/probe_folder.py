@@ -2,7 +2,7 @@
 """A folder's predict throughput against the number of decoding threads (GPU).
 
 ``bench_predict.py``'s folder scenario (1280x720 JPEGs at batch 32, graphed) with the decode pool
-at 1, 2, 4 and 8 threads (``predict.streams.MAX_DECODE_WORKERS``), and the per-phase means: more
+at 1, 2, 4 and 8 threads (``predict.sources.MAX_DECODE_THREADS``), and the per-phase means: more
 threads decode more files at once, but every one of them takes the GIL for its Python part, and
 the main thread issuing the GPU work waits for it each time.
 
@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         log("needs a CUDA GPU")
         return 1
-    from libreyolo_models.predict import streams
+    from libreyolo_models.predict import sources
 
     folder = Path(tempfile.mkdtemp()) / "images"
     write_images(folder, args.images)
@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     phase_means(model.predict(str(folder), **opts))  # capture, cuDNN, page cache
     rows = []
     for threads in (int(t) for t in args.threads.split(",")):
-        streams.MAX_DECODE_WORKERS = threads
+        sources.MAX_DECODE_THREADS = threads
         started = time.perf_counter()
         n, ph = phase_means(model.predict(str(folder), **opts))
         rows.append(f"| {threads} | {n / (time.perf_counter() - started):.0f} | {ph['decode']:.3f} | "

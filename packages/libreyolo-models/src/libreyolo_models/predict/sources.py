@@ -45,12 +45,24 @@ __all__ = ["IMAGE_SUFFIXES", "ShrunkImage", "SourceImage", "SourceReport", "expa
 
 log = logging.getLogger(__name__)
 
-DECODE_THREADS = max(1, min(4, (os.cpu_count() or 1) // 2))
-"""Files decoded at once for a folder or glob: PIL releases the GIL while it decodes, so a few
-threads multiply the images per second that reach the GPU (one thread decodes about 125 720p
-JPEGs/s on the H200 machine, 7.9 ms each by tools/probe_decode.py, while YOLOv9-t's network takes
-about 1.5 ms per image at batch 32). At most four: more threads take the GIL from the thread
-issuing the GPU work (``streams.MAX_DECODE_WORKERS`` says by how much)."""
+MAX_DECODE_THREADS = 4
+"""Most threads decoding image files at once. PIL releases the GIL while it decodes, so a few
+threads multiply the images per second that reach the GPU (one decodes about 125 720p JPEGs/s on
+the H200 machine, ``tools/probe_decode.py``), but each takes the GIL for its Python part, and the
+main thread issuing the GPU work waits for it each time: a folder of 720p JPEGs at batch 32
+(graphed) ran at 408 / 800 / 987 / 704 images/s with 1 / 2 / 4 / 8 threads, the main thread's
+preprocessing taking 0.05 ms an image with 2 and 0.68 with 8 (``tools/probe_folder.py``)."""
+
+
+def decode_threads() -> int:
+    """Threads decoding image files: the usable cores, at most ``MAX_DECODE_THREADS``."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(MAX_DECODE_THREADS, cores))
+
+
 DECODE_TIMEOUT_S = 300.0
 """The longest one file may take to decode before predict gives up on it (bounds every wait)."""
 
@@ -251,10 +263,12 @@ def _one(item: object, label: str, report: SourceReport, *, alone: bool) -> Iter
         raise SourceError(f"{label}: unsupported source type {type(item).__name__}; use {_KINDS}")
 
 
-def decoded_in_order(paths: Sequence[Path], threads: int = DECODE_THREADS
+def decoded_in_order(paths: Sequence[Path], threads: int | None = None
                      ) -> Iterator[tuple[Path, np.ndarray | ImageDecodeError]]:
     """Each path with its pixels (or why it cannot be read), in order, decoding up to ``threads``
-    files ahead on a pool; closing the iterator early cancels what has not started."""
+    (default ``decode_threads()``) files ahead on a pool; closing the iterator early cancels what
+    has not started."""
+    threads = decode_threads() if threads is None else threads
     if threads <= 1 or len(paths) <= 1:
         for path in paths:
             yield path, _decode_or_error(path)

@@ -33,7 +33,6 @@ skipped frames; results of one source arrive in frame order.
 from __future__ import annotations
 
 import io
-import os
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -51,6 +50,7 @@ from .sources import (
     IMAGE_SUFFIXES,
     ShrunkImage,
     SourceReport,
+    decode_threads,
     expand_paths,
     iter_sources,
     read_image,
@@ -60,13 +60,6 @@ from .video import STREAM_SCHEMES, VIDEO_SUFFIXES, is_video_path, iter_video, we
 
 URL_TIMEOUT_S = 10.0
 """Seconds an image URL may take to connect and between received bytes."""
-
-MAX_DECODE_WORKERS = 4
-"""Most threads decoding a folder's image files at once. Each takes the GIL for its Python part, and
-the main thread issuing the GPU work waits for it each time: on the 16-core H200 machine a folder
-of 720p JPEGs at batch 32 (graphed) ran at 408 / 800 / 987 / 704 images/s with 1 / 2 / 4 / 8
-threads, the main thread's preprocessing taking 0.05 ms an image with 2 and 0.68 with 8
-(``tools/probe_folder.py``)."""
 
 MAX_IMAGE_URL_BYTES = 256 << 20
 """Largest image body downloaded from a URL (a video URL is streamed, never downloaded)."""
@@ -174,15 +167,6 @@ def _files(items: list[str | Path], report: SourceReport, *, listed: bool, shrin
     return decode_files(paths, report=report, alone=alone, where=where, shrink_to=shrink_to), len(paths)
 
 
-def decode_workers() -> int:
-    """Threads decoding image files: the usable cores, at most ``MAX_DECODE_WORKERS``."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cores = os.cpu_count() or 1
-    return max(1, min(MAX_DECODE_WORKERS, cores))
-
-
 def decode_files(paths: list[Path | ImageDecodeError], workers: int | None = None, *, report: SourceReport | None = None,
                  alone: bool = False, where: str = "images", shrink_to: int | None = None) -> Iterator[Frame]:
     """Image files decoded by a few threads (PIL and libjpeg release the GIL), yielded in order.
@@ -194,7 +178,7 @@ def decode_files(paths: list[Path | ImageDecodeError], workers: int | None = Non
     """
     report = report if report is not None else SourceReport()
     produced = 0
-    for path, image in _decoded(paths, workers or decode_workers(), shrink_to):
+    for path, image in _decoded(paths, workers or decode_threads(), shrink_to):
         report.seen += 1
         if isinstance(image, ImageDecodeError):
             if alone:
