@@ -75,24 +75,17 @@ def main(argv: list[str] | None = None) -> int:
     def batches(threaded: bool) -> int:
         staging = PinnedStaging(4)
         source = _batches(open_source(str(video)).frames, args.batch, staging=staging)
-        if not threaded:
-            n = 0
-            for batch in source:
-                n += len(batch.frames)
-                if batch.slot is not None:
-                    staging.release(batch.slot, torch.cuda.current_stream())
-            return n
-        fetch = Prefetcher(source, depth=2)
-        fetch.start()
+        fetch = Prefetcher(source, depth=2) if threaded else None
+        n = 0
         try:
-            n = 0
-            for batch in fetch:
+            for batch in fetch if fetch is not None else source:
                 n += len(batch.frames)
                 if batch.slot is not None:
                     staging.release(batch.slot, torch.cuda.current_stream())
-            return n
         finally:
-            fetch.close()
+            if fetch is not None:
+                fetch.close()
+        return n
 
     rows = [("PyAV decode only", rate(decode_only)),
             ("iter_video (decode + RGB)", rate(lambda: _count(iter_video(str(video), source="probe")))),
