@@ -18,10 +18,11 @@ import glob
 import logging
 import os
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import torch
@@ -44,6 +45,9 @@ __all__ = ["IMAGE_SUFFIXES", "ShrunkImage", "SourceImage", "SourceReport", "expa
            "read_image_for"]
 
 log = logging.getLogger(__name__)
+
+P = TypeVar("P")
+D = TypeVar("D")
 
 MAX_DECODE_THREADS = 4
 """Most threads decoding image files at once. PIL releases the GIL while it decodes, so a few
@@ -265,31 +269,38 @@ def _one(item: object, label: str, report: SourceReport, *, alone: bool) -> Iter
 
 def decoded_in_order(paths: Sequence[Path], threads: int | None = None
                      ) -> Iterator[tuple[Path, np.ndarray | ImageDecodeError]]:
-    """Each path with its pixels (or why it cannot be read), in order, decoding up to ``threads``
-    (default ``decode_threads()``) files ahead on a pool; closing the iterator early cancels what
-    has not started."""
+    """Each path with its full picture (or why it cannot be read), in order (``decode_in_order``)."""
+    return decode_in_order(paths, _decode_or_error, threads)
+
+
+def decode_in_order(items: Sequence[P], read: Callable[[P], D], threads: int | None = None
+                    ) -> Iterator[tuple[P, D | ImageDecodeError]]:
+    """Each item with what ``read`` made of it (pixels, or why it cannot be read), in order,
+    reading up to ``threads`` (default ``decode_threads()``) items ahead on a pool; closing the
+    iterator early cancels what has not started. An item still being read after
+    ``DECODE_TIMEOUT_S`` is reported as unreadable, so no wait is unbounded."""
     threads = decode_threads() if threads is None else threads
-    if threads <= 1 or len(paths) <= 1:
-        for path in paths:
-            yield path, _decode_or_error(path)
+    if threads <= 1 or len(items) <= 1:
+        for item in items:
+            yield item, read(item)
         return
-    pool = ThreadPoolExecutor(threads, thread_name_prefix="libreyolo-decode")
-    pending: deque[tuple[Path, Future[np.ndarray | ImageDecodeError]]] = deque()
-    ahead = iter(paths)
+    pool = ThreadPoolExecutor(min(threads, len(items)), thread_name_prefix="libreyolo-decode")
+    pending: deque[tuple[P, Future[D]]] = deque()
+    ahead = iter(items)
     try:
-        for path in ahead:
-            pending.append((path, pool.submit(_decode_or_error, path)))
+        for item in ahead:
+            pending.append((item, pool.submit(read, item)))
             if len(pending) >= 2 * threads:
                 break
         while pending:
-            path, future = pending.popleft()
+            item, future = pending.popleft()
             following = next(ahead, None)
             if following is not None:
-                pending.append((following, pool.submit(_decode_or_error, following)))
+                pending.append((following, pool.submit(read, following)))
             try:
-                yield path, future.result(timeout=DECODE_TIMEOUT_S)
+                yield item, future.result(timeout=DECODE_TIMEOUT_S)
             except TimeoutError:
-                yield path, ImageDecodeError(str(path), f"decoding took over {DECODE_TIMEOUT_S:.0f} s; "
+                yield item, ImageDecodeError(str(item), f"decoding took over {DECODE_TIMEOUT_S:.0f} s; "
                                                         "is the file on a stalled network drive?")
     finally:
         pool.shutdown(wait=False, cancel_futures=True)

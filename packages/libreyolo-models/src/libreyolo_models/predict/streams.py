@@ -33,11 +33,9 @@ skipped frames; results of one source arrive in frame order.
 from __future__ import annotations
 
 import io
-from collections import deque
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from itertools import islice
+from functools import partial
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -50,7 +48,7 @@ from .sources import (
     IMAGE_SUFFIXES,
     ShrunkImage,
     SourceReport,
-    decode_threads,
+    decode_in_order,
     expand_paths,
     iter_sources,
     read_image,
@@ -172,13 +170,13 @@ def decode_files(paths: list[Path | ImageDecodeError], workers: int | None = Non
     """Image files decoded by a few threads (PIL and libjpeg release the GIL), yielded in order.
 
     At most ``2 * workers`` decodes are in flight, so memory stays bounded for any number of
-    files; closing the generator cancels the ones not started and waits for the rest. An
-    unreadable file is skipped into ``report`` unless it was given ``alone``; if none could be
+    files, and each may take at most ``sources.DECODE_TIMEOUT_S``; closing the generator cancels
+    the ones not started (``sources.decode_in_order``). An unreadable file is skipped into ``report`` unless it was given ``alone``; if none could be
     read, that is an error naming the first. ``shrink_to``: see ``open_source``.
     """
     report = report if report is not None else SourceReport()
     produced = 0
-    for path, image in _decoded(paths, workers or decode_threads(), shrink_to):
+    for path, image in decode_in_order(paths, partial(_read_or_error, shrink_to=shrink_to), workers):
         report.seen += 1
         if isinstance(image, ImageDecodeError):
             if alone:
@@ -205,29 +203,6 @@ def _read_or_error(path: Path | ImageDecodeError, shrink_to: int | None = None) 
         return read_image(path) if shrink_to is None else read_image_for(path, shrink_to)
     except ImageDecodeError as err:
         return err
-
-
-def _decoded(paths: list[Path | ImageDecodeError], workers: int, shrink_to: int | None = None
-             ) -> Iterator[tuple[Path | ImageDecodeError, Decoded]]:
-    workers = min(workers, len(paths))
-    if workers <= 1:  # one file (a batch-1 call): no pool to start and stop
-        for path in paths:
-            yield path, _read_or_error(path, shrink_to)
-        return
-    pool = ThreadPoolExecutor(workers, thread_name_prefix="libreyolo-decode")
-    pending: deque[tuple[Path | ImageDecodeError, Future[Decoded]]] = deque()
-    todo = iter(paths)
-    try:
-        for path in islice(todo, 2 * workers):
-            pending.append((path, pool.submit(_read_or_error, path, shrink_to)))
-        while pending:
-            path, future = pending.popleft()
-            following = next(todo, None)
-            if following is not None:
-                pending.append((following, pool.submit(_read_or_error, following, shrink_to)))
-            yield path, future.result()
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _still(source: object, report: SourceReport) -> Iterator[Frame]:
