@@ -143,3 +143,34 @@ def test_a_folder_decodes_on_several_threads_in_order_with_bad_files_in_place(tm
     while any(t.name.startswith("libreyolo-decode") for t in threading.enumerate()) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not any(t.name.startswith("libreyolo-decode") for t in threading.enumerate())
+
+
+def test_a_folder_file_that_never_finishes_decoding_is_skipped_after_the_timeout(tmp_path: Path, monkeypatch) -> None:
+    """Folders and lists share one decode pool (``decode_in_order``); a decode stuck on a stalled
+    drive is reported as unreadable after ``DECODE_TIMEOUT_S`` and the rest still arrive."""
+    import threading
+
+    from libreyolo_models.predict import sources, streams
+
+    paths = []
+    for i in range(4):
+        path = tmp_path / f"{i}.png"
+        Image.fromarray(np.full((8, 9, 3), 40 * i, np.uint8)).save(path)
+        paths.append(path)
+    release = threading.Event()
+    read = streams._read_or_error
+
+    def stalls_on_the_second(path, shrink_to=None):
+        if path == paths[1]:
+            release.wait(10)
+        return read(path, shrink_to)
+
+    monkeypatch.setattr(sources, "DECODE_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(streams, "_read_or_error", stalls_on_the_second)
+    report = sources.SourceReport()
+    try:
+        frames = list(streams.decode_files(list(paths), workers=2, report=report))
+    finally:
+        release.set()
+    assert [f.name for f in frames] == [str(p) for p in (paths[0], paths[2], paths[3])]
+    assert report.skipped == [(str(paths[1]), report.skipped[0][1])] and "decoding took over" in report.skipped[0][1]
