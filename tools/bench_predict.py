@@ -14,8 +14,9 @@ subprocess, the same files; skipped with a line when it is not importable). For 
 times (decode on the prefetch thread, preprocess, network, postprocess: ms per image, means of
 ``Results.speed``), peak GPU memory per arm (allocated: live tensors; reserved: what the
 caching allocator holds, graph pools included, what ``nvidia-smi`` shows) and the graph pools' bytes. Then a network-only
-table: the fused fp16 network eager, graphed (``GraphRunner``) and ``torch.compile(mode=
-"reduce-overhead")`` at batch 1 and ``--batch`` (CUDA events, medians). Ratios are printed
+table (``network_only``; ``--arms ''`` runs it alone): the fused network in fp16 and fp32, NCHW and
+channels_last, eager, graphed (``GraphRunner``) with and without cuDNN's autotuner, and
+``torch.compile(mode="reduce-overhead")`` at batch 1 and ``--batch`` (CUDA events, medians). Ratios are printed
 against eager and against Ultralytics.
 
     python tools/bench_predict.py --out bench-predict.md
@@ -203,62 +204,110 @@ def median_ms(fn: Callable[[], Any], reps: int, warmup: int) -> float:
 
 
 def network_only(args: argparse.Namespace) -> list[str]:
-    """The fused fp16 network alone: eager, our graph and compile's, in NCHW; then eager and our
-    graph in channels_last (a copy of the network and its input in that layout): what the layout
-    alone is worth, before predict adopts it."""
+    """The fused network alone, fp16 and fp32, NCHW and channels_last (a copy of the network and
+    its input in that layout): eager, our graph (``GraphRunner``) with cuDNN's heuristics and with
+    its autotuner on for warmup, capture and replay, and ``torch.compile(mode="reduce-overhead")``
+    of the fp16 NCHW network (compile picks its own layout), itself with and without the
+    autotuner (compiled anew for each). ``bits``: whether the autotuned graph returns exactly what
+    the autotuned eager forward returns (the autotuner's choice is cached per shape)."""
     import copy
 
-    model = fresh_model(args.size, args.imgsz).to(0)
-    model.fuse()  # folded from fp32 statistics, then cast with the network
-    model.half()
-    module = model.inference_module(model.fused_net()).eval()
-    rows = ["| batch | layout | eager ms | graph ms | compile(reduce-overhead) ms | graph/eager | compile/eager | "
-            "graph/compile | compile first call s |", "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
-    compiled = None
-    if args.compile:
-        compiled = torch.compile(module, mode="reduce-overhead")
-    # A copy in channels_last (the module wraps a closure over its network, so copy the network).
-    last = model.inference_module(copy.deepcopy(model.fused_net()).to(memory_format=torch.channels_last)).eval()
-    for batch in sorted({1, args.batch}):
-        rows.append(_network_row(module, compiled, batch, args, "NCHW"))
-        rows.append(_network_row(last, None, batch, args, "channels_last"))
-    # fp32 (predict's default precision), both layouts, without compile
-    model32 = fresh_model(args.size, args.imgsz).to(0)
-    net32 = model32.fused_net()
-    for layout, net in (("NCHW fp32", net32), ("channels_last fp32",
-                                               copy.deepcopy(net32).to(memory_format=torch.channels_last))):
-        for batch in sorted({1, args.batch}):
-            rows.append(_network_row(model32.inference_module(net).eval(), None, batch, args, layout))
+    rows = ["| batch | layout | eager ms | graph ms | graph autotuned ms | compile ms | compile autotuned ms | "
+            "graph/compile | autotuned graph/compile | bits | compile first call s |",
+            "|---:|---|---:|---:|---:|---:|---:|---:|---:|---|---:|"]
+    batches = sorted({1, args.batch})
+    for dtype in ("fp16", "fp32"):
+        model = fresh_model(args.size, args.imgsz).to(0)
+        net = model.fused_net()  # folded from fp32 statistics, then cast with the network
+        if dtype == "fp16":
+            model.half()
+        module = model.inference_module(net).eval()
+        # A copy in channels_last (the module wraps a closure over its network, so copy the network).
+        last = model.inference_module(copy.deepcopy(net).to(memory_format=torch.channels_last)).eval()
+        comp = _compile_times(module, batches, args) if args.compile and dtype == "fp16" else {}
+        for batch in batches:
+            rows.append(_network_row(module, batch, args, f"NCHW {dtype}", comp))
+            rows.append(_network_row(last, batch, args, f"channels_last {dtype}", {}))
+        del model, net, module, last
+        torch.cuda.empty_cache()
     return rows
 
 
-def _network_row(module: torch.nn.Module, compiled: Any, batch: int, args: argparse.Namespace, layout: str) -> str:
-    from libreyolo_cudagraph import GraphRunner
-
+def _input(batch: int, args: argparse.Namespace, layout: str) -> torch.Tensor:
     dtype = torch.float32 if layout.endswith("fp32") else torch.float16
     x = torch.rand(batch, 3, args.imgsz, args.imgsz, device="cuda", dtype=dtype)
-    if layout.startswith("channels_last"):
-        x = x.contiguous(memory_format=torch.channels_last)
+    return x.contiguous(memory_format=torch.channels_last) if layout.startswith("channels_last") else x
+
+
+def _compile_times(module: torch.nn.Module, batches: list[int], args: argparse.Namespace
+                   ) -> dict[tuple[int, bool], tuple[float, float]]:
+    """(batch, autotuned) -> (median ms, first call s) of ``torch.compile(mode="reduce-overhead")``,
+    compiled anew for each autotuner setting (its CUDA graphs record the algorithms of then)."""
     mark = getattr(torch.compiler, "cudagraph_mark_step_begin", lambda: None)
+    out: dict[tuple[int, bool], tuple[float, float]] = {}
+    saved = torch.backends.cudnn.benchmark
+    try:
+        for tuned in (False, True):
+            torch._dynamo.reset()
+            torch.backends.cudnn.benchmark = tuned
+            compiled = torch.compile(module, mode="reduce-overhead")
+            for batch in batches:
+                x = _input(batch, args, "NCHW fp16")
 
-    def call_compiled() -> Any:
-        mark()  # a new step for compile's graph trees: the previous output is not kept
-        return compiled(x)
+                def call(compiled: Any = compiled, x: torch.Tensor = x) -> Any:
+                    mark()  # a new step for compile's graph trees: the previous output is not kept
+                    return compiled(x)
 
-    with torch.no_grad():  # as tools/bench_infer_graphs.py: compile's graph trees and ours alike
-        eager = median_ms(lambda: module(x), args.reps, args.warmup)
-        runner = GraphRunner(module, mode="on", name=f"net-b{batch}-{layout}")
-        graph = median_ms(lambda: runner(x), args.reps, args.warmup)
+                with torch.no_grad():
+                    t0 = time.perf_counter()
+                    call()
+                    torch.cuda.synchronize()
+                    first = time.perf_counter() - t0
+                    out[(batch, tuned)] = (median_ms(call, args.reps, args.warmup), first)
+    finally:
+        torch.backends.cudnn.benchmark = saved
+        torch._dynamo.reset()
+    return out
+
+
+def _network_row(module: torch.nn.Module, batch: int, args: argparse.Namespace, layout: str,
+                 comp: dict[tuple[int, bool], tuple[float, float]]) -> str:
+    from libreyolo_cudagraph import GraphRunner
+
+    x = _input(batch, args, layout)
+
+    def graphed(tag: str) -> tuple[float, bool]:
+        runner = GraphRunner(module, mode="on", name=f"net-b{batch}-{layout}-{tag}")
+        ms = median_ms(lambda: runner(x), args.reps, args.warmup)
+        same = _equal(runner(x), module(x))
         runner.release()
-        comp, first = float("nan"), float("nan")
-        if compiled is not None:
-            t0 = time.perf_counter()
-            call_compiled()
-            torch.cuda.synchronize()
-            first = time.perf_counter() - t0
-            comp = median_ms(call_compiled, args.reps, args.warmup)
-    return (f"| {batch} | {layout} | {eager:.3f} | {graph:.3f} | {comp:.3f} | {eager / graph:.2f}x | "
-            f"{eager / comp:.2f}x | {graph / comp:.2f}x | {first:.1f} |")
+        return ms, same
+
+    saved = torch.backends.cudnn.benchmark
+    with torch.no_grad():  # as tools/bench_infer_graphs.py: compile's graph trees and ours alike
+        try:
+            torch.backends.cudnn.benchmark = False
+            eager = median_ms(lambda: module(x), args.reps, args.warmup)
+            graph, _ = graphed("heuristic")
+            torch.backends.cudnn.benchmark = True  # the choice is made once per shape, then cached
+            tuned, bits = graphed("autotuned")
+        finally:
+            torch.backends.cudnn.benchmark = saved
+    nan = (float("nan"), float("nan"))
+    (c_ms, first), (ct_ms, _) = comp.get((batch, False), nan), comp.get((batch, True), nan)
+    return (f"| {batch} | {layout} | {eager:.3f} | {graph:.3f} | {tuned:.3f} | {c_ms:.3f} | {ct_ms:.3f} | "
+            f"{graph / c_ms:.2f}x | {tuned / ct_ms:.2f}x | {'identical' if bits else 'DIFFER'} | {first:.1f} |")
+
+
+def _equal(a: Any, b: Any) -> bool:
+    """Bitwise equality of two outputs (tensors, or tuples/lists/dicts of them)."""
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.shape == b.shape and bool(torch.equal(a, b))
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return isinstance(b, (list, tuple)) and len(a) == len(b) and all(_equal(u, v) for u, v in zip(a, b))
+    return bool(a == b)
 
 
 # --------------------------------------------------------------------------- report
@@ -302,7 +351,7 @@ def report(results: dict[str, dict[str, Any]], net_rows: list[str], notes: list[
                 ratio = r[key] / ref[key] if higher else ref[key] / r[key]
                 parts.append(f"{key.split('_')[0]} {ratio:.2f}x vs {ref_name}")
         lines.append(f"- {arm}: " + (", ".join(parts) or "-"))
-    lines += ["", "Network only (fused; fp16 unless the layout says fp32; CUDA events, medians):", "", *net_rows]
+    lines += ["", "Network only (fused; CUDA events, medians):", "", *net_rows]
     if notes:
         lines += ["", *[f"- {n}" for n in notes]]
     return lines
@@ -345,7 +394,7 @@ def main(argv: list[str] | None = None) -> int:
         notes.append(f"video scenario skipped: {why}")
         video = None
     results: dict[str, dict[str, Any]] = {}
-    for arm in args.arms.split(","):
+    for arm in filter(None, args.arms.split(",")):
         log(f"arm {arm}")
         if arm == "ultralytics":
             from peer_ultralytics import run_peer
