@@ -26,7 +26,9 @@ short), so cuDNN picks the fastest kernels (losses are then no longer reproducib
 for the bit-identical loss check). Arms without ``-cl`` pass ``channels_last=False``. ``-host``
 trains with ``cache="ram"``: the images stay on the host and workers ship tiles, which is how every
 arm ran before the GPU-resident image cache (``cache="auto"``, the default, now keeps a split that
-fits in a quarter of the free GPU memory on the GPU).
+fits in a quarter of the free GPU memory on the GPU). ``-cpuaug`` trains with ``gpu_augment=False``
+(and ``cache="ram"``): the workers render whole batches (mosaic, affine, colour) on the CPU and the
+main process only uploads them, leaving the launch-bound eager step the host to itself.
 """
 
 from __future__ import annotations
@@ -89,8 +91,8 @@ def run_arm(data: Path, project: Path, *, size: str, batch: int, arm: str, args:
     from libreyolo_models import LibreYOLO9
 
     kind, *suffixes = arm.split("-")
-    if kind not in ("eager", "graph") or set(suffixes) - {"cl", "fast", "host"}:
-        sys.exit(f"--arms: unknown arm {arm!r}; use eager or graph, optionally with -cl, -fast and/or -host")
+    if kind not in ("eager", "graph") or set(suffixes) - {"cl", "fast", "host", "cpuaug"}:
+        sys.exit(f"--arms: unknown arm {arm!r}; use eager or graph, optionally with -cl, -fast, -host and/or -cpuaug")
     graph, fast = kind == "graph", "fast" in suffixes
     deterministic = args.deterministic and not fast
     gc.collect()
@@ -115,7 +117,9 @@ def run_arm(data: Path, project: Path, *, size: str, batch: int, arm: str, args:
                           close_mosaic=0, seed=0, deterministic=deterministic, profile=args.profile,
                           # a benchmark's few hundred steps stand for a long run: autotune as one would
                           cudnn_benchmark=True if not deterministic else "auto",
-                          channels_last="cl" in suffixes, cache="ram" if "host" in suffixes else "auto",
+                          channels_last="cl" in suffixes,
+                          cache="ram" if {"host", "cpuaug"} & set(suffixes) else "auto",
+                          gpu_augment=False if "cpuaug" in suffixes else "auto",
                           project=str(project),
                           name=f"{size}-b{batch}-{arm}", verbose=False, callbacks=[report])
     result.rows = read_rows(outcome.run_dir)

@@ -220,3 +220,38 @@ def test_graph_warmup_restoring_the_copys_buffers_does_not_make_it_stale() -> No
     with preserved_state(fused):  # what GraphRunner does around warmup: copy_ into every buffer
         _output(model, fused, X)
     assert model.fused and model.fused_net() is fused  # still current: no rebuild, no recapture
+
+
+def test_a_channels_last_copy_owns_its_kernels_and_the_uint8_input_follows_its_layout() -> None:
+    """What fp16 inference runs on CUDA (``fused_channels_last``), asked for directly on the CPU:
+    the fused copy's channels_last twin. The model's network and the NCHW copy keep their layout."""
+    from libreyolo_models.fused_net import FusedNetwork
+    from libreyolo_models.layers.layout import is_channels_last
+
+    model = _calibrated_model()
+    pixels = (X * 255).round().to(torch.uint8)
+    fused = model.fused_net()
+    expected = _output(model, fused, pixels)
+    last = model.fused_net(channels_last=True)
+    assert model.fused_net(channels_last=True) is last and model.fused_net() is fused  # both kept
+    assert is_channels_last(last) and not is_channels_last(model.net) and not is_channels_last(fused)
+    kernels = [p for p in last.parameters() if p.dim() == 4]
+    assert kernels and all(p.is_contiguous(memory_format=torch.channels_last) for p in kernels)
+    others = {id(p) for p in [*model.net.parameters(), *fused.parameters()]}
+    assert not any(id(p) in others for p in kernels)  # no shared kernel was converted under them
+    assert all(p.is_contiguous() for p in [*model.net.parameters(), *fused.parameters()])
+    assert any(id(p) in others for p in last.parameters())  # the rest stays shared
+    assert not model.fused_channels_last and model.inference_net() is fused  # fp32 on the CPU: NCHW
+    seen: list[torch.Tensor] = []
+    handle = last.register_forward_pre_hook(lambda _m, args: seen.append(args[0]))
+    got = _output(model, last, pixels)
+    handle.remove()
+    assert seen[0].is_contiguous(memory_format=torch.channels_last) and seen[0].dtype == torch.float32
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)  # the same network, another layout
+    model.to("cpu").float()
+    with torch.no_grad():
+        next(model.net.parameters()).add_(0.0)  # a write: both copies are stale and go together
+    assert model.fused_net(channels_last=True) is not last and model.fused_net() is not fused
+    held = FusedNetwork()
+    with pytest.raises(RuntimeError, match="no fused copy"):
+        held.channels_last()

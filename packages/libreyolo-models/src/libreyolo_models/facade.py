@@ -30,6 +30,7 @@ from .errors import ConfigError
 from .family_spec import FamilySpec
 from .fused_net import FusedNetwork
 from .graphs import ModelGraphs, capture_ahead
+from .layers.layout import is_channels_last
 from .runtime import RuntimeNetwork, is_exported, load_exported
 from .settings import PredictConfig
 from .tasks import Task, get_task
@@ -189,7 +190,8 @@ class LibreYOLO:
         ``images``: ``[B, 3, S, S]`` in [0, 1] in the network's dtype, or the uint8 pixels of a
         letterbox (predict's), scaled here, inside what a graph captures."""
         if images.dtype == torch.uint8:
-            images = to_network_input(images, self.dtype if net is None else next(net.parameters()).dtype)
+            target = self.net if net is None else net
+            images = to_network_input(images, next(target.parameters()).dtype, channels_last=is_channels_last(target))
         if self.runtime is not None and (net is None or net is self.runtime):
             return self.runtime(images)
         return self.family.inference_forward(net if net is not None else self.net, images)
@@ -240,9 +242,7 @@ class LibreYOLO:
         if self.dtype != torch.float16:
             self.graphs.invalidate("weights cast to float16")
             self.net.half()
-            if self._fused.net is not None:
-                self._fused.net.half()
-                self._fused.follow()
+            self._fused.half()
         return self
 
     def float(self) -> LibreYOLO:
@@ -291,9 +291,10 @@ class LibreYOLO:
             return self.fuse_default
         return self.spec.task(self.task).inference_fuse
 
-    def fused_net(self) -> nn.Module:
+    def fused_net(self, channels_last: bool = False) -> nn.Module:
         """The fused inference copy of ``net`` (eval mode), built now if none is held or the held one
-        was folded from weights that have changed since.
+        was folded from weights that have changed since. ``channels_last``: its twin in that
+        layout (the same weights; see ``fused_channels_last`` for when inference runs it).
 
         It shares the parameters fusion leaves alone with ``net``: move or cast the model
         (``to``, ``half``), not the copy. Rebuilt when a sample of ``net``'s tensors shows new
@@ -306,11 +307,22 @@ class LibreYOLO:
         if self._fused.net is None:
             self._fused.build(self.net)
         assert self._fused.net is not None  # built just above
-        return self._fused.net
+        return self._fused.channels_last() if channels_last else self._fused.net
 
     def inference_net(self, fuse: bool | None = None) -> nn.Module:
-        """The network inference runs: the fused copy when ``wants_fuse(fuse)``, else ``net``."""
-        return self.fused_net() if self.wants_fuse(fuse) else self.net
+        """The network inference runs: the fused copy when ``wants_fuse(fuse)`` (its channels_last
+        twin when ``fused_channels_last``), else ``net`` as it is."""
+        return self.fused_net(self.fused_channels_last) if self.wants_fuse(fuse) else self.net
+
+    @property
+    def fused_channels_last(self) -> bool:
+        """Whether fused inference runs in channels_last: with fp16 weights on CUDA, eager and
+        graphed alike (a graph replays exactly what the eager call computes).
+
+        Measured on an H200 (YOLOv9-t fused, 640 px, graphed; docs/benchmarks.md): fp16 2.18 ms
+        against 2.64 NCHW at batch 1, 10.3 against 11.7 at 32; fp32 2.84 against 2.73 at batch 1
+        (12.1 against 13.4 at 32), so fp32 stays NCHW, where its batch-1 latency is best."""
+        return self.runtime is None and self.device.type == "cuda" and self.dtype == torch.float16
 
     @property
     def fused(self) -> bool:

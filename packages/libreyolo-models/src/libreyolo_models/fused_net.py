@@ -22,11 +22,13 @@ Two guards keep it from going stale:
 
 from __future__ import annotations
 
+import copy
 import logging
 
 from torch import nn
 
 from .layers.fuse import fused_copy
+from .layers.layout import own_channels_last
 
 log = logging.getLogger(__name__)
 
@@ -63,10 +65,12 @@ def weights_stamp(slots: list[Slot]) -> Stamp:
 
 
 class FusedNetwork:
-    """Holds at most one fused copy of a network and knows whether it still matches the source."""
+    """Holds at most one fused copy of a network (and its channels_last twin, derived on demand)
+    and knows whether it still matches the source."""
 
     def __init__(self) -> None:
         self.net: nn.Module | None = None
+        self.last: nn.Module | None = None
         self.source: nn.Module | None = None
         self.modules_fused = 0
         self._slots: list[Slot] = []
@@ -82,18 +86,33 @@ class FusedNetwork:
     def build(self, source: nn.Module) -> nn.Module:
         """Fold ``source`` into a new copy (on its device and dtype) and remember its stamp."""
         self.net, self.modules_fused = fused_copy(source)
+        self.last = None
         self.source, self._slots = source, stamp_slots(source)
         self._stamp = weights_stamp(self._slots)
         log.debug("fused inference copy built: %d modules folded", self.modules_fused)
         return self.net
 
-    def follow(self) -> None:
-        """The source was cast together with the copy (``half()``): the copy is current again."""
+    def channels_last(self) -> nn.Module:
+        """The held copy in channels_last (``layers.layout``): the same weights, its convolution
+        kernels NHWC tensors of its own, everything else shared with the copy. Built on first use."""
+        if self.net is None:
+            raise RuntimeError("FusedNetwork.channels_last(): no fused copy is held; build() one first")
+        if self.last is None:
+            twin = copy.deepcopy(self.net, {id(p): p for p in self.net.parameters()})
+            own_channels_last(twin)
+            self.last = twin.eval()
+        return self.last
+
+    def half(self) -> None:
+        """The source was cast to fp16: cast the copies along (folded from fp32, rounded once)."""
+        for net in (self.net, self.last):
+            if net is not None:
+                net.half()
         if self.net is not None:
             self._stamp = weights_stamp(self._slots)
 
     def drop(self) -> bool:
-        """Forget the copy (its memory goes back to the allocator); True when there was one."""
+        """Forget the copies (their memory goes back to the allocator); True when there was one."""
         held = self.net is not None
-        self.net, self.source, self.modules_fused, self._slots, self._stamp = None, None, 0, [], ()
+        self.net, self.last, self.source, self.modules_fused, self._slots, self._stamp = None, None, None, 0, [], ()
         return held

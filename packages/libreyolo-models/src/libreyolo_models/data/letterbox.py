@@ -116,14 +116,17 @@ def paste(canvas: Tensor, tile: Tensor, x: int, y: int) -> None:
         canvas[y0:y1, x0:x1] = tile[y0 - y:y1 - y, x0 - x:x1 - x]
 
 
-def to_network_input(images: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
+def to_network_input(images: Tensor, dtype: torch.dtype = torch.float32, *, channels_last: bool = False) -> Tensor:
     """Letterboxed ``uint8 [B, 3, S, S]`` pixels -> the network's ``[B, 3, S, S]`` input in [0, 1].
 
     Validation and predict both end here, so a model sees the same numbers from either: the
     division happens in float32 and only then is the result cast to ``dtype`` (fp16 weights get
     the rounding of one cast, whichever path made the batch). Runs on the images' device.
+    ``channels_last``: lay the result out NHWC, as a channels_last network wants it (predict's
+    letterbox already is, so that costs no copy); the values are the same either way.
     """
-    return images.float().div_(255.0).to(dtype).contiguous()
+    layout = torch.channels_last if channels_last else torch.contiguous_format
+    return images.float().div_(255.0).to(dtype).contiguous(memory_format=layout)
 
 
 def place_boxes(labels: Tensor, offsets: Tensor, hw: Tensor, canvas: int) -> Tensor:

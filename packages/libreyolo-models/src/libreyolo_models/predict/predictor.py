@@ -128,7 +128,8 @@ class Predictor:
             if bad:
                 raise ConfigError(f"classes={cfg.classes}: class id {bad[0]} is not one of this model's "
                                   f"{model.nc} classes (0..{model.nc - 1})")
-        self.net = model.inference_net(fusing)  # the fused copy, or the exact network (fuse=False)
+        # the fused copy (its channels_last twin for fp16 on CUDA), or the exact network (fuse=False)
+        self.net = model.inference_net(fusing)
         if self.net is model.net:
             ensure_eval(model.net)
         elif self.net.training:  # built in eval mode; only a caller's .train() changes that

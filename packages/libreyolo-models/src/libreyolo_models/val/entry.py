@@ -46,7 +46,7 @@ def validate_model(model: LibreYOLO, options: Mapping[str, Any]) -> TaskMetrics:
     model.net.eval()
     # Unfused by default (fuse=False): validation measures the exact network, as training's
     # validation of the EMA does; fuse=True runs the fused copy predict runs by default.
-    net = model.fused_net() if cfg.fuse else model.net
+    net = model.inference_net(cfg.fuse)
     save_dir = None
     if cfg.plots or cfg.save_json:
         save_dir = libreyolo_ddp.resolve_on_rank_zero(lambda: next_run_dir(cfg.project, cfg.name))
