@@ -80,6 +80,20 @@ def test_half_float_load_and_device_changes_drop_graphs_and_recapture(tmp_path: 
     assert model.graph_info()["graphs"] == [] and not model.graph_info()["supported"]
 
 
+def test_fp16_runs_the_channels_last_twin_eagerly_and_graphed_alike() -> None:
+    from libreyolo_models.layers.layout import is_channels_last
+
+    model = _model()
+    fp32 = model(SAMPLE_IMAGE, conf=0.3)
+    assert not model.fused_channels_last and not is_channels_last(model.inference_net())
+    eager = model(SAMPLE_IMAGE, conf=0.3, half=True)
+    assert model.fused_channels_last and is_channels_last(model.inference_net())
+    assert not is_channels_last(model.net) and not is_channels_last(model.fused_net())  # both kept NCHW
+    first = model(SAMPLE_IMAGE, conf=0.3, half=True, cuda_graph=True)
+    assert _same(eager, first) and _same(eager, model(SAMPLE_IMAGE, conf=0.3, half=True, cuda_graph=True))
+    assert len(eager[0]) > 0 and len(fp32[0]) > 0
+
+
 def test_weights_swapped_behind_the_models_back_are_never_replayed_stale() -> None:
     model = _model()
     before = model(SAMPLE_IMAGE, conf=0.3, cuda_graph=True)
