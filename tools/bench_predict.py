@@ -10,7 +10,8 @@ Scenarios, each for every arm:
 
 Arms: ``eager`` (fp32, defaults: fused), ``eager-unfused`` (fp32, ``fuse=False``), ``graph``
 (fp32, fused, ``cuda_graph=True``), ``half+fuse+graph`` (fp16 weights, fused, graphed), and ``ultralytics`` (``tools/peer_ultralytics.py predict`` in a
-subprocess, the same files; skipped with a line when it is not importable). For ours: per-phase
+subprocess, the same files; skipped with a line when it is not importable). An arm named twice
+in ``--arms`` runs twice (the second as ``<arm> (again)``): the spread within one invocation. For ours: per-phase
 times (decode on the prefetch thread, preprocess, network, postprocess: ms per image, means of
 ``Results.speed``), peak GPU memory per arm (allocated: live tensors; reserved: what the
 caching allocator holds, graph pools included, what ``nvidia-smi`` shows) and the graph pools' bytes. Then a network-only
@@ -341,7 +342,7 @@ def report(results: dict[str, dict[str, Any]], net_rows: list[str], notes: list[
     lines += ["", "Ratios (speed, higher is better for ours):", ""]
     base, peer = results.get("eager", {}), results.get("ultralytics", {})
     for arm, r in results.items():
-        if arm == "ultralytics":
+        if arm.startswith("ultralytics"):
             continue
         parts = []
         for key, higher in (("image_ms", False), ("folder_per_s", True), ("video_per_s", True)):
@@ -395,7 +396,8 @@ def main(argv: list[str] | None = None) -> int:
         video = None
     results: dict[str, dict[str, Any]] = {}
     for arm in filter(None, args.arms.split(",")):
-        log(f"arm {arm}")
+        key = arm if arm not in results else f"{arm} (again)"  # an arm named twice runs twice: the spread
+        log(f"arm {key}")
         if arm == "ultralytics":
             from peer_ultralytics import run_peer
 
@@ -405,10 +407,10 @@ def main(argv: list[str] | None = None) -> int:
             if "skipped" in peer:
                 notes.append(f"ultralytics skipped: {peer['skipped']}")
             else:
-                results[arm] = peer
+                results[key] = peer
         elif arm in ARMS:
             try:
-                results[arm] = run_ours(arm, args, image, folder, video)
+                results[key] = run_ours(arm, args, image, folder, video)
             except Exception as err:  # noqa: BLE001 - one arm's failure is reported, the others still run
                 notes.append(f"{arm} failed: {type(err).__name__}: {str(err)[:300]}")
         else:
