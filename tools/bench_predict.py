@@ -16,8 +16,10 @@ times (decode on the prefetch thread, preprocess, network, postprocess: ms per i
 ``Results.speed``), peak GPU memory per arm (allocated: live tensors; reserved: what the
 caching allocator holds, graph pools included, what ``nvidia-smi`` shows) and the graph pools' bytes. Then a network-only
 table (``network_only``; ``--arms ''`` runs it alone): the fused network in fp16 and fp32, NCHW and
-channels_last, eager, graphed (``GraphRunner``) with and without cuDNN's autotuner, and
-``torch.compile(mode="reduce-overhead")`` at batch 1 and ``--batch`` (CUDA events, medians). Ratios are printed
+channels_last, eager, graphed (``GraphRunner``) with and without cuDNN's autotuner,
+``torch.compile(mode="reduce-overhead")``, and our graph over ``torch.compile(mode="default")``
+(what ``predict(compile=True, cuda_graph=True)`` runs), at batch 1 and ``--batch`` (CUDA events,
+medians; ``--net-dtypes`` and ``--net-batches`` narrow it). Ratios are printed
 against eager and against Ultralytics.
 
     python tools/bench_predict.py --out bench-predict.md
@@ -205,19 +207,21 @@ def median_ms(fn: Callable[[], Any], reps: int, warmup: int) -> float:
 
 
 def network_only(args: argparse.Namespace) -> list[str]:
-    """The fused network alone, fp16 and fp32, NCHW and channels_last (a copy of the network and
-    its input in that layout): eager, our graph (``GraphRunner``) with cuDNN's heuristics and with
-    its autotuner on for warmup, capture and replay, and ``torch.compile(mode="reduce-overhead")``
-    of the fp16 NCHW network (compile picks its own layout), itself with and without the
-    autotuner (compiled anew for each). ``bits``: whether the autotuned graph returns exactly what
-    the autotuned eager forward returns (the autotuner's choice is cached per shape)."""
+    """The fused network alone (``--net-dtypes``, ``--net-batches``), NCHW and channels_last (a copy
+    of the network and its input in that layout): eager; our graph (``GraphRunner``) with cuDNN's
+    heuristics and with its autotuner on for warmup, capture and replay (``bits``: whether that
+    graph returns exactly what the autotuned eager call returns); in fp16,
+    ``torch.compile(mode="reduce-overhead")`` of the NCHW network (compile picks its own layout;
+    Inductor's CUDA graphs) and our graph over ``torch.compile(mode="default")`` of each layout
+    (Inductor's kernels, our graph: what ``predict(compile=True, cuda_graph=True)`` runs;
+    ``bits``: whether it returns exactly what the compiled call returns)."""
     import copy
 
-    rows = ["| batch | layout | eager ms | graph ms | graph autotuned ms | compile ms | compile autotuned ms | "
-            "graph/compile | autotuned graph/compile | bits | compile first call s |",
-            "|---:|---|---:|---:|---:|---:|---:|---:|---:|---|---:|"]
-    batches = sorted({1, args.batch})
-    for dtype in ("fp16", "fp32"):
+    rows = ["| batch | layout | eager ms | graph ms | graph autotuned ms | bits | compile(reduce-overhead) ms "
+            "| our graph of compile(default) ms | bits | graph/compile | our graph of compile/compile |",
+            "|---:|---|---:|---:|---:|---|---:|---:|---|---:|---:|"]
+    batches = sorted({int(b) for b in args.net_batches.split(",")} if args.net_batches else {1, args.batch})
+    for dtype in filter(None, args.net_dtypes.split(",")):
         model = fresh_model(args.size, args.imgsz).to(0)
         net = model.fused_net()  # folded from fp32 statistics, then cast with the network
         if dtype == "fp16":
@@ -225,10 +229,11 @@ def network_only(args: argparse.Namespace) -> list[str]:
         module = model.inference_module(net).eval()
         # A copy in channels_last (the module wraps a closure over its network, so copy the network).
         last = model.inference_module(copy.deepcopy(net).to(memory_format=torch.channels_last)).eval()
-        comp = _compile_times(module, batches, args) if args.compile and dtype == "fp16" else {}
+        compiling = args.compile and dtype == "fp16"
         for batch in batches:
-            rows.append(_network_row(module, batch, args, f"NCHW {dtype}", comp))
-            rows.append(_network_row(last, batch, args, f"channels_last {dtype}", {}))
+            comp = _compile_reduce_overhead(module, batch, args) if compiling else float("nan")
+            rows.append(_network_row(module, batch, args, f"NCHW {dtype}", comp, compiling))
+            rows.append(_network_row(last, batch, args, f"channels_last {dtype}", comp, compiling))
         del model, net, module, last
         torch.cuda.empty_cache()
     return rows
@@ -240,64 +245,62 @@ def _input(batch: int, args: argparse.Namespace, layout: str) -> torch.Tensor:
     return x.contiguous(memory_format=torch.channels_last) if layout.startswith("channels_last") else x
 
 
-def _compile_times(module: torch.nn.Module, batches: list[int], args: argparse.Namespace
-                   ) -> dict[tuple[int, bool], tuple[float, float]]:
-    """(batch, autotuned) -> (median ms, first call s) of ``torch.compile(mode="reduce-overhead")``,
-    compiled anew for each autotuner setting (its CUDA graphs record the algorithms of then)."""
+def _compile_reduce_overhead(module: torch.nn.Module, batch: int, args: argparse.Namespace) -> float:
+    """Median ms of ``torch.compile(module, mode="reduce-overhead")`` on an NCHW fp16 batch."""
     mark = getattr(torch.compiler, "cudagraph_mark_step_begin", lambda: None)
-    out: dict[tuple[int, bool], tuple[float, float]] = {}
-    saved = torch.backends.cudnn.benchmark
+    torch._dynamo.reset()
+    compiled = torch.compile(module, mode="reduce-overhead")
+    x = _input(batch, args, "NCHW fp16")
+
+    def call() -> Any:
+        mark()  # a new step for compile's graph trees: the previous output is not kept
+        return compiled(x)
+
     try:
-        for tuned in (False, True):
-            torch._dynamo.reset()
-            torch.backends.cudnn.benchmark = tuned
-            compiled = torch.compile(module, mode="reduce-overhead")
-            for batch in batches:
-                x = _input(batch, args, "NCHW fp16")
-
-                def call(compiled: Any = compiled, x: torch.Tensor = x) -> Any:
-                    mark()  # a new step for compile's graph trees: the previous output is not kept
-                    return compiled(x)
-
-                with torch.no_grad():
-                    t0 = time.perf_counter()
-                    call()
-                    torch.cuda.synchronize()
-                    first = time.perf_counter() - t0
-                    out[(batch, tuned)] = (median_ms(call, args.reps, args.warmup), first)
+        with torch.no_grad():
+            t0 = time.perf_counter()
+            call()
+            torch.cuda.synchronize()
+            log(f"compile(reduce-overhead) batch {batch}: first call {time.perf_counter() - t0:.1f} s")
+            return median_ms(call, args.reps, args.warmup)
     finally:
-        torch.backends.cudnn.benchmark = saved
         torch._dynamo.reset()
-    return out
 
 
 def _network_row(module: torch.nn.Module, batch: int, args: argparse.Namespace, layout: str,
-                 comp: dict[tuple[int, bool], tuple[float, float]]) -> str:
+                 comp_ms: float, compiling: bool) -> str:
     from libreyolo_cudagraph import GraphRunner
 
     x = _input(batch, args, layout)
 
-    def graphed(tag: str) -> tuple[float, bool]:
-        runner = GraphRunner(module, mode="on", name=f"net-b{batch}-{layout}-{tag}")
+    def graphed(fn: Callable[[torch.Tensor], Any], tag: str) -> tuple[float, bool]:
+        runner = GraphRunner(fn, mode="on", name=f"net-b{batch}-{layout}-{tag}")
         ms = median_ms(lambda: runner(x), args.reps, args.warmup)
-        same = _equal(runner(x), module(x))
+        same = _equal(runner(x), fn(x))
         runner.release()
         return ms, same
 
+    nan = float("nan")
     saved = torch.backends.cudnn.benchmark
     with torch.no_grad():  # as tools/bench_infer_graphs.py: compile's graph trees and ours alike
         try:
             torch.backends.cudnn.benchmark = False
             eager = median_ms(lambda: module(x), args.reps, args.warmup)
-            graph, _ = graphed("heuristic")
+            graph, _ = graphed(module, "heuristic")
+            of_compile, of_bits = nan, False
+            if compiling:
+                torch._dynamo.reset()
+                t0 = time.perf_counter()
+                of_compile, of_bits = graphed(torch.compile(module, mode="default", dynamic=False), "compiled")
+                log(f"our graph of compile(default) batch {batch} {layout}: {time.perf_counter() - t0:.1f} s")
+                torch._dynamo.reset()
             torch.backends.cudnn.benchmark = True  # the choice is made once per shape, then cached
-            tuned, bits = graphed("autotuned")
+            tuned, bits = graphed(module, "autotuned")
         finally:
             torch.backends.cudnn.benchmark = saved
-    nan = (float("nan"), float("nan"))
-    (c_ms, first), (ct_ms, _) = comp.get((batch, False), nan), comp.get((batch, True), nan)
-    return (f"| {batch} | {layout} | {eager:.3f} | {graph:.3f} | {tuned:.3f} | {c_ms:.3f} | {ct_ms:.3f} | "
-            f"{graph / c_ms:.2f}x | {tuned / ct_ms:.2f}x | {'identical' if bits else 'DIFFER'} | {first:.1f} |")
+    return (f"| {batch} | {layout} | {eager:.3f} | {graph:.3f} | {tuned:.3f} | {'identical' if bits else 'DIFFER'} "
+            f"| {comp_ms:.3f} | {of_compile:.3f} | {('identical' if of_bits else 'DIFFER') if compiling else '-'} "
+            f"| {graph / comp_ms:.2f}x | {of_compile / comp_ms:.2f}x |")
 
 
 def _equal(a: Any, b: Any) -> bool:
@@ -372,6 +375,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--arms", default="eager,eager-unfused,graph,half+fuse+graph,ultralytics")
     p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--net-dtypes", default="fp16,fp32", help="network-only table: dtypes (fp16,fp32)")
+    p.add_argument("--net-batches", default="", help="network-only table: batches (default: 1 and --batch)")
     p.add_argument("--data-dir", type=Path, default=Path("/tmp/bench-predict-data"))
     p.add_argument("--out", type=Path, default=None)
     return p.parse_args(argv)

@@ -208,6 +208,7 @@ def test_metadata_of_the_first_schema_reads_as_a_fixed_size_and_a_newer_one_asks
     (lambda m: m.fuse(), "fuse"),
     (lambda m: m.half(), "cast to fp16"),
     (lambda m: m.predict(SAMPLE_IMAGE, cuda_graph=True), r"predict\(cuda_graph=True\)"),
+    (lambda m: m.predict(SAMPLE_IMAGE, compile=True), "compile=True"),
     (lambda m: m.capture_graph(), "capture CUDA graphs"),
     (lambda m: m.save("x.pt"), "save a checkpoint"),
     (lambda m: m.export(format="onnx"), "export"),

@@ -456,7 +456,7 @@ class LibreYOLO:
         return self.graphs.describe()
 
     def release_graphs(self) -> None:
-        """Free every captured graph and its memory."""
+        """Free every captured graph and its memory, and what ``compile=`` compiled."""
         self.graphs.release()
 
     def invalidate_cuda_graph(self, reason: str) -> None:

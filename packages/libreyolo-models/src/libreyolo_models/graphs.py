@@ -22,6 +22,7 @@ from .errors import ConfigError
 if TYPE_CHECKING:
     from libreyolo_cudagraph import GraphedTraining, GraphRunner
 
+    from .compiled import CompiledForward
     from .facade import LibreYOLO
 
 log = logging.getLogger(__name__)
@@ -60,24 +61,31 @@ class ModelGraphs:
         self.inference: GraphRunner | None = None
         self.fused_inference: GraphRunner | None = None
         self.training: GraphedTraining | None = None
+        self.compiled: dict[tuple[int, str], CompiledForward] = {}  # (id(net), mode) -> compiled forward
+        self._runner_compile: dict[bool, str | None] = {False: None, True: None}  # what each runner replays
 
-    def inference_runner(self, mode: str, net: torch.nn.Module | None = None) -> GraphRunner:
+    def inference_runner(self, mode: str, net: torch.nn.Module | None = None, compile: str | None = None
+                         ) -> GraphRunner:
         """The runner of ``net``'s inference seam (``model.net`` by default, or its fused copy),
-        created on first use, switched to ``mode``."""
+        created on first use, switched to ``mode``; ``compile``: a ``torch.compile`` mode whose
+        kernels it captures (``compiled``), None for the eager ones."""
         from libreyolo_cudagraph import GraphRunner
 
         model = self._model
         fused = net is not None and net is not model.net
         runner = self.fused_inference if fused else self.inference
-        if runner is not None and fused and runner.watch is not net:  # a copy built since: start over
-            self.release_fused()
+        if runner is not None and ((fused and runner.watch is not net) or self._runner_compile[fused] != compile):
+            # a copy built since, or other kernels asked for: start over
+            runner.release()
             runner = None
         if runner is None:
-            target = net if fused else model.net
-            forward = (lambda x: model.inference_forward(x, net=target)) if fused else model.inference_forward
+            target = net if fused and net is not None else model.net
+            forward = self.inference_forward(target, compile)
             runner = GraphRunner(forward, mode=mode, max_graphs=MAX_GRAPHS,  # type: ignore[arg-type]
                                  copy_outputs=True, watch=target,
-                                 name=f"{model.spec.name}-{model.size}{'-fused' if fused else ''}")
+                                 name=f"{model.spec.name}-{model.size}{'-fused' if fused else ''}"
+                                      f"{f'-compiled-{compile}' if compile else ''}")
+            self._runner_compile[fused] = compile
             if fused:
                 self.fused_inference = runner
             else:
@@ -86,11 +94,31 @@ class ModelGraphs:
             runner.mode = mode  # type: ignore[assignment]
         return runner
 
+    def inference_forward(self, net: torch.nn.Module, compile: str | None = None) -> Callable[[torch.Tensor], Any]:
+        """The eager inference seam over ``net``, or (``compile``) its compiled form, kept per network
+        and mode so later calls reuse what was compiled."""
+        model = self._model
+        forward = model.inference_forward if net is model.net else (lambda x: model.inference_forward(x, net=net))
+        if compile is None:
+            return forward
+        key = (id(net), compile)
+        held = self.compiled.get(key)
+        if held is None:
+            from .compiled import CompiledForward
+
+            log.info("compile=%r: the first call of each input shape compiles the network (tens of seconds)",
+                     compile)
+            held = self.compiled[key] = CompiledForward(forward, compile, f"{model.spec.name}-{model.size}")
+        return held
+
     def release_fused(self) -> None:
-        """Free the fused copy's graphs and pool (the copy is gone or being replaced)."""
+        """Free the fused copy's graphs and pool (the copy is gone or being replaced), and what was
+        compiled of it."""
         if self.fused_inference is not None:
             self.fused_inference.release()
         self.fused_inference = None
+        net = self._model.net
+        self.compiled = {k: v for k, v in self.compiled.items() if k[0] == id(net)}
 
     def attach_training(self, graphed: GraphedTraining | None) -> None:
         self.training = graphed
@@ -103,21 +131,30 @@ class ModelGraphs:
         self.training = None
 
     def invalidate(self, reason: str) -> None:
-        """Drop captured graphs; the next call recaptures per its mode."""
+        """Drop captured graphs and compiled forwards; the next call recaptures per its mode (and
+        recompiles: a compiled forward was specialised to the weights' device and dtype)."""
         for runner in (self.inference, self.fused_inference):
             if runner is not None:
                 runner.invalidate(reason)
         if self.training is not None:
             self.training.invalidate(reason)
+        if self.compiled:
+            self.compiled.clear()
+            self.release_inference()
 
-    def release(self) -> None:
-        """Free every graph and its memory pool; the runners are forgotten."""
+    def release_inference(self) -> None:
+        """Free the inference graphs (of the network and of its fused copy); training's stay."""
         if self.inference is not None:
             self.inference.release()
+        self.inference = None
         self.release_fused()
+
+    def release(self) -> None:
+        """Free every graph and its memory pool, and every compiled forward; the runners are forgotten."""
+        self.release_inference()
+        self.compiled.clear()
         if self.training is not None:
             self.training.release()
-        self.inference = None
         self.training = None
 
     def describe(self) -> dict[str, Any]:
@@ -137,17 +174,17 @@ class ModelGraphs:
         return info
 
 
-def forward_for_predict(model: LibreYOLO, request: GraphRequest, net: torch.nn.Module | None = None
-                        ) -> Callable[[torch.Tensor], Any]:
-    """The forward ``predict`` and ``val`` call over ``net`` (``model.net`` by default, or the
-    fused copy): eager for ``cuda_graph=False``, else that network's runner, which replays
-    exactly what this eager forward computes."""
+def forward_for_predict(model: LibreYOLO, request: GraphRequest, net: torch.nn.Module | None = None,
+                        compile: str | None = None) -> Callable[[torch.Tensor], Any]:
+    """The forward ``predict`` calls over ``net`` (``model.net`` by default, or the fused copy):
+    eager (or compiled, ``compile``: a ``torch.compile`` mode) for ``cuda_graph=False``, else that
+    network's runner, which replays exactly what that forward computes."""
     target = model.net if net is None else net
     if request is False:
-        return model.inference_forward if target is model.net else (lambda x: model.inference_forward(x, net=target))
+        return model.graphs.inference_forward(target, compile)
     mode = graph_mode(request)
     check_graph_support(model, f"predict(cuda_graph={request!r})")
-    return model.graphs.inference_runner(mode, target)
+    return model.graphs.inference_runner(mode, target, compile)
 
 
 def capture_ahead(model: LibreYOLO, *, imgsz: int, batch: int, dtype: torch.dtype | None,

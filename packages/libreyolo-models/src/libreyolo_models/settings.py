@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from .compiled import compile_mode
 from .errors import ConfigError
 
 DeviceSpec = Any
@@ -56,6 +57,8 @@ class PredictConfig:
     half: bool = False
     fuse: bool | None = None    # None: the model's choice (LibreYOLO.fuse), else the family's; False: exact
     cuda_graph: bool | Literal["auto"] = False
+    # torch.compile of the network (True: mode "default"); see libreyolo_models.compiled
+    compile: bool | Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"] = False
     project: str = "runs/predict"
     name: str = "exp"
     verbose: bool = False
@@ -74,4 +77,5 @@ class PredictConfig:
             raise ConfigError(f"max_det={self.max_det} must be at least 1")
         if self.batch < 1:
             raise ConfigError(f"batch={self.batch} must be at least 1")
+        compile_mode(self.compile, self.cuda_graph)  # an unknown mode, or one that clashes with cuda_graph
         check_positive_imgsz(self.imgsz)

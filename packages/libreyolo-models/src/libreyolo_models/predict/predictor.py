@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
+from ..compiled import compile_mode
 from ..devices import default_device, describe_device
 from ..errors import ConfigError
 from ..graphs import forward_for_predict
@@ -134,7 +135,10 @@ class Predictor:
             ensure_eval(model.net)
         elif self.net.training:  # built in eval mode; only a caller's .train() changes that
             self.net.eval()
-        self.forward = forward_for_predict(model, cfg.cuda_graph, self.net)
+        compiling = compile_mode(cfg.compile, cfg.cuda_graph)
+        if compiling is not None:
+            model.require_pytorch(f"compile={cfg.compile!r}")
+        self.forward = forward_for_predict(model, cfg.cuda_graph, self.net, compiling)
         self.save_dir = next_run_dir(cfg.project, cfg.name) if wants_run_dir(cfg) else None
         self.outputs = PredictOutputs(cfg, self.save_dir)  # labels, crops, windows (predict.outputs)
         self.names = dict(model.names)
