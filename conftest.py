@@ -16,10 +16,14 @@ def _cuda_device_count() -> int:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Under pytest-xdist, give each worker its share of the cores: two workers each running
-    torch with every core would oversubscribe a small CI machine and slow both down."""
+    """Under pytest-xdist, schedule by work stealing and give each worker its share of the cores:
+    two workers each running torch with every core would oversubscribe a small CI machine."""
     import os
 
+    if getattr(config.option, "dist", "no") == "load":  # what -n means by default
+        # An idle worker takes half of another's queue (with _heavy_modules_first: the long tests
+        # start at once, and no worker runs the last of them alone while the other idles).
+        config.option.dist = "worksteal"
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
     if workers > 1:
         import torch
@@ -27,7 +31,25 @@ def pytest_configure(config: pytest.Config) -> None:
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
 
 
+def _heavy_modules_first(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist, run modules holding learning tests first, then modules holding slow
+    tests, then the rest (each module's tests kept together and in order, so module fixtures are
+    built once). Under work stealing (``pytest_configure``) the first worker starts on the
+    minutes-long tests at once and the other takes over the rest of its queue as it runs dry, so
+    no worker is left running a long test alone at the end while the other idles."""
+    rank: dict[str, int] = {}
+    for item in items:
+        weight = 0 if "learning" in item.keywords else 1 if "slow" in item.keywords else 2
+        rank[item.nodeid.split("::")[0]] = min(weight, rank.get(item.nodeid.split("::")[0], 2))
+    order = {id(item): i for i, item in enumerate(items)}
+    items.sort(key=lambda item: (rank[item.nodeid.split("::")[0]], order[id(item)]))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    import os
+
+    if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0) > 1:
+        _heavy_modules_first(items)
     wants_gpu = [i for i in items if "cuda" in i.keywords or "multigpu" in i.keywords]
     if not wants_gpu:
         return
