@@ -72,6 +72,18 @@ def train_two_ranks_explicit_sync(weights: str, data: str, project: str, explici
     return {"metrics": outcome.metrics, "state": {k: v.clone() for k, v in model.net.state_dict().items()}}
 
 
+def train_two_ranks_both_syncs(weights: str, data: str, project: str) -> dict:
+    """``train_two_ranks_explicit_sync`` through the wrapper, then explicitly, in the same two rank
+    processes (one spawn instead of two: each start costs a torch import per rank)."""
+    import libreyolo_models.train.trainer as trainer_module
+
+    saved = trainer_module.wants_graphs, trainer_module.graph_forward
+    try:
+        return {explicit: train_two_ranks_explicit_sync(weights, data, project, explicit) for explicit in (False, True)}
+    finally:
+        trainer_module.wants_graphs, trainer_module.graph_forward = saved
+
+
 def train_two_gpus_graph_arm(weights: str, data: str, project: str, graph: bool, fail_rank: int = -1) -> dict:
     """One arm of the graphs-under-DDP comparison on two GPUs (20 steps, SyncBatchNorm on, the
     deterministic cuDNN choice). ``fail_rank``: that rank's graph captures raise, to check that
