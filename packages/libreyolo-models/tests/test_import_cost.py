@@ -1,6 +1,8 @@
 """``import libreyolo_models`` stays light: torchvision (which imports torch._dynamo, about 6 s of
 CPU on a small machine) and matplotlib load when first used, not with the package. Every CLI call,
-every torchrun rank and every user error reported "before any expensive work" pays the import."""
+every torchrun rank and every user error reported "before any expensive work" pays the import.
+NMS, which every detector's predict and validation run, loads torchvision's kernel alone
+(``layers/nms_kernel.py``) and still imports neither."""
 
 from __future__ import annotations
 
@@ -15,12 +17,15 @@ import pytest
 # two-rank cache test's before it; both start child processes. Run on its own after the parallel run
 # (README's test command), where it passes; see conftest's SIGCHLD fixture for the likely cause.
 @pytest.mark.solo
-def test_importing_the_package_leaves_torchvision_dynamo_and_matplotlib_for_later() -> None:
-    code = ("import json, sys, libreyolo_models; "
+def test_importing_the_package_and_running_nms_leave_torchvision_dynamo_and_matplotlib_for_later() -> None:
+    code = ("import json, sys, torch, libreyolo_models; "
+            "from libreyolo_models.layers.nms import nms_per_image; "
+            "p = torch.rand(2, 6, 50); p[:, 2:4] += p[:, :2]; "
+            "assert len(nms_per_image(p, conf=0.1, iou=0.5, max_det=10)) == 2; "
             "print(json.dumps(sorted({m.split('.')[0] if not m.startswith('torch.') else '.'.join(m.split('.')[:2]) "
             "for m in sys.modules})))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240, check=True)
     loaded = set(json.loads(done.stdout.splitlines()[-1]))
     assert "libreyolo_models" in loaded and "torch" in loaded
     heavy = {"torchvision", "torch._dynamo", "matplotlib"}
-    assert not loaded & heavy, f"imported with the package: {sorted(loaded & heavy)}"
+    assert not loaded & heavy, f"imported with the package or NMS: {sorted(loaded & heavy)}"

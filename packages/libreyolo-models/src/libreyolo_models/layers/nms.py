@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from .nms_kernel import batched_nms, nms
+
 # Candidates kept (by score) before NMS: an untrained or early model scores every anchor about
 # equally, and NMS over all of them would stall validation. Ranks then all finish in bounded time.
 MAX_NMS_CANDIDATES = 30_000
@@ -54,8 +56,6 @@ def nms_per_image(predictions: Tensor, *, conf: float, iou: float, max_det: int,
     # Rows [B, A, 6] = box, score, class; the kept ones, image-major, in one gather.
     rows = torch.cat((predictions[:, :4].transpose(1, 2), scores[..., None], cls[..., None].to(scores.dtype)), 2)
     picked = rows.reshape(batch * anchors, 6)[flat].float()
-    from torchvision.ops import batched_nms, nms  # imported on use: torchvision costs seconds at import
-
     out: list[Tensor] = []
     for image_rows in picked.split(counts):
         if image_rows.shape[0] == 0:

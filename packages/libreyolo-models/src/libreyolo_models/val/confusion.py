@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 from torch import Tensor
 
+from ..layers.boxes import box_iou
 from .matching import MetricsInputError
 
 
@@ -40,8 +41,6 @@ class ConfusionMatrix:
         matched_gt = np.zeros(len(gt_cls), bool)
         matched_det = np.zeros(len(det), bool)
         if len(det) and len(gt_cls):
-            from torchvision.ops import box_iou  # imported on use: torchvision costs seconds at import
-
             iou = box_iou(gt_boxes, det[:, :4]).numpy()
             gi, di = np.nonzero(iou > self.iou)
             order = np.argsort(-iou[gi, di], kind="stable")

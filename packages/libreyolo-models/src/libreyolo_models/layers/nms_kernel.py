@@ -1,0 +1,95 @@
+"""torchvision's NMS kernel, loaded without importing the torchvision package.
+
+``import torchvision.ops`` imports ``torch._dynamo`` (``roi_align`` asks it whether compile is
+supported): 6 s on an H200 machine's CPU and 7-9 s on a small one, paid by every process that
+runs NMS for the first time: a training run's first validation, a CLI ``predict``, every
+DDP rank that validates, every worker of the test suite. The NMS kernel itself lives in
+torchvision's compiled extension library, which ``torch.ops.load_library`` loads in milliseconds
+and which registers the same ``torchvision::nms`` operator the package would. When that library
+cannot be found or loaded (another layout, a mismatched build), the package's own loader runs
+instead: slower, and it names the problem when torch and torchvision do not match.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.machinery
+import importlib.util
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+# Extension names torchvision has shipped its operators under: the stable-ABI build (0.25 on)
+# and the one before it.
+_EXTENSIONS = ("_C_stable", "_C")
+
+# Above this many box coordinates torchvision runs one NMS per class instead of offsetting boxes
+# by class: the kernel's suppression mask grows with the square of the boxes. Same switch here,
+# so results and speed follow the package's ``batched_nms``.
+_PER_CLASS_ABOVE = {"cpu": 4_000, "other": 20_000}
+
+
+def _registered() -> bool:
+    return hasattr(torch.ops.torchvision, "nms")
+
+
+def _cuda_matches() -> bool:
+    """The extension's CUDA major version is torch's (the check torchvision makes at import)."""
+    built = int(torch.ops.torchvision._cuda_version())
+    if built == -1 or torch.version.cuda is None:
+        return True
+    return int(str(built)[:2]) == int(torch.version.cuda.split(".")[0])
+
+
+def _load_extension() -> bool:
+    """Load torchvision's operator library directly; False when it is not there or will not load."""
+    spec = importlib.util.find_spec("torchvision")  # finds the package without importing it
+    if spec is None or not spec.submodule_search_locations:
+        return False
+    folder = str(Path(next(iter(spec.submodule_search_locations))))
+    finder = importlib.machinery.FileFinder(
+        folder, (importlib.machinery.ExtensionFileLoader, importlib.machinery.EXTENSION_SUFFIXES))
+    for name in _EXTENSIONS:
+        found = finder.find_spec(name)
+        if found is None or not found.origin:
+            continue
+        try:
+            torch.ops.load_library(found.origin)
+        except OSError:
+            continue
+        if _registered():
+            return _cuda_matches()
+    return False
+
+
+@functools.cache
+def _nms_op():  # noqa: ANN202 - a torch OpOverloadPacket
+    if not _registered() and not _load_extension():
+        import torchvision.ops  # noqa: F401 - the package's own loader registers the operator or says why not
+    return torch.ops.torchvision.nms
+
+
+def nms(boxes: Tensor, scores: Tensor, iou: float) -> Tensor:
+    """Indices of ``boxes [N, 4]`` (xyxy) kept by NMS at ``iou``, by decreasing score."""
+    return _nms_op()(boxes, scores, iou)
+
+
+def batched_nms(boxes: Tensor, scores: Tensor, classes: Tensor, iou: float) -> Tensor:
+    """Class-aware NMS: boxes of different ``classes`` never suppress each other.
+
+    Returns the kept indices by decreasing score, as ``torchvision.ops.batched_nms`` does.
+    """
+    if boxes.numel() == 0:
+        return torch.empty(0, dtype=torch.int64, device=boxes.device)
+    limit = _PER_CLASS_ABOVE["cpu" if boxes.device.type == "cpu" else "other"]
+    if boxes.numel() <= limit:
+        # Shift each class's boxes to a region of its own, then one NMS over all.
+        offsets = classes.to(boxes) * (boxes.max() + 1)
+        return nms(boxes + offsets[:, None], scores, iou)
+    keep = torch.zeros_like(scores, dtype=torch.bool)
+    for cls in torch.unique(classes):
+        members = (classes == cls).nonzero().view(-1)
+        keep[members[nms(boxes[members], scores[members], iou)]] = True
+    kept = keep.nonzero().view(-1)
+    return kept[scores[kept].sort(descending=True)[1]]
