@@ -36,6 +36,7 @@ class Curve:
     """Per-epoch (wall seconds since train(), mAP50) of one arm, and what the run said besides."""
 
     epochs: list[tuple[float, float]] = field(default_factory=list)
+    phases: list[tuple[float, float, float]] = field(default_factory=list)  # ours: train, val, save s per epoch
     first_step_s: float = float("nan")
     wall_s: float = float("nan")
     note: str = ""
@@ -64,6 +65,8 @@ def run_ours(data: str, project: Path, *, graph: bool, args: argparse.Namespace)
         if type(event).__name__ == "EpochEnd":
             row = event.metrics
             curve.epochs.append((time.perf_counter() - started, float(row.get("metrics/mAP50", float("nan")))))
+            curve.phases.append(tuple(float(row.get(k, float("nan"))) for k in  # type: ignore[misc]
+                                      ("train/epoch_s", "time/val_s", "time/save_s")))
             if len(curve.epochs) == 1:  # setup, then the first epoch up to its first step's end
                 curve.first_step_s = setup["s"] + float(row.get("train/first_step_s", float("nan")))
 
@@ -104,6 +107,15 @@ def report(curves: dict[str, Curve], args: argparse.Namespace) -> list[str]:
         ratio = f"{hit[1] / peer_hit[1]:.2f}x" if hit and peer_hit else "-"
         lines.append(f"| {arm} | {f'{hit[1]:.1f}' if hit else 'not reached'} | {hit[0] if hit else '-'} | "
                      f"{final:.3f} | {best:.3f} | {curve.first_step_s:.1f} | {curve.wall_s:.1f} | {ratio} |")
+    phases = []
+    for arm, curve in curves.items():
+        if curve.phases:  # where an epoch's wall time goes (the peer does not say)
+            n = len(curve.phases)
+            train, val, save = (sum(p[i] for p in curve.phases) / n for i in range(3))
+            per_epoch = (curve.epochs[-1][0] - curve.epochs[0][0]) / max(n - 1, 1)
+            phases.append(f"- {arm}: per epoch (mean of {n}) train {train:.2f} s, validation {val:.2f} s, "
+                          f"checkpoints {save:.2f} s; wall between epoch ends {per_epoch:.2f} s")
+    lines += ["", *phases] if phases else []
     lines += ["", "Per-epoch mAP50 (wall s):"]
     for arm, curve in curves.items():
         shown = ", ".join(f"{m:.2f} ({w:.0f})" for w, m in curve.epochs)

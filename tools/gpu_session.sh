@@ -4,10 +4,12 @@
 #   tools/gpu_session.sh tests parity bench_infer bench_train bench_data
 #   tools/gpu_session.sh e2e ddp shapes20 compile
 #   tools/gpu_session.sh e2e_grid e2e_profile tta   (issue 21: one per 10-minute call)
+#   tools/gpu_session.sh tta_profile           (a time-to-accuracy arm under py-spy: where its wall time goes)
 #   tools/gpu_session.sh tests_cls parity_cls bench_infer_cls bench_train_cls   (classifiers, issue 16)
 #   tools/gpu_session.sh env bench_export   (issue 18: export latency; needs onnx + onnxruntime importable)
 #   tools/gpu_session.sh probe_step          (where an eager step's time goes: host issue vs GPU time, syncs)
 #   tools/gpu_session.sh probe_predict       (where a one-image predict call's time goes, step by step)
+#   tools/gpu_session.sh probe_checkpoint    (where an epoch's checkpoint time goes: copies, torch.save, fsync)
 #   tools/gpu_session.sh probe_memory        (where predict's peak GPU memory comes from, step by step)
 #   tools/gpu_session.sh probe_video         (a video's predict: the decoding side alone, then with the GPU)
 #   tools/gpu_session.sh probe_folder        (a folder's predict throughput against the decoding threads)
@@ -89,6 +91,12 @@ for what in "$@"; do
              wait ;;
     tta) step tta ${TTA_S:-570} $PY tools/bench_time_to_accuracy.py --epochs ${TTA_EPOCHS:-30} ${ARMS:+--arms $ARMS} \
              --peer-timeout ${PEER_S:-300} --out "$OUT/bench-tta.md" ;;
+    tta_profile) step tta_profile ${TTA_S:-300} /tmp/peer-site/bin/py-spy record --idle --rate ${SPY_RATE:-250} --format raw \
+             -o "$OUT/tta-profile.txt" -- $PY tools/bench_time_to_accuracy.py --arms ${ARMS:-ours} --epochs ${TTA_EPOCHS:-15} \
+             --out "$OUT/bench-tta.md" ;;   # py-spy's wheel in .whl/; read the profile with tools/flame_summary.py
+    e2e_spy) step e2e_spy ${E2E_S:-300} /tmp/peer-site/bin/py-spy record --idle --rate ${SPY_RATE:-250} --format raw \
+             -o "$OUT/e2e-profile.txt" -- $PY tools/bench_train_e2e.py --sizes t --batches ${BATCHES:-32} --images ${IMAGES:-1024} \
+             --epochs ${EPOCHS:-3} --no-deterministic --no-peer --arms ${E2E_ARMS:-eager-cl-fast} --out "$OUT/bench-e2e-spy.md" ;;
     ddp) step ddp ${DDP_S:-420} $PY tools/bench_ddp.py --size s --per-gpu-batch 32 --images 1536 --epochs 3 --out "$OUT/bench-ddp.md" ;;
     shapes20) step shapes20 ${SHAPES_S:-150} $PY tools/shapes_graph_run.py --epochs 20 --imgsz 320 --batch 32 --out "$OUT/shapes20.md" ;;
     compile_yolo) step compile_yolo 85 $PY tools/bench_infer_graphs.py --compile --models '' --batches 1 --dtypes fp32 \
@@ -106,6 +114,7 @@ for what in "$@"; do
              packages/libreyolo-models/tests/test_predict_staging.py packages/libreyolo-models/tests/test_predict.py \
              packages/libreyolo-models/tests/test_graph_dispatch.py packages/libreyolo-models/tests/test_export.py ;;
     bench_export) step bench_export ${BENCH_EXPORT_S:-240} $PY tools/bench_export.py ${BENCH_EXPORT_ARGS:-} --out "$OUT/bench-export.md" ;;
+    probe_checkpoint) step probe_checkpoint 120 $PY tools/probe_checkpoint.py --out "$OUT/probe-checkpoint.md" ;;
     probe_decode) step probe_decode 120 $PY tools/probe_decode.py --out "$OUT/probe-decode.md" ;;
     probe_predict) step probe_predict ${PROBE_S:-200} $PY tools/probe_predict.py --wide --out "$OUT/probe-predict.md" ;;
     probe_memory) step probe_memory ${PROBE_S:-200} $PY tools/probe_predict_memory.py --out "$OUT/probe-predict-memory.md" ;;

@@ -8,6 +8,7 @@ epoch state. Files are loaded with ``weights_only=True`` only: a checkpoint can 
 
 from __future__ import annotations
 
+import io
 import logging
 import pickle
 from collections.abc import Mapping
@@ -18,10 +19,27 @@ import torch
 
 from .atomic_write import atomic_write
 from .errors import CheckpointError
+from .tensor_trees import host_copies
 
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = "1.0"
+
+
+__all__ = ["SCHEMA_VERSION", "atomic_save", "atomic_save_bytes", "checkpoint_metadata", "cpu_state_dict",
+           "extract_state_dict", "host_copies", "load_checkpoint", "serialized"]
+
+
+def serialized(obj: object) -> memoryview:
+    """``torch.save`` of ``obj`` in memory: pickled once, then written to as many files as needed."""
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return buf.getbuffer()
+
+
+def atomic_save_bytes(data: bytes | memoryview, path: str | Path) -> Path:
+    """Write already-serialized ``data`` (``serialized``) to ``path`` atomically, as ``atomic_save`` does."""
+    return atomic_write(path, lambda fh: fh.write(data))
 
 
 def atomic_save(obj: object, path: str | Path) -> Path:
@@ -38,40 +56,6 @@ def cpu_state_dict(module: torch.nn.Module) -> dict[str, torch.Tensor]:
     """Detached CPU copies of a module's state, in the standard (NCHW) layout whatever the
     training layout was, so a checkpoint reads the same everywhere."""
     return host_copies(module.state_dict())
-
-
-def host_copies(tree: Any) -> Any:
-    """``tree`` (dicts, lists, tuples, tensors, plain values) with every tensor replaced by a
-    detached CPU copy in the standard memory layout.
-
-    GPU tensors are copied asynchronously and waited for once at the end: one host sync for the
-    whole tree instead of one per tensor (a YOLOv9-t training checkpoint holds ~2,700 tensors
-    counting the EMA and the optimizer state, and ``torch.save`` of GPU tensors would also sync
-    for each, once per file written).
-    """
-    devices: set[torch.device] = set()
-
-    def copy(value: Any) -> Any:
-        if isinstance(value, torch.Tensor):
-            t = value.detach()
-            if t.device.type == "cpu":
-                return t.clone(memory_format=torch.contiguous_format)
-            devices.add(t.device)
-            return t.contiguous().to("cpu", non_blocking=True)  # contiguous() on the device: NCHW, one kernel
-        if isinstance(value, dict):
-            return {k: copy(v) for k, v in value.items()}
-        if isinstance(value, list):
-            return [copy(v) for v in value]
-        if isinstance(value, tuple):
-            items = [copy(v) for v in value]
-            return type(value)(*items) if hasattr(value, "_fields") else tuple(items)  # namedtuples too
-        return value
-
-    out = copy(tree)
-    for device in devices:
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-    return out
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:

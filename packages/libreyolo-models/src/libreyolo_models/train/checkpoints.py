@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..checkpoint import atomic_save, cpu_state_dict, host_copies
+from ..checkpoint import atomic_save_bytes, cpu_state_dict, serialized
+from ..tensor_trees import pack_tensors
 
 if TYPE_CHECKING:
     from ..facade import LibreYOLO
@@ -27,15 +28,16 @@ def build_training_checkpoint(model: LibreYOLO, *, net: torch.nn.Module, ema: Mo
                               best: dict[str, Any], config: dict[str, Any], world_size: int,
                               global_batch: int, run_dir: Path, loss: float) -> dict[str, Any]:
     """Everything to continue after ``epoch`` (0-based, completed)."""
-    raw = cpu_state_dict(net)
+    # The weights users read (model, ema) stay plain state dicts; what only a resume reads back
+    # (raw weights, optimizer state) is packed: tensor_trees says why.
     smoothed = cpu_state_dict(ema.ema) if ema is not None else None  # one copy, saved once, under two keys
-    ckpt = model.state_for_checkpoint(weights=smoothed if smoothed is not None else raw)
+    ckpt = model.state_for_checkpoint(weights=smoothed if smoothed is not None else cpu_state_dict(net))
     ckpt.update({
         "is_ema_weights": ema is not None,
-        "train_model": raw,
+        "train_model": pack_tensors(net.state_dict()),
         "ema": smoothed,
         "ema_updates": ema.updates if ema is not None else 0,
-        "optimizer": host_copies(optimizer.state_dict()),  # one sync for its state, none in torch.save
+        "optimizer": pack_tensors(optimizer.state_dict()),
         "scaler": scaler.state_dict() if scaler is not None and scaler.is_enabled() else None,
         "epoch": epoch,
         "config": {k: (v if isinstance(v, str | int | float | bool | type(None)) else str(v)) for k, v in config.items()},
@@ -55,11 +57,13 @@ def build_training_checkpoint(model: LibreYOLO, *, net: torch.nn.Module, ema: Mo
 
 def write_epoch_checkpoints(ckpt: dict[str, Any], weights_dir: Path, *, is_best: bool, epoch: int,
                             save_period: int) -> tuple[Path, Path | None]:
-    """``last.pt`` always, ``best.pt`` when improved, ``epoch{N}.pt`` every ``save_period`` epochs."""
-    last = atomic_save(ckpt, weights_dir / "last.pt")
-    best = atomic_save(ckpt, weights_dir / "best.pt") if is_best else None
+    """``last.pt`` always, ``best.pt`` when improved, ``epoch{N}.pt`` every ``save_period`` epochs:
+    one serialization, written to each."""
+    data = serialized(ckpt)
+    last = atomic_save_bytes(data, weights_dir / "last.pt")
+    best = atomic_save_bytes(data, weights_dir / "best.pt") if is_best else None
     if save_period > 0 and (epoch + 1) % save_period == 0:
-        atomic_save(ckpt, weights_dir / f"epoch{epoch + 1}.pt")
+        atomic_save_bytes(data, weights_dir / f"epoch{epoch + 1}.pt")
     return last, best
 
 

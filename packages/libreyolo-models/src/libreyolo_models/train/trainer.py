@@ -27,6 +27,7 @@ from ..contract import LossContext, has_training_head
 from ..errors import ConfigError
 from ..rundir import next_run_dir
 from ..tasks import EvalSettings
+from ..tensor_trees import unpack_tensors
 from ..workers import default_workers
 from .adapt import adapt_to_classes
 from .callbacks import (
@@ -184,10 +185,10 @@ class Trainer:
         return run_dir
 
     def _restore(self, ckpt: dict[str, Any]) -> None:
-        self.model.net.load_state_dict(ckpt["train_model"])
+        self.model.net.load_state_dict(unpack_tensors(ckpt["train_model"]))
         if ckpt.get("ema") is not None:
             self.ema.load_state_dict(ckpt["ema"], int(ckpt.get("ema_updates", 0)))
-        self.optimizer.load_state_dict(ckpt["optimizer"])
+        self.optimizer.load_state_dict(unpack_tensors(ckpt["optimizer"]))
         align_state_layout(self.optimizer)  # a run saved in another memory layout resumes in this one
         if ckpt.get("scaler") and self.scaler.is_enabled():
             self.scaler.load_state_dict(ckpt["scaler"])
@@ -288,12 +289,14 @@ class Trainer:
         final = epoch == cfg.epochs - 1
         is_best = False
         if self.val_data is not None and (cfg.val or final):
+            val_started = time.perf_counter()
             ema_net = self.ema.ema
             settings = EvalSettings(conf=cfg.val_conf, iou=cfg.val_iou, max_det=cfg.max_det,
                                     save_dir=self.run_dir if final else None, plots=cfg.plots and final)
             result = self.task.evaluate(self.model, lambda x: self.model.inference_forward(x, net=ema_net),
                                         self.val_data, settings=settings, progress=self.rank0 and cfg.verbose)
             row.update(result.as_dict())
+            row["time/val_s"] = time.perf_counter() - val_started
             fit = result.fitness
             row["fitness"] = fit
             if fit > self.best["fitness"]:
@@ -312,12 +315,14 @@ class Trainer:
             self.callbacks.emit(PredictionImages(epoch, self._prediction_images()))
         last = None
         if self.rank0:
+            save_started = time.perf_counter()
             ckpt = build_training_checkpoint(
                 self.model, net=self.model.net, ema=self.ema, optimizer=self.optimizer, scaler=self.scaler,
                 epoch=epoch, best=self.best, config=cfg.as_dict(), world_size=self.world,
                 global_batch=self.global_batch, run_dir=self.run_dir, loss=train_stats.get("train/loss", 0.0))
             last, _ = write_epoch_checkpoints(ckpt, self.weights_dir, is_best=is_best, epoch=epoch,
                                               save_period=cfg.save_period)
+            row["time/save_s"] = time.perf_counter() - save_started
             self.results.append(row)
         return row, is_best, last
 
