@@ -30,6 +30,23 @@ from report import emit_report, log
 
 ARMS = ("ours", "ours-graph", "ultralytics")
 
+# Imported once in a throwaway process before any arm: every arm then starts with the compiled
+# bytecode a pip install leaves (pip compiles it; the lent GPU machine's environment has none for
+# torch, torch._dynamo or sympy, so whichever arm ran first paid seconds of compiling for all).
+WARM_IMPORTS = ("torch", "torch._dynamo", "torchvision.ops", "sympy", "matplotlib.pyplot",
+                "libreyolo_models.train.trainer", "libreyolo_models.tasks", "ultralytics.models.yolo.detect")
+
+
+def warm_bytecode() -> float:
+    """Seconds spent importing ``WARM_IMPORTS`` in a subprocess (a missing one is skipped)."""
+    import subprocess
+
+    code = "import importlib\n" + "".join(
+        f"try:\n    importlib.import_module({name!r})\nexcept Exception:\n    pass\n" for name in WARM_IMPORTS)
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=600, check=False)
+    return time.perf_counter() - t0
+
 
 @dataclass
 class Curve:
@@ -91,7 +108,8 @@ def report(curves: dict[str, Curve], args: argparse.Namespace) -> list[str]:
     target = args.target
     lines = [f"Time to mAP50 >= {target} on shapes (400 train / 100 val images), YOLOv9-{args.size}, {args.imgsz} px, "
              f"batch {args.batch}, at most {args.epochs} epochs, validation every epoch; {datetime.date.today()}, "
-             f"torch {torch.__version__}, {torch.cuda.get_device_name(0)}", "",
+             f"torch {torch.__version__}, {torch.cuda.get_device_name(0)}; shared libraries' bytecode compiled "
+             "before any arm (WARM_IMPORTS)", "",
              f"| arm | s to mAP50 >= {target} | epoch | final mAP50 | best mAP50 | first step s | run wall s | "
              "vs Ultralytics (time to target) |", "|---|---|---|---|---|---|---|---|"]
     peer = curves.get("ultralytics")
@@ -145,6 +163,7 @@ def main() -> int:
     from libreyolo_models.data.shapes import ensure_shapes
 
     data = str(ensure_shapes())
+    log(f"bytecode warmed for all arms in {warm_bytecode():.1f} s (imports of {', '.join(WARM_IMPORTS)})")
     curves: dict[str, Curve] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for arm in arms:

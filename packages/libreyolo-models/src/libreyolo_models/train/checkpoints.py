@@ -2,7 +2,10 @@
 
 They extend the upstream schema (``model`` holds the EMA weights, ``train_model`` the raw ones)
 with what resuming needs: optimizer, scaler, EMA updates, epoch, best fitness, the config, and the
-world size and global batch the run used.
+world size and global batch the run used. ``model`` and ``ema`` are plain state dicts; the entries
+only a resume reads (``train_model``, ``optimizer``) are packed (``tensor_trees.pack_tensors``: one
+tensor per dtype, which ``torch.save`` writes several times faster than thousands of small ones);
+a resume reads packed and older unpacked checkpoints alike.
 """
 
 from __future__ import annotations
