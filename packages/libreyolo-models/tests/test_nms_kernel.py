@@ -44,3 +44,12 @@ def test_no_torchvision_on_the_path_means_no_direct_load(monkeypatch: pytest.Mon
 
 def test_the_extension_is_found_where_the_package_is() -> None:
     assert nms_kernel._load_extension() is True  # already registered here: loading again is harmless
+
+
+def test_an_extension_that_cannot_report_its_cuda_version_defers_to_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Silent:
+        def _cuda_version(self) -> int:
+            raise RuntimeError("no such operator")
+
+    monkeypatch.setattr(nms_kernel.torch.ops, "torchvision", Silent(), raising=False)
+    assert nms_kernel._cuda_matches() is False

@@ -35,8 +35,12 @@ def _registered() -> bool:
 
 
 def _cuda_matches() -> bool:
-    """The extension's CUDA major version is torch's (the check torchvision makes at import)."""
-    built = int(torch.ops.torchvision._cuda_version())
+    """The extension's CUDA major version is torch's (the check torchvision makes at import);
+    False when it cannot say, so the package's own loader decides."""
+    try:
+        built = int(torch.ops.torchvision._cuda_version())
+    except (AttributeError, RuntimeError):
+        return False
     if built == -1 or torch.version.cuda is None:
         return True
     return int(str(built)[:2]) == int(torch.version.cuda.split(".")[0])
