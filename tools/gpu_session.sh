@@ -4,7 +4,7 @@
 #   tools/gpu_session.sh tests parity bench_infer bench_train bench_data
 #   tools/gpu_session.sh e2e ddp shapes20 compile
 #   tools/gpu_session.sh e2e_grid e2e_profile tta   (issue 21: one per 10-minute call)
-#   tools/gpu_session.sh tta_profile           (a time-to-accuracy arm under py-spy: where its wall time goes)
+#   tools/gpu_session.sh tta_profile e2e_spy   (an arm under py-spy: where its wall time goes; tools/flame_summary.py reads it)
 #   tools/gpu_session.sh tests_cls parity_cls bench_infer_cls bench_train_cls   (classifiers, issue 16)
 #   tools/gpu_session.sh env bench_export   (issue 18: export latency; needs onnx + onnxruntime importable)
 #   tools/gpu_session.sh probe_step          (where an eager step's time goes: host issue vs GPU time, syncs)
