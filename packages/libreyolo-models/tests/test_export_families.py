@@ -29,17 +29,10 @@ CASES = {"yolo9": ("t", 64), "yolox": ("n", 64), "rtdetr": ("r18", 128), "segfor
 FORMATS = ("onnx", "torchscript", "openvino")
 # Over ~10 s on an idle 2-core CPU (export of a big graph, or 21 images at 128 px through RT-DETR).
 SLOW = {"rtdetr", "convnext"}
-# CI time (its 20 minutes): every family exports to ONNX there, and each runtime format is checked
-# on at least one family per task; these cases (10-35 s each on a loaded 2-core CPU) run with
-# `-m long` (or `-m ""`).
-LONG = {("rtdetr", "torchscript"), ("rtdetr", "openvino"), ("convnext", "torchscript"), ("convnext", "openvino"),
-        ("rtmdet", "openvino"), ("efficientnetv2", "openvino"), ("mobilenetv4", "openvino")}
 
 
 def _case(family: str, fmt: str) -> object:
     marks = [pytest.mark.slow] if family in SLOW else []
-    if (family, fmt) in LONG:
-        marks.append(pytest.mark.long)
     return pytest.param(family, fmt, marks=marks, id=f"{family}-{fmt}")
 
 

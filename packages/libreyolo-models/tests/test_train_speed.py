@@ -109,6 +109,8 @@ def test_small_set_run_steps_every_batch_after_a_capped_warmup(mini_shapes, tmp_
     assert row["profile/steps"] == 3
     assert row["profile/optimizer_s"] > 0 and row["profile/ema_s"] > 0 and "profile/log_s" in row
     assert 0 < row["train/first_step_s"] <= row["train/epoch_s"]
+    # The final epoch validates (val=False still checks the last one) and writes its checkpoints.
+    assert row["time/val_s"] > 0 and row["time/save_s"] > 0
 
 
 def _fake_plan(graph: bool) -> TrainPlan:
