@@ -1,14 +1,15 @@
 """Trees of tensors (state dicts, optimizer states) moved to the host and packed for ``torch.save``.
 
 A YOLOv9-t training checkpoint holds about 4,700 small tensors (weights, EMA weights, two Adam
-moments and a step counter per parameter). Copied one by one, each costs a device-to-host copy;
-saved one by one, each costs ``torch.save`` some 40-80 us of Python (its pickler calls back into
-Python for every object and rebuilds every tensor's storage record), which made writing
-``last.pt`` a large share of a short epoch. Here tensors travel in one flat buffer per device and
-dtype: one kernel and one copy to the host; and the entries only training reads back
-(``train_model``, ``optimizer``) are stored packed, one tensor per dtype, which ``torch.save``
-writes about ten times faster. Weights that users and upstream tools read (``model``) stay a plain
-state dict of separate tensors.
+moments and a step counter per parameter). Saved one by one, each costs ``torch.save`` some
+20-80 us of Python (its pickler calls back into Python for every object and rebuilds every
+tensor's storage record), which made writing ``last.pt`` a large share of a short epoch. The
+entries only training reads back (``train_model``, ``optimizer``) are therefore stored packed,
+one tensor per dtype, which ``torch.save`` writes about ten times faster (the whole checkpoint:
+156 -> 74 ms on an H200 machine, ``tools/probe_checkpoint.py``). Weights that users and upstream
+tools read (``model``) stay a plain state dict of separate tensors. Tensors reach the host as one
+flat buffer per device and dtype (one transfer and one wait); that step costs about what copying
+them one by one did, the per-tensor Python being the same.
 """
 
 from __future__ import annotations
