@@ -24,16 +24,25 @@ PACKED = "libreyolo_packed_tensors"
 """Key that marks a packed tree (and, inside it, each tensor's place)."""
 
 
-def _map(tree: Any, leaf: Callable[[Tensor], Any]) -> Any:
-    """``tree`` (dicts, lists, tuples, namedtuples, plain values) with each tensor ``t`` -> ``leaf(t)``."""
-    if isinstance(tree, Tensor):
+def _is_tensor(node: Any) -> bool:
+    return isinstance(node, Tensor)
+
+
+def _is_place(node: Any) -> bool:
+    return isinstance(node, dict) and len(node) == 1 and PACKED in node
+
+
+def _map(tree: Any, leaf: Callable[[Any], Any], is_leaf: Callable[[Any], bool] = _is_tensor) -> Any:
+    """``tree`` (dicts, lists, tuples, namedtuples, plain values) with each leaf ``x`` (a tensor,
+    unless ``is_leaf`` says otherwise) replaced by ``leaf(x)``."""
+    if is_leaf(tree):
         return leaf(tree)
     if isinstance(tree, dict):
-        return {k: _map(v, leaf) for k, v in tree.items()}
+        return {k: _map(v, leaf, is_leaf) for k, v in tree.items()}
     if isinstance(tree, list):
-        return [_map(v, leaf) for v in tree]
+        return [_map(v, leaf, is_leaf) for v in tree]
     if isinstance(tree, tuple):
-        items = [_map(v, leaf) for v in tree]
+        items = [_map(v, leaf, is_leaf) for v in tree]
         return type(tree)(*items) if hasattr(tree, "_fields") else tuple(items)
     return tree
 
@@ -116,20 +125,11 @@ def unpack_tensors(obj: Any) -> Any:
         return obj
     data: dict[str, Tensor] = obj["data"]
 
-    def restore(node: Any) -> Any:
-        if isinstance(node, dict):
-            if len(node) == 1 and PACKED in node:
-                name, offset, shape = node[PACKED]
-                numel = 1
-                for n in shape:
-                    numel *= int(n)
-                return data[name][offset:offset + numel].view(tuple(shape)).clone()
-            return {k: restore(v) for k, v in node.items()}
-        if isinstance(node, list):
-            return [restore(v) for v in node]
-        if isinstance(node, tuple):
-            items = [restore(v) for v in node]
-            return type(node)(*items) if hasattr(node, "_fields") else tuple(items)
-        return node
+    def restore(place: dict[str, Any]) -> Tensor:
+        name, offset, shape = place[PACKED]
+        numel = 1
+        for n in shape:
+            numel *= int(n)
+        return data[name][offset:offset + numel].view(tuple(shape)).clone()
 
-    return restore(obj["tree"])
+    return _map(obj["tree"], restore, is_leaf=_is_place)
