@@ -15,10 +15,13 @@ from __future__ import annotations
 import functools
 import importlib.machinery
 import importlib.util
+import logging
 from pathlib import Path
 
 import torch
 from torch import Tensor
+
+log = logging.getLogger(__name__)
 
 # Extension names torchvision has shipped its operators under: the stable-ABI build (0.25 on)
 # and the one before it.
@@ -63,6 +66,7 @@ def _load_extension() -> bool:
         except OSError:
             continue
         if _registered():
+            log.debug("NMS: loaded torchvision's operators from %s", found.origin)
             return _cuda_matches()
     return False
 
@@ -70,6 +74,7 @@ def _load_extension() -> bool:
 @functools.cache
 def _nms_op():  # noqa: ANN202 - a torch OpOverloadPacket
     if not _registered() and not _load_extension():
+        log.debug("NMS: importing torchvision.ops to load its operators")
         import torchvision.ops  # noqa: F401 - the package's own loader registers the operator or says why not
     return torch.ops.torchvision.nms
 
