@@ -82,8 +82,9 @@ def run_ours(data: str, project: Path, *, graph: bool, args: argparse.Namespace)
         if type(event).__name__ == "EpochEnd":
             row = event.metrics
             curve.epochs.append((time.perf_counter() - started, float(row.get("metrics/mAP50", float("nan")))))
-            curve.phases.append(tuple(float(row.get(k, float("nan"))) for k in  # type: ignore[misc]
-                                      ("train/epoch_s", "time/val_s", "time/save_s")))
+            train_s, val_s, save_s = (float(row.get(k, float("nan"))) for k in
+                                      ("train/epoch_s", "time/val_s", "time/save_s"))
+            curve.phases.append((train_s, val_s, save_s))
             if len(curve.epochs) == 1:  # setup, then the first epoch up to its first step's end
                 curve.first_step_s = setup["s"] + float(row.get("train/first_step_s", float("nan")))
 

@@ -14,6 +14,7 @@ them one by one did, the per-tensor Python being the same.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -95,15 +96,11 @@ def pack_tensors(tree: Any) -> dict[str, Any]:
     tensors = _collect(tree)
     flats, offsets = _flat_on_host(tensors)
     data: dict[str, Tensor] = {}
-    for (_, dtype), flat in flats.items():
-        name = str(dtype).removeprefix("torch.")
-        data[name] = torch.cat((data[name], flat)) if name in data else flat  # devices merge on the host
-    bases: dict[tuple[torch.device, torch.dtype], int] = {}
-    sizes: dict[str, int] = {}
-    for device, dtype in flats:  # where each (device, dtype) group starts in its dtype's buffer
-        name = str(dtype).removeprefix("torch.")
-        bases[(device, dtype)] = sizes.get(name, 0)
-        sizes[name] = sizes.get(name, 0) + flats[(device, dtype)].numel()
+    bases: dict[tuple[torch.device, torch.dtype], int] = {}  # where each group starts in its dtype's buffer
+    for key, flat in flats.items():  # groups of one dtype from several devices merge on the host
+        name = str(key[1]).removeprefix("torch.")
+        bases[key] = data[name].numel() if name in data else 0
+        data[name] = torch.cat((data[name], flat)) if name in data else flat
     order = iter(range(len(tensors)))
 
     def place(t: Tensor) -> dict[str, Any]:
@@ -127,9 +124,6 @@ def unpack_tensors(obj: Any) -> Any:
 
     def restore(place: dict[str, Any]) -> Tensor:
         name, offset, shape = place[PACKED]
-        numel = 1
-        for n in shape:
-            numel *= int(n)
-        return data[name][offset:offset + numel].view(tuple(shape)).clone()
+        return data[name][offset:offset + math.prod(shape)].view(tuple(shape)).clone()
 
     return _map(obj["tree"], restore, is_leaf=_is_place)

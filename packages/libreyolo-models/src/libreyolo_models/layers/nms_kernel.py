@@ -2,8 +2,9 @@
 
 ``import torchvision.ops`` imports ``torch._dynamo`` (``roi_align`` asks it whether compile is
 supported): 6 s on an H200 machine's CPU and 7-9 s on a small one, paid by every process that
-runs NMS for the first time: a training run's first validation, a CLI ``predict``, every
-DDP rank that validates, every worker of the test suite. The NMS kernel itself lives in
+runs NMS for the first time and has not imported ``torch._dynamo`` otherwise: a CLI ``predict``
+or ``val``, an export check, a worker of the test suite. (A training process imports it anyway:
+torch's optimizer constructor does.) The NMS kernel itself lives in
 torchvision's compiled extension library, which ``torch.ops.load_library`` loads in milliseconds
 and which registers the same ``torchvision::nms`` operator the package would. When that library
 cannot be found or loaded (another layout, a mismatched build), the package's own loader runs
@@ -16,7 +17,6 @@ import functools
 import importlib.machinery
 import importlib.util
 import logging
-from pathlib import Path
 
 import torch
 from torch import Tensor
@@ -54,7 +54,7 @@ def _load_extension() -> bool:
     spec = importlib.util.find_spec("torchvision")  # finds the package without importing it
     if spec is None or not spec.submodule_search_locations:
         return False
-    folder = str(Path(next(iter(spec.submodule_search_locations))))
+    folder = next(iter(spec.submodule_search_locations))
     finder = importlib.machinery.FileFinder(
         folder, (importlib.machinery.ExtensionFileLoader, importlib.machinery.EXTENSION_SUFFIXES))
     for name in _EXTENSIONS:
