@@ -9,6 +9,8 @@
 #   tools/gpu_session.sh env bench_export   (issue 18: export latency; needs onnx + onnxruntime importable)
 #   tools/gpu_session.sh probe_step          (where an eager step's time goes: host issue vs GPU time, syncs)
 #   tools/gpu_session.sh probe_predict       (where a one-image predict call's time goes, step by step)
+#   tools/gpu_session.sh probe_variants      (an eager step's per-op host cost, and the step with cheaper forms of the Conv unit)
+#   tools/gpu_session.sh probe_nms           (how NMS's operators load here, and ours vs torchvision.ops on CUDA)
 #   tools/gpu_session.sh probe_checkpoint    (where an epoch's checkpoint time goes: copies, torch.save, fsync)
 #   tools/gpu_session.sh probe_memory        (where predict's peak GPU memory comes from, step by step)
 #   tools/gpu_session.sh probe_video         (a video's predict: the decoding side alone, then with the GPU)
@@ -75,7 +77,7 @@ for what in "$@"; do
              --batches ${BATCHES:-8,32,64} --images ${IMAGES:-512} --epochs 2 --deterministic --no-peer ${E2E_ARMS:+--arms $E2E_ARMS} \
              --out "$OUT/bench-e2e-profile.md" ;;
     tests_speed) step tests_speed 240 $PY -m pytest -p no:cacheprovider --import-mode=importlib -m cuda -q -rA -o addopts="" \
-             packages/libreyolo-models/tests/test_train_speed.py ;;
+             packages/libreyolo-models/tests/test_train_speed.py packages/libreyolo-models/tests/test_fused_optim.py ;;
     probe_step) step probe_step ${PROBE_S:-240} $PY tools/probe_train_step.py --batch ${BATCHES:-32} ${PROBE_ARGS:-} --out "$OUT/probe-train-step.md" ;;
     sweeps) [ -n "${SEG_BASE:-}" ] || SEG_BASE='{"epochs": 80, "batch": 16, "nbs": 16, "scale": 0.25, "device": 0, "workers": 2}'
              [ -n "${SEG_GRID:-}" ] || SEG_GRID='{"imgsz": [128, 256], "lr0": [0.001, 0.003]}'
@@ -114,6 +116,8 @@ for what in "$@"; do
              packages/libreyolo-models/tests/test_predict_staging.py packages/libreyolo-models/tests/test_predict.py \
              packages/libreyolo-models/tests/test_graph_dispatch.py packages/libreyolo-models/tests/test_export.py ;;
     bench_export) step bench_export ${BENCH_EXPORT_S:-240} $PY tools/bench_export.py ${BENCH_EXPORT_ARGS:-} --out "$OUT/bench-export.md" ;;
+    probe_variants) step probe_variants ${PROBE_S:-240} $PY tools/probe_step_variants.py --batch ${BATCHES:-32} ${PROBE_ARGS:-} --out "$OUT/probe-step-variants.md" ;;
+    probe_nms) step probe_nms 90 $PY tools/probe_nms_load.py ;;
     probe_checkpoint) step probe_checkpoint 120 $PY tools/probe_checkpoint.py --out "$OUT/probe-checkpoint.md" ;;
     probe_decode) step probe_decode 120 $PY tools/probe_decode.py --out "$OUT/probe-decode.md" ;;
     probe_predict) step probe_predict ${PROBE_S:-200} $PY tools/probe_predict.py --wide --out "$OUT/probe-predict.md" ;;
