@@ -55,6 +55,7 @@ class Curve:
     epochs: list[tuple[float, float]] = field(default_factory=list)
     phases: list[tuple[float, float, float]] = field(default_factory=list)  # ours: train, val, save s per epoch
     first_step_s: float = float("nan")
+    first_step_parts: dict[str, float] = field(default_factory=dict)  # ours: where the time to it went
     wall_s: float = float("nan")
     note: str = ""
 
@@ -79,6 +80,8 @@ def run_ours(data: str, project: Path, *, graph: bool, args: argparse.Namespace)
     def record(event) -> None:  # noqa: ANN001 - a training event
         if type(event).__name__ == "TrainStart":
             setup["s"] = time.perf_counter() - started
+            curve.first_step_parts["before setup"] = setup["s"] - sum(event.setup_s.values())
+            curve.first_step_parts.update(event.setup_s)
         if type(event).__name__ == "EpochEnd":
             row = event.metrics
             curve.epochs.append((time.perf_counter() - started, float(row.get("metrics/mAP50", float("nan")))))
@@ -86,7 +89,9 @@ def run_ours(data: str, project: Path, *, graph: bool, args: argparse.Namespace)
                                       ("train/epoch_s", "time/val_s", "time/save_s"))
             curve.phases.append((train_s, val_s, save_s))
             if len(curve.epochs) == 1:  # setup, then the first epoch up to its first step's end
-                curve.first_step_s = setup["s"] + float(row.get("train/first_step_s", float("nan")))
+                first, data = (float(row.get(k, float("nan"))) for k in ("train/first_step_s", "train/first_data_s"))
+                curve.first_step_s = setup["s"] + first
+                curve.first_step_parts.update({"first batch": data, "first step": first - data})
 
     model.train(data=data, epochs=args.epochs, imgsz=args.imgsz, batch=args.batch, device=0, cuda_graph=graph,
                 seed=0, plots=False, verbose=False, project=str(project), name="graph" if graph else "eager",
@@ -100,9 +105,27 @@ def run_peer_arm(data: str, args: argparse.Namespace) -> Curve:
                     imgsz=args.imgsz, batch=args.batch, epochs=args.epochs, device="0", workers=args.workers)
     if "epochs" not in peer:
         return Curve(note=f"not run: {peer.get('skipped') or peer.get('error')}")
-    return Curve(epochs=[(e["wall_s"], e["mAP50"]) for e in peer["epochs"]],
-                 first_step_s=peer.get("first_step_s") or float("nan"), wall_s=peer.get("wall_s", float("nan")),
+    first = peer.get("first_step_s") or float("nan")
+    return Curve(epochs=[(e["wall_s"], e["mAP50"]) for e in peer["epochs"]], first_step_s=first,
+                 first_step_parts=peer_first_step_parts(peer.get("milestones") or {}, first),
+                 wall_s=peer.get("wall_s", float("nan")),
                  note=f"ended with {peer['ended_with']}" if peer.get("ended_with") else "")
+
+
+PEER_MILESTONES = (("on_pretrain_routine_start", "before setup"), ("on_pretrain_routine_end", "setup"),
+                   ("on_train_start", "after setup"), ("on_train_batch_start", "first batch"))
+
+
+def peer_first_step_parts(milestones: dict[str, float], first_step_s: float) -> dict[str, float]:
+    """Ultralytics' time to its first step, split at its callbacks (seconds between them)."""
+    parts, previous = {}, 0.0
+    for key, name in PEER_MILESTONES:
+        if key in milestones:
+            parts[name] = milestones[key] - previous
+            previous = milestones[key]
+    if parts and not math.isnan(first_step_s):
+        parts["first step (launched, not synchronised)"] = first_step_s - previous
+    return parts
 
 
 def report(curves: dict[str, Curve], args: argparse.Namespace) -> list[str]:
@@ -135,6 +158,10 @@ def report(curves: dict[str, Curve], args: argparse.Namespace) -> list[str]:
             phases.append(f"- {arm}: per epoch (mean of {n}) train {train:.2f} s, validation {val:.2f} s, "
                           f"checkpoints {save:.2f} s; wall between epoch ends {per_epoch:.2f} s")
     lines += ["", *phases] if phases else []
+    parts = [f"- {arm}: {curve.first_step_s:.1f} s = " + ", ".join(f"{k} {v:.2f}" for k, v in curve.first_step_parts.items())
+             for arm, curve in curves.items() if curve.first_step_parts]
+    lines += ["", "Time to the first step's end, by phase (s; the trainer's setup phases, then the first "
+              "batch's wait and the first step):", *parts] if parts else []
     lines += ["", "Per-epoch mAP50 (wall s):"]
     for arm, curve in curves.items():
         shown = ", ".join(f"{m:.2f} ({w:.0f})" for w, m in curve.epochs)

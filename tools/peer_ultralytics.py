@@ -116,6 +116,9 @@ def fit(args: argparse.Namespace) -> None:
 
     model.add_callback("on_train_batch_end", on_batch_end)
     model.add_callback("on_fit_epoch_end", on_fit_epoch_end)
+    milestones: dict[str, float] = {}  # the first time each callback ran, seconds since `started`
+    for name in ("on_pretrain_routine_start", "on_pretrain_routine_end", "on_train_start", "on_train_batch_start"):
+        model.add_callback(name, lambda trainer, name=name: milestones.setdefault(name, time.perf_counter() - started))
     error = None
     try:
         model.train(data=args.data, imgsz=args.imgsz, batch=args.batch, epochs=args.epochs, device=args.device,
@@ -127,7 +130,7 @@ def fit(args: argparse.Namespace) -> None:
         _emit({"error": error or "no epoch finished"})
         sys.exit(1)
     _emit({"epochs": epochs, "first_step_s": first_step.get("s"), "wall_s": time.perf_counter() - started,
-           "ended_with": error})
+           "milestones": milestones, "ended_with": error})
 
 
 def _phases(results) -> dict[str, float]:  # noqa: ANN001 - Ultralytics' Results

@@ -29,3 +29,19 @@ def test_importing_the_package_and_running_nms_leave_torchvision_dynamo_and_matp
     assert "libreyolo_models" in loaded and "torch" in loaded
     heavy = {"torchvision", "torch._dynamo", "matplotlib"}
     assert not loaded & heavy, f"imported with the package or NMS: {sorted(loaded & heavy)}"
+
+
+@pytest.mark.solo  # a child process, like the test above
+def test_a_training_run_on_the_cpu_never_imports_torch_dynamo(tmp_path) -> None:  # noqa: ANN001
+    """torch.optim's optimizers import torch._dynamo when built and at their first step (4.7 s of
+    setup on an H200 machine's CPU); the trainer's fused optimizer and its backend-flag restore
+    do not, so a run that does not compile pays none of it."""
+    code = ("import json, sys, pathlib, libreyolo_models; "
+            "from libreyolo_models.data.shapes import generate_shapes; "
+            f"generate_shapes(pathlib.Path({str(tmp_path)!r}), split_sizes={{'train': 8, 'val': 4}}); "
+            "m = libreyolo_models.LibreYOLO9(size='t'); "
+            f"m.train(data={str(tmp_path / 'data.yaml')!r}, epochs=1, imgsz=64, batch=4, workers=0, device='cpu', "
+            f"optimizer='SGD', plots=False, verbose=False, project={str(tmp_path / 'runs')!r}); "
+            "print(json.dumps('torch._dynamo' in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240, check=True)
+    assert json.loads(done.stdout.splitlines()[-1]) is False, "a CPU training run imported torch._dynamo"

@@ -33,6 +33,7 @@ class TrainStart:
     epochs: int
     start_epoch: int
     config: dict[str, object]
+    setup_s: dict[str, float] = field(default_factory=dict)  # seconds per setup phase (Trainer.SETUP_PHASES)
 
 
 @dataclass(frozen=True)

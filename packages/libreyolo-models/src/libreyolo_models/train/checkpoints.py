@@ -18,6 +18,7 @@ import torch
 
 from ..checkpoint import atomic_save_bytes, cpu_state_dict, serialized
 from ..tensor_trees import pack_tensors
+from .fused_optim import AnyOptimizer
 
 if TYPE_CHECKING:
     from ..facade import LibreYOLO
@@ -27,7 +28,7 @@ log = logging.getLogger(__name__)
 
 
 def build_training_checkpoint(model: LibreYOLO, *, net: torch.nn.Module, ema: ModelEMA | None,
-                              optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler | None, epoch: int,
+                              optimizer: AnyOptimizer, scaler: torch.amp.GradScaler | None, epoch: int,
                               best: dict[str, Any], config: dict[str, Any], world_size: int,
                               global_batch: int, run_dir: Path, loss: float) -> dict[str, Any]:
     """Everything to continue after ``epoch`` (0-based, completed)."""

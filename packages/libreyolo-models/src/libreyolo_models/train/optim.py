@@ -7,17 +7,20 @@ from typing import Any
 
 import torch
 
+from .fused_optim import FusedOptimizer
 from .settings import TrainConfig
 
 log = logging.getLogger(__name__)
 
-def build_optimizer(groups: list[dict[str, Any]], cfg: TrainConfig, *, iterations: int,
-                    cuda: bool) -> torch.optim.Optimizer:
-    """SGD or AdamW over the family's parameter groups (``Family.parameter_groups``).
+def build_optimizer(groups: list[dict[str, Any]], cfg: TrainConfig, *, iterations: int) -> FusedOptimizer:
+    """SGD (Nesterov), Adam or AdamW over the family's parameter groups (``Family.parameter_groups``).
 
     ``optimizer="auto"`` picks AdamW for short runs (under ~10k iterations, where SGD's warm start
     is too slow) and SGD otherwise; the choice is logged. A group's ``lr_scale`` multiplies the
-    base learning rate (a pretrained backbone trained slower than its head).
+    base learning rate (a pretrained backbone trained slower than its head). The update is
+    torch's fused kernel, one per group on any device (``fused_optim`` says why not through
+    ``torch.optim``): never one Python-level update per tensor, and on CUDA ``GradScaler`` hands
+    it the inf flag as a tensor instead of reading it back.
     """
     name, lr, momentum = cfg.optimizer, cfg.lr0, cfg.momentum
     if name == "auto":
@@ -26,12 +29,10 @@ def build_optimizer(groups: list[dict[str, Any]], cfg: TrainConfig, *, iteration
             lr, momentum = 0.002, 0.9
         log.info("optimizer=auto chose %s(lr=%g, momentum=%g) for %d iterations", name, lr, momentum, iterations)
     groups = [dict(g) for g in groups if g["params"]]
-    fused = multi_tensor_options(cuda)
     if name == "SGD":
-        opt: torch.optim.Optimizer = torch.optim.SGD(groups, lr=lr, momentum=momentum, nesterov=True, **fused)
+        opt = FusedOptimizer("SGD", groups, lr=lr, momentum=momentum, nesterov=True)
     else:
-        cls = torch.optim.AdamW if name == "AdamW" else torch.optim.Adam
-        opt = cls(groups, lr=lr, betas=(momentum, 0.999), **fused)
+        opt = FusedOptimizer(name, groups, lr=lr, betas=(momentum, 0.999))
     for group in opt.param_groups:
         group["initial_lr"] = lr * float(group.pop("lr_scale", 1.0))
     log.info("%s: %s", name, ", ".join(f"{g.get('group', i)} {len(g['params'])} tensors (decay {g['weight_decay']:g}"
@@ -40,18 +41,7 @@ def build_optimizer(groups: list[dict[str, Any]], cfg: TrainConfig, *, iteration
     return opt
 
 
-def multi_tensor_options(cuda: bool) -> dict[str, bool]:
-    """How the optimizer walks its ~680 YOLOv9 tensors: never one Python-level loop per tensor.
-
-    On CUDA ``fused=True``: one kernel per step, and ``GradScaler.step`` hands it the inf flag as
-    a tensor instead of reading it back (no host sync). On the CPU ``foreach=True`` (torch's CPU
-    default is the per-tensor loop); the same arithmetic in the same order, so the numbers are
-    bit-identical to the loop (``tests/test_train_speed.py`` pins it).
-    """
-    return {"fused": True} if cuda else {"foreach": True}
-
-
-def align_state_layout(optimizer: torch.optim.Optimizer) -> int:
+def align_state_layout(optimizer: FusedOptimizer | torch.optim.Optimizer) -> int:
     """Lay each restored state tensor out like its parameter; returns how many were re-laid.
 
     ``load_state_dict`` keeps the layout a checkpoint was saved in, so resuming an NCHW run with

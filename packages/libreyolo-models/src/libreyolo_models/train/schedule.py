@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import torch
+
+from .fused_optim import AnyOptimizer
 
 
 def lr_factor(epoch: float, epochs: int, lrf: float, cosine: bool) -> float:
@@ -53,7 +54,7 @@ def nominal_accumulation(nbs: int, batch: int, batches_per_epoch: int | None = N
     return full
 
 
-def apply_lr(optimizer: torch.optim.Optimizer, *, iteration: int, warmup_iters: int, epoch: int, epochs: int,
+def apply_lr(optimizer: AnyOptimizer, *, iteration: int, warmup_iters: int, epoch: int, epochs: int,
              lrf: float, cosine: bool, warmup_bias_lr: float, warmup_momentum: float, momentum: float) -> None:
     """Set every group's lr (and momentum) for this iteration.
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
@@ -15,6 +15,7 @@ import libreyolo_ddp
 
 from ..contract import Family, LossContext
 from .ema import ModelEMA
+from .fused_optim import AnyOptimizer
 
 
 class StepTimer:
@@ -54,7 +55,7 @@ class TrainStep:
     """Runs iterations for one model; the caller owns the schedule and the epoch loop."""
 
     def __init__(self, family: Family, forward: Callable[..., Any], net: nn.Module,
-                 optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler, ema: ModelEMA | None, *,
+                 optimizer: AnyOptimizer, scaler: torch.amp.GradScaler, ema: ModelEMA | None, *,
                  amp: bool, device: torch.device, context: LossContext, max_grad_norm: float,
                  timer: StepTimer, takes_targets: bool = False, sync_gradients: bool = False) -> None:
         self.family, self.forward, self.net = family, forward, net
@@ -94,11 +95,13 @@ class TrainStep:
         if self.sync_gradients:
             with self.timer.phase("sync"):
                 libreyolo_ddp.average_gradients(self.parameters)
+        # GradScaler reads only param_groups and the fused-step attributes: FusedOptimizer has them.
+        optimizer = cast(torch.optim.Optimizer, self.optimizer)
         with self.timer.phase("optimizer"):
-            self.scaler.unscale_(self.optimizer)
+            self.scaler.unscale_(optimizer)
             if self.max_grad_norm > 0:  # 0: no clipping (a norm-0 clip would zero every gradient)
                 torch.nn.utils.clip_grad_norm_(self.parameters, max_norm=self.max_grad_norm)
-            self.scaler.step(self.optimizer)
+            self.scaler.step(optimizer)
             self.scaler.update()
             self.optimizer.zero_grad(set_to_none=True)
         if self.ema is not None:

@@ -93,31 +93,50 @@ class Trainer:
         self._logged_images: tuple[torch.Tensor, list[str]] | None = None
 
     # ------------------------------------------------------------------ setup
+    SETUP_PHASES = ("data", "model", "pipelines", "optimizer", "forward", "run folder")
+    """What ``setup_s`` times, in order: reading the dataset's lists and labels, moving the network
+    to its device (CUDA's first use included), building the loaders (and any image cache), the
+    optimizer with its EMA copy, the training forward (capture, when graphed), and the run folder's
+    arguments and start-of-training plots."""
+
+    @contextlib.contextmanager
+    def _setup_phase(self, name: str) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.setup_s[name] = self.setup_s.get(name, 0.0) + time.perf_counter() - started
+
     def _setup(self) -> None:
         cfg, model, task = self.cfg, self.model, self.task
+        self.setup_s: dict[str, float] = {}
         self.device = libreyolo_ddp.local_device() if self.world > 1 else self.plan.devices.torch_device(0)
         libreyolo_ddp.seed_everything(cfg.seed)
         self._set_backend_flags()
-        data = libreyolo_ddp.resolve_on_rank_zero(lambda: task.load_data(cfg.data))
-        adapt_to_classes(model, data.nc, data.names)
-        self.imgsz = model.imgsz = self.plan.imgsz
-        self.global_batch = self.plan.global_batch
-        self.batch = libreyolo_ddp.split_global_batch(self.global_batch, self.world)
-        has_val = task.has_split(data, "val")
-        if cfg.val and not has_val:
-            raise ConfigError(f"train(): data={cfg.data!r} has no val split, so val=True cannot validate; add a "
-                              "`val:` entry to the dataset, or pass val=False to train without validation")
-        self.train_index = train_index = task.load_split(data, "train")
-        val_index = task.load_split(data, "val") if has_val else None
-        model.net.to(self.device).float()
-        self.channels_last = self.device.type == "cuda" and cfg.channels_last in (True, "auto")
-        if self.channels_last:  # before the EMA copy and the optimizer, so both see NHWC parameters
-            model.net.to(memory_format=torch.channels_last)
-        workers = default_workers(cfg.workers, batch=self.batch, world_size=self.world)
-        self.train_data = task.train_pipeline(train_index, imgsz=self.imgsz, batch_size=self.batch,
-                                              device=self.device, cfg=cfg, workers=workers)
-        self.val_data = (task.val_pipeline(val_index, imgsz=self.imgsz, batch_size=self.batch * 2, device=self.device,
-                                           workers=workers, cache=cfg.cache) if val_index is not None else None)
+        with self._setup_phase("data"):
+            data = libreyolo_ddp.resolve_on_rank_zero(lambda: task.load_data(cfg.data))
+            adapt_to_classes(model, data.nc, data.names)
+            self.imgsz = model.imgsz = self.plan.imgsz
+            self.global_batch = self.plan.global_batch
+            self.batch = libreyolo_ddp.split_global_batch(self.global_batch, self.world)
+            has_val = task.has_split(data, "val")
+            if cfg.val and not has_val:
+                raise ConfigError(f"train(): data={cfg.data!r} has no val split, so val=True cannot validate; add "
+                                  "a `val:` entry to the dataset, or pass val=False to train without validation")
+            self.train_index = train_index = task.load_split(data, "train")
+            val_index = task.load_split(data, "val") if has_val else None
+        with self._setup_phase("model"):
+            model.net.to(self.device).float()
+            self.channels_last = self.device.type == "cuda" and cfg.channels_last in (True, "auto")
+            if self.channels_last:  # before the EMA copy and the optimizer, so both see NHWC parameters
+                model.net.to(memory_format=torch.channels_last)
+        with self._setup_phase("pipelines"):
+            workers = default_workers(cfg.workers, batch=self.batch, world_size=self.world)
+            self.train_data = task.train_pipeline(train_index, imgsz=self.imgsz, batch_size=self.batch,
+                                                  device=self.device, cfg=cfg, workers=workers)
+            self.val_data = (task.val_pipeline(val_index, imgsz=self.imgsz, batch_size=self.batch * 2,
+                                               device=self.device, workers=workers, cache=cfg.cache)
+                             if val_index is not None else None)
         self.skipped = [*getattr(self.train_data, "skipped", ()), *getattr(self.val_data, "skipped", ())]
         self.n_batches = len(self.train_data)
         self.accumulate = nominal_accumulation(cfg.nbs, self.global_batch, self.n_batches)
@@ -127,10 +146,11 @@ class Trainer:
                      self.accumulate, nominal_accumulation(cfg.nbs, self.global_batch), MIN_STEPS_PER_EPOCH)
         weight_decay = cfg.weight_decay * self.global_batch * self.accumulate / cfg.nbs
         iterations = math.ceil(self.n_batches / self.accumulate) * cfg.epochs
-        groups = model.family.parameter_groups(model.net, weight_decay=weight_decay)
-        self.optimizer = build_optimizer(groups, cfg, iterations=iterations, cuda=self.device.type == "cuda")
-        self.scaler = torch.amp.GradScaler("cuda", enabled=cfg.amp and self.device.type == "cuda")
-        self.ema = ModelEMA(model.net)
+        with self._setup_phase("optimizer"):
+            groups = model.family.parameter_groups(model.net, weight_decay=weight_decay)
+            self.optimizer = build_optimizer(groups, cfg, iterations=iterations)
+            self.scaler = torch.amp.GradScaler("cuda", enabled=cfg.amp and self.device.type == "cuda")
+            self.ema = ModelEMA(model.net)
         self.start_epoch = 0
         self.best: dict[str, Any] = {"fitness": -1.0, "epoch": -1, "fields": task.empty_best()}
         self.run_dir = self._resolve_run_dir()
@@ -146,7 +166,8 @@ class Trainer:
         self.timer = StepTimer(cfg.profile and self.world == 1, self.device)
         if cfg.profile and self.world > 1:
             log.warning("profile=True is ignored under multi-GPU training (it synchronizes every phase)")
-        forward = self._training_forward()
+        with self._setup_phase("forward"):
+            forward = self._training_forward()
         context = LossContext(epoch=self.start_epoch, epochs=cfg.epochs, close_mosaic=cfg.close_mosaic,
                               gains=self.plan.gains, world_size=self.world, global_batch=self.batch * self.world,
                               normalizer_sum=libreyolo_ddp.all_reduce_sum if self.world > 1 else None)
@@ -239,10 +260,14 @@ class Trainer:
         try:
             self._setup()
             if self.rank0:
-                self._write_args()
-                if self.cfg.plots and not self.resume:
-                    plot_start_of_training(self.train_index, self.model.names, self.run_dir)
-            self.callbacks.emit(TrainStart(self.run_dir, self.cfg.epochs, self.start_epoch, self.cfg.as_dict()))
+                with self._setup_phase("run folder"):
+                    self._write_args()
+                    if self.cfg.plots and not self.resume:
+                        plot_start_of_training(self.train_index, self.model.names, self.run_dir)
+                log.info("setup %.1f s: %s", sum(self.setup_s.values()),
+                         ", ".join(f"{k} {v:.1f} s" for k, v in self.setup_s.items()))
+            self.callbacks.emit(TrainStart(self.run_dir, self.cfg.epochs, self.start_epoch, self.cfg.as_dict(),
+                                           dict(self.setup_s)))
             for epoch in range(self.start_epoch, self.cfg.epochs):
                 row, is_best, last = self._one_epoch(epoch)
                 metrics = row
@@ -338,7 +363,7 @@ class Trainer:
         warmup = warmup_iterations(cfg.warmup_epochs, nb, cfg.epochs)
         sums = torch.zeros(len(self.loss_names), device=self.device)
         last_opt = (epoch * nb) - 1
-        wait_s, first_step_s, started = 0.0, 0.0, time.perf_counter()
+        wait_s, first_step_s, first_data_s, started = 0.0, 0.0, 0.0, time.perf_counter()
         bar = tqdm(total=nb, desc=f"epoch {epoch + 1}/{cfg.epochs}", disable=not (self.rank0 and cfg.verbose),
                    leave=False, dynamic_ncols=True)
         batches = iter(self.train_data)
@@ -348,6 +373,8 @@ class Trainer:
             with self.timer.phase("data"):
                 batch = next(batches)
             wait_s += time.perf_counter() - t0
+            if i == 0:
+                first_data_s = wait_s  # worker start and the first batch (an image cache's first fill)
             ni = i + nb * epoch
             if self.rank0 and cfg.plots and epoch == self.start_epoch and i < 3 and not self.resume:
                 plot_train_batch(batch, self.model.names, self.run_dir / f"train_batch{i}.jpg")
@@ -388,6 +415,7 @@ class Trainer:
         stats.update(global_throughput(images=nb * self.batch, wait_s=wait_s, elapsed_s=elapsed))
         stats["train/loss"] = sum(mean)
         stats["train/first_step_s"] = first_step_s
+        stats["train/first_data_s"] = first_data_s
         if self.timer.enabled:
             stats.update({f"profile/{k}_s": v for k, v in self.timer.totals.items()})
             stats["profile/steps"] = float(self.timer.steps)
@@ -430,7 +458,11 @@ def _restored_backend_flags() -> Iterator[None]:
     try:
         yield
     finally:
-        torch.use_deterministic_algorithms(saved[0], warn_only=saved[1])
+        # Only when the run changed it: the call imports torch's compiler (seconds), which a run
+        # that never touched the setting has no reason to pay.
+        if (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()) != (
+                saved[0], saved[1]):
+            torch.use_deterministic_algorithms(saved[0], warn_only=saved[1])
         torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = saved[2], saved[3]
 
 
