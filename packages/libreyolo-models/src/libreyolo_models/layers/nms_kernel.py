@@ -3,8 +3,8 @@
 ``import torchvision.ops`` imports ``torch._dynamo`` (``roi_align`` asks it whether compile is
 supported): 6 s on an H200 machine's CPU and 7-9 s on a small one, paid by every process that
 runs NMS for the first time and has not imported ``torch._dynamo`` otherwise: a CLI ``predict``
-or ``val``, an export check, a worker of the test suite. (A training process imports it anyway:
-torch's optimizer constructor does.) The NMS kernel itself lives in
+or ``val``, an export check, a worker of the test suite, a training run's validation (the
+trainer's optimizer stays clear of it too: ``train/fused_optim.py``). The NMS kernel itself lives in
 torchvision's compiled extension library, which ``torch.ops.load_library`` loads in milliseconds
 and which registers the same ``torchvision::nms`` operator the package would. When that library
 cannot be found or loaded (another layout, a mismatched build), the package's own loader runs
