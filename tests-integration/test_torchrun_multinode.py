@@ -4,8 +4,8 @@ torchrun (``--max-restarts=1``) restarts, after which training resumes from ``la
 
 CI runs two nodes of one CPU rank each: a rank whose global and local ranks differ (rank 1, local
 rank 0 on node 1) is what multi-node adds over one node, and the job costs 4 rank processes (each
-imports torch, and the optimizer's first step imports torch._dynamo: about 12 s of CPU apiece), so
-it stays near a minute on a 2-core machine. The 2 x 2 CPU variant (marked ``long``) adds local
+imports torch: seconds of CPU apiece; the trainer's optimizer no longer imports torch._dynamo, which
+added about 8 s each), so it stays near a minute on a 2-core machine. The 2 x 2 CPU variant (marked ``long``) adds local
 rank 1; the GPU variant runs 2 x 2 GPUs with NCCL on a four-GPU machine. SyncBatchNorm is off on
 CPU: its per-layer Gloo all-reduce of 4 processes on 2 cores costs about 15 s an epoch, and the
 SyncBatchNorm tests cover it.

@@ -16,6 +16,10 @@ from libreyolo_models.train.settings import TrainConfig
 TORCH = {"SGD": torch.optim.SGD, "Adam": torch.optim.Adam, "AdamW": torch.optim.AdamW}
 OPTIONS = {"SGD": {"lr": 0.01, "momentum": 0.9, "nesterov": True}, "Adam": {"lr": 0.01, "betas": (0.9, 0.999)},
            "AdamW": {"lr": 0.01, "betas": (0.9, 0.999)}}
+# Beyond the trainer's settings: the other options the kernels take.
+VARIANTS = [("SGD", {}), ("Adam", {}), ("AdamW", {}),
+            ("SGD", {"nesterov": False, "dampening": 0.1}), ("SGD", {"maximize": True}),
+            ("Adam", {"amsgrad": True}), ("AdamW", {"maximize": True, "eps": 1e-6})]
 
 
 def _net(device: str = "cpu") -> nn.Module:
@@ -35,10 +39,12 @@ def _backward(net: nn.Module, step: int, scale: float = 1.0) -> None:
     (net(images).square().mean() * scale).backward()
 
 
-def _pair(kind: str, device: str = "cpu") -> tuple[nn.Module, FusedOptimizer, nn.Module, torch.optim.Optimizer]:
+def _pair(kind: str, device: str = "cpu", **extra: object) -> tuple[nn.Module, FusedOptimizer, nn.Module,
+                                                                   torch.optim.Optimizer]:
     ours_net, theirs_net = _net(device), _net(device)
-    ours = FusedOptimizer(kind, _groups(ours_net), **OPTIONS[kind])
-    theirs = TORCH[kind](_groups(theirs_net), fused=True, **OPTIONS[kind])
+    options = {**OPTIONS[kind], **extra}
+    ours = FusedOptimizer(kind, _groups(ours_net), **options)
+    theirs = TORCH[kind](_groups(theirs_net), fused=True, **options)
     return ours_net, ours, theirs_net, theirs
 
 
@@ -60,9 +66,11 @@ def _step_both(pairs: list[tuple[nn.Module, object]], step: int, *, scale: float
         opt.zero_grad(set_to_none=True)  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize("kind", ["SGD", "Adam", "AdamW"])
-def test_steps_are_bit_identical_to_torch_fused_through_option_changes_and_a_scaler(kind: str) -> None:
-    ours_net, ours, theirs_net, theirs = _pair(kind)
+@pytest.mark.parametrize(("kind", "extra"), VARIANTS)
+def test_steps_are_bit_identical_to_torch_fused_through_option_changes_and_a_scaler(kind: str, extra: dict) -> None:
+    ours_net, ours, theirs_net, theirs = _pair(kind, **extra)
+    for opt in (ours, theirs):  # a parameter that never gets a gradient is left alone by both
+        opt.param_groups[1]["params"].append(nn.Parameter(torch.ones(3)))
     pairs = [(ours_net, ours), (theirs_net, theirs)]
     for step in range(3):
         for opt in (ours, theirs):  # what the warmup schedule does every iteration
@@ -72,6 +80,7 @@ def test_steps_are_bit_identical_to_torch_fused_through_option_changes_and_a_sca
                     group["momentum"] = 0.8 + 0.05 * step
         _step_both(pairs, step)
     assert _same(ours_net, theirs_net) and not _same(ours_net, _net())
+    assert torch.equal(ours.param_groups[1]["params"][-1], torch.ones(3))
     _step_both(pairs, 10, scale=1024.0, found_inf=0.0)  # scaled gradients, unscaled in the kernel
     assert _same(ours_net, theirs_net)
     before = [p.detach().clone() for p in ours_net.parameters()]
@@ -85,6 +94,7 @@ def test_steps_are_bit_identical_to_torch_fused_through_option_changes_and_a_sca
         assert all(torch.equal(v, torchs["state"][i][k]) for k, v in state.items())
     if kind != "SGD":
         assert float(mine["state"][0]["step"]) == 4  # the overflowed step did not count
+    assert len(mine["state"]) == len(torchs["state"]) == sum(1 for _ in ours_net.parameters())
     assert [g["params"] for g in mine["param_groups"]] == [g["params"] for g in torchs["param_groups"]]
 
 
@@ -103,6 +113,50 @@ def test_a_checkpoint_of_either_resumes_into_the_other(kind: str) -> None:
     reference.load_state_dict(copy.deepcopy(theirs.state_dict()))
     _step_both([(theirs_net, ours_resumed), (ours_net, theirs_resumed), (reference_net, reference)], 1)
     assert _same(theirs_net, reference_net) and _same(ours_net, reference_net)
+
+
+def test_an_sgd_first_step_skipped_for_an_overflow_leaves_no_momentum_behind() -> None:
+    """GradScaler's first scale (2**16) often overflows the first step. torch's fused SGD leaves
+    its momentum buffers as uninitialised memory then; ours start zeroed, so the run continues as
+    if that step had never been (the weights equal a run that never had it)."""
+    skipped_net, clean_net = _net(), _net()
+    skipped = FusedOptimizer("SGD", _groups(skipped_net), **OPTIONS["SGD"])
+    clean = FusedOptimizer("SGD", _groups(clean_net), **OPTIONS["SGD"])
+    _step_both([(skipped_net, skipped)], 0, scale=2.0**16, found_inf=1.0)
+    assert all(not b["momentum_buffer"].any() for b in skipped.state.values())
+    for step in (1, 2):
+        _step_both([(skipped_net, skipped), (clean_net, clean)], step)
+    assert all(torch.equal(a, b) for a, b in zip(skipped_net.parameters(), clean_net.parameters()))
+
+
+def test_a_foreach_cpu_checkpoint_of_the_old_trainer_resumes_in_channels_last() -> None:
+    """The trainer's resume path: torch.optim.SGD(foreach=True) state (what CPU runs saved before),
+    packed into a checkpoint, restored into channels_last parameters: the moments take the
+    parameters' layout, the group's code-path keys become this class's, and the next step equals
+    torch's fused SGD resumed from the same file."""
+    from libreyolo_models.tensor_trees import pack_tensors, unpack_tensors
+
+    old_net = _net()
+    old = torch.optim.SGD(_groups(old_net), foreach=True, **OPTIONS["SGD"])
+    _step_both([(old_net, old)], 0)
+    saved = pack_tensors(copy.deepcopy(old.state_dict()))
+    ours_net, theirs_net = (_net().to(memory_format=torch.channels_last) for _ in range(2))
+    for net in (ours_net, theirs_net):
+        net.load_state_dict(old_net.state_dict())
+    ours = FusedOptimizer("SGD", _groups(ours_net), **OPTIONS["SGD"])
+    ours.load_state_dict(unpack_tensors(saved))
+    assert all(g["fused"] is True and g["foreach"] is None for g in ours.param_groups)
+    weight = ours_net[0].weight
+    assert ours.state[weight]["momentum_buffer"].stride() == weight.stride() != old_net[0].weight.stride()
+    theirs = torch.optim.SGD(_groups(theirs_net), fused=True, **OPTIONS["SGD"])
+    theirs.load_state_dict(unpack_tensors(copy.deepcopy(saved)))
+    for group in theirs.param_groups:
+        group["foreach"], group["fused"] = None, True
+    from libreyolo_models.train.optim import align_state_layout
+
+    align_state_layout(theirs)
+    _step_both([(ours_net, ours), (theirs_net, theirs)], 1)
+    assert _same(ours_net, theirs_net)
 
 
 def test_build_optimizer_gives_the_fused_optimizer_with_the_schedule_keys() -> None:
@@ -125,9 +179,19 @@ def test_bad_construction_and_mismatched_checkpoints_say_what_is_wrong() -> None
         FusedOptimizer("SGD", [{"params": list(net.parameters())}, {"params": [next(net.parameters())]}])
     with pytest.raises(TypeError, match="betas"):
         FusedOptimizer("SGD", _groups(net), betas=(0.9, 0.99))
+    with pytest.raises(ValueError, match="fused kernels"):
+        FusedOptimizer("SGD", _groups(net), foreach=True)
+    with pytest.raises(ValueError, match="twice"):
+        FusedOptimizer("SGD", [{"params": [next(net.parameters())] * 2}])
     opt = FusedOptimizer("SGD", _groups(net), momentum=0.9)
     with pytest.raises(ValueError, match="1 parameter groups"):
         opt.load_state_dict(torch.optim.SGD(net.parameters(), lr=0.1).state_dict())
+    with pytest.raises(ValueError, match="not a SGD"):
+        opt.load_state_dict(torch.optim.AdamW(_groups(net)).state_dict())
+    stray = FusedOptimizer("SGD", _groups(net), momentum=0.9).state_dict()
+    stray["state"][99] = {"momentum_buffer": torch.zeros(1)}
+    with pytest.raises(ValueError, match="parameter 99"):
+        opt.load_state_dict(stray)
 
 
 def test_zero_grad_without_set_to_none_zeroes_in_place() -> None:

@@ -4,11 +4,14 @@
 ``zero_grad`` or ``state_dict`` runs (they are wrapped to keep ``torch.compile`` from tracing into
 them): 4.7 s of a training run's setup on an H200 machine's CPU with its bytecode compiled, more
 than any other phase of our setup, and ~11 s on a small machine without. The update itself is
-one ATen kernel per group (``torch._fused_sgd_``, ``torch._fused_adam_``,
+one ATen kernel per group and device/dtype (``torch._fused_sgd_``, ``torch._fused_adam_``,
 ``torch._fused_adamw_``, on CUDA and on the CPU), which this class calls with the arguments,
 state and order that ``torch.optim.SGD/Adam/AdamW(fused=True)`` use: a step returns bit for bit
 what theirs returns, and ``state_dict`` has their layout, so a checkpoint of either resumes into
-the other (tests pin both).
+the other (tests pin both). One deliberate difference: SGD's momentum buffers start zeroed, not
+uninitialised, so a first step that the scaler skips for an overflow (common: its first scale is
+2**16) leaves buffers that mean "no momentum yet" instead of whatever memory held (torch's
+fused SGD then carries that garbage into the next step).
 
 ``GradScaler`` treats it as torch's fused optimizers: it hands over the scale and the inf flag as
 tensors (``_step_supports_amp_scaling``), so a step skipped for an overflow never reads a value
@@ -36,6 +39,11 @@ _DEFAULTS: dict[str, dict[str, Any]] = {
 }
 _DEFAULTS["AdamW"] = {**_DEFAULTS["Adam"], "weight_decay": 1e-2, "decoupled_weight_decay": True}
 
+# Options that name torch.optim's other code paths: this class is the fused path only.
+_FIXED = {"fused": True, "foreach": None, "differentiable": False, "capturable": False}
+# A key only groups of that kind carry: how a saved state dict's kind is told apart.
+_KIND_KEY = {"SGD": "momentum", "Adam": "betas", "AdamW": "betas"}
+
 
 class FusedOptimizer:
     """``torch.optim``'s fused SGD / Adam / AdamW over parameter groups (the same public surface
@@ -50,6 +58,9 @@ class FusedOptimizer:
         unknown = set(options) - set(_DEFAULTS[kind])
         if unknown:
             raise TypeError(f"{kind}: unknown options {sorted(unknown)}")
+        changed = {k: v for k, v in options.items() if k in _FIXED and v != _FIXED[k]}
+        if changed:
+            raise ValueError(f"{kind}: {changed} is not supported: this optimizer always runs torch's fused kernels")
         self.kind = kind
         self.defaults: dict[str, Any] = {**_DEFAULTS[kind], **options}
         if kind == "SGD" and self.defaults["nesterov"] and (self.defaults["momentum"] <= 0
@@ -64,10 +75,14 @@ class FusedOptimizer:
         return f"FusedOptimizer({self.kind}, {len(self.param_groups)} groups)"
 
     def add_param_group(self, group: dict[str, Any]) -> None:
-        params = list(group["params"])
+        given = group["params"]
+        params = [given] if isinstance(given, Tensor) else list(given)
         for p in params:
-            if not (p.is_leaf and p.dtype.is_floating_point):
-                raise ValueError(f"{self.kind}: parameters must be floating-point leaf tensors, got {p.dtype}")
+            if not (isinstance(p, Tensor) and p.is_leaf and p.dtype.is_floating_point):
+                raise ValueError(f"{self.kind}: parameters must be floating-point leaf tensors, got "
+                                 f"{getattr(p, 'dtype', type(p).__name__)}")
+        if len({id(p) for p in params}) != len(params):
+            raise ValueError("a parameter group lists the same parameter twice (it would be updated twice)")
         seen = {id(p) for g in self.param_groups for p in g["params"]}
         if any(id(p) in seen for p in params):
             raise ValueError("some parameters appear in more than one parameter group")
@@ -91,18 +106,29 @@ class FusedOptimizer:
 
     def _sgd(self, group: dict[str, Any], params: list[Tensor], grad_scale: Tensor | None,
              found_inf: Tensor | None) -> None:
-        grads = _grads(params)
         momentum = group["momentum"]
-        saved = [self.state[p].get("momentum_buffer") for p in params] if momentum != 0 else []
-        first = momentum != 0 and all(b is None for b in saved)
-        # On the first step the kernel starts each buffer at its gradient.
-        buffers = [torch.empty_like(g) for g in grads] if first else cast(list[Tensor], saved)
-        torch._fused_sgd_(params, grads, buffers, weight_decay=group["weight_decay"], momentum=momentum,
-                          lr=group["lr"], dampening=group["dampening"], nesterov=group["nesterov"],
-                          maximize=group["maximize"], is_first_step=first, grad_scale=grad_scale,
-                          found_inf=found_inf)
-        for p, buffer in zip(params, buffers):
-            self.state[p]["momentum_buffer"] = buffer
+        if momentum == 0:
+            self._sgd_kernel(group, params, [], False, grad_scale, found_inf)
+            return
+        saved = [self.state[p].get("momentum_buffer") for p in params]
+        fresh = [p for p, b in zip(params, saved) if b is None]
+        for p in fresh:  # zeroed, not empty: a skipped first step must leave "no momentum yet"
+            self.state[p]["momentum_buffer"] = torch.zeros_like(cast(Tensor, p.grad))
+        going = [p for p, b in zip(params, saved) if b is not None]
+        # The kernel starts fresh buffers at their gradient (is_first_step); parameters with
+        # momentum already (a resume, or one whose gradient came later) take the usual update.
+        for subset, first in ((fresh, True), (going, False)):
+            if subset:
+                self._sgd_kernel(group, subset, [self.state[p]["momentum_buffer"] for p in subset], first,
+                                 grad_scale, found_inf)
+
+    @staticmethod
+    def _sgd_kernel(group: dict[str, Any], params: list[Tensor], buffers: list[Tensor], first: bool,
+                    grad_scale: Tensor | None, found_inf: Tensor | None) -> None:
+        torch._fused_sgd_(params, _grads(params), buffers, weight_decay=group["weight_decay"],
+                          momentum=group["momentum"], lr=group["lr"], dampening=group["dampening"],
+                          nesterov=group["nesterov"], maximize=group["maximize"], is_first_step=first,
+                          grad_scale=grad_scale, found_inf=found_inf)
 
     def _adam(self, group: dict[str, Any], params: list[Tensor], grad_scale: Tensor | None,
               found_inf: Tensor | None) -> None:
@@ -155,33 +181,48 @@ class FusedOptimizer:
         return {"state": state, "param_groups": groups}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore a ``state_dict`` of this class or of ``torch.optim``'s optimizer of the same kind."""
+        """Restore a ``state_dict`` of this class or of ``torch.optim``'s optimizer of the same kind
+        (any of its code paths: a checkpoint of a foreach CPU run resumes into the fused kernels)."""
         saved_groups = state_dict["param_groups"]
         if len(saved_groups) != len(self.param_groups):
             raise ValueError(f"the saved optimizer has {len(saved_groups)} parameter groups, this one "
                              f"{len(self.param_groups)}")
         if [len(g["params"]) for g in saved_groups] != [len(g["params"]) for g in self.param_groups]:
             raise ValueError("the saved optimizer's parameter groups differ in size from this one's")
+        key = _KIND_KEY[self.kind]
+        if any(key not in g for g in saved_groups):
+            raise ValueError(f"the saved optimizer is not a {self.kind} (its groups have no {key!r}); resume with "
+                             "the optimizer the run was started with")
         by_index = {i: p for saved, group in zip(saved_groups, self.param_groups)
                     for i, p in zip(saved["params"], group["params"])}
-        self.state = defaultdict(dict)
+        state: defaultdict[Tensor, dict[str, Any]] = defaultdict(dict)
         for i, saved_state in state_dict["state"].items():
+            if int(i) not in by_index:
+                raise ValueError(f"the saved optimizer has state for parameter {i}, which none of its groups lists")
             p = by_index[int(i)]
-            self.state[p] = {k: _like_parameter(k, v, p) for k, v in saved_state.items()}
-        self.param_groups = [{**saved, "params": group["params"]}
+            state[p] = {k: _like_parameter(k, v, p) for k, v in saved_state.items()}
+        self.state = state
+        # Keys older files lack come from the defaults; the code-path switches are this class's.
+        self.param_groups = [{**self.defaults, **saved, **{k: v for k, v in _FIXED.items() if k in self.defaults},
+                              "params": group["params"]}
                              for saved, group in zip(saved_groups, self.param_groups)]
 
 
 def _like_parameter(key: str, value: Any, param: Tensor) -> Any:
-    """A saved state value on its parameter's device: step counts stay float32, moments take the
-    parameter's dtype (what ``torch.optim`` does for fused optimizers)."""
+    """A saved state value as the fused kernels want it beside ``param``: on its device, step
+    counts float32, moments in its dtype and memory layout (a run saved in NCHW resumes in
+    channels_last and the reverse; values are unchanged)."""
     if not torch.is_tensor(value):
         return value
     if key == "step":
         return value.to(dtype=torch.float32, device=param.device)
-    if value.is_floating_point():
-        return value.to(dtype=param.dtype, device=param.device)
-    return value.to(device=param.device)
+    if not value.is_floating_point():
+        return value.to(device=param.device)
+    if value.shape == param.shape and value.stride() != param.stride():
+        relaid = torch.empty_like(param)  # the parameter's strides
+        relaid.copy_(value)
+        return relaid
+    return value.to(dtype=param.dtype, device=param.device)
 
 
 def _grads(params: list[Tensor]) -> list[Tensor]:

@@ -93,11 +93,12 @@ class Trainer:
         self._logged_images: tuple[torch.Tensor, list[str]] | None = None
 
     # ------------------------------------------------------------------ setup
-    SETUP_PHASES = ("data", "model", "pipelines", "optimizer", "forward", "run folder")
+    SETUP_PHASES = ("data", "model", "pipelines", "optimizer", "run folder", "resume", "forward")
     """What ``setup_s`` times, in order: reading the dataset's lists and labels, moving the network
     to its device (CUDA's first use included), building the loaders (and any image cache), the
-    optimizer with its EMA copy, the training forward (capture, when graphed), and the run folder's
-    arguments and start-of-training plots."""
+    optimizer with its EMA copy, the run folder (resolving it, its results log, and after the rest
+    its arguments and start-of-training plots), restoring a checkpoint's state (0 unless resuming),
+    and the training forward (capture, when graphed)."""
 
     @contextlib.contextmanager
     def _setup_phase(self, name: str) -> Iterator[None]:
@@ -153,15 +154,17 @@ class Trainer:
             self.ema = ModelEMA(model.net)
         self.start_epoch = 0
         self.best: dict[str, Any] = {"fitness": -1.0, "epoch": -1, "fields": task.empty_best()}
-        self.run_dir = self._resolve_run_dir()
-        self.weights_dir = self.run_dir / "weights"
-        if self.rank0:  # rank 0 owns the run folder: temp files there are an interrupted write's
-            remove_stale_temps(self.weights_dir, owned_folder=True)
-            remove_stale_temps(self.run_dir, owned_folder=True)
-        self.results = ResultsLog.read(self.run_dir / "results.csv") if self.resume else ResultsLog(
-            self.run_dir / "results.csv")
-        if self.resume:
-            self._restore(self.resume)
+        with self._setup_phase("run folder"):
+            self.run_dir = self._resolve_run_dir()
+            self.weights_dir = self.run_dir / "weights"
+            if self.rank0:  # rank 0 owns the run folder: temp files there are an interrupted write's
+                remove_stale_temps(self.weights_dir, owned_folder=True)
+                remove_stale_temps(self.run_dir, owned_folder=True)
+            self.results = ResultsLog.read(self.run_dir / "results.csv") if self.resume else ResultsLog(
+                self.run_dir / "results.csv")
+        with self._setup_phase("resume"):
+            if self.resume:
+                self._restore(self.resume)
         self._set_autotune()
         self.timer = StepTimer(cfg.profile and self.world == 1, self.device)
         if cfg.profile and self.world > 1:
