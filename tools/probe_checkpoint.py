@@ -100,9 +100,9 @@ def main() -> int:
         with tempfile.TemporaryDirectory(dir=folder) as tmp:
             target = Path(tmp) / "last.pt"
             rows.append((f"write + fsync ({folder})",
-                         _median_ms(lambda: atomic_write(target, lambda fh: fh.write(data)), args.reps)))
+                         _median_ms(lambda target=target: atomic_write(target, lambda fh: fh.write(data)), args.reps)))
 
-            def plain_write() -> None:
+            def plain_write(target: Path = target) -> None:
                 part = target.with_suffix(".tmp")
                 part.write_bytes(data)
                 os.replace(part, target)
