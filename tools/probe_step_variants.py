@@ -181,17 +181,10 @@ def patched_units(variant: str, net: nn.Module) -> Iterator[Callable[[], None]]:
 
 
 def step_rows(args: argparse.Namespace) -> list[str]:
-    from libreyolo_models import LibreYOLO9
-    from libreyolo_models.contract import LossContext
+    from probe_train_step import bare_step_inputs
 
-    torch.backends.cudnn.benchmark = True
     torch.manual_seed(0)
-    model = LibreYOLO9(size=args.size).to(0)
-    net = model.net.train().to(memory_format=torch.channels_last)
-    family = model.family
-    images = torch.rand(args.batch, 3, args.imgsz, args.imgsz, device=0).contiguous(memory_format=torch.channels_last)
-    targets = family.sample_targets(args.batch, args.imgsz, torch.Generator().manual_seed(0))
-    ctx = LossContext(global_batch=args.batch)
+    family, net, images, targets, ctx = bare_step_inputs(args.size, args.batch, args.imgsz)
     params = list(net.parameters())
     opt = torch.optim.SGD(params, lr=1e-6, momentum=0.9, nesterov=True, fused=True)
     scaler = torch.amp.GradScaler("cuda")

@@ -133,18 +133,23 @@ def trainer_part(args: argparse.Namespace, data: Path, project: Path) -> list[st
     return lines
 
 
-def bare_part(args: argparse.Namespace) -> list[str]:
-    """Forward/loss/backward/optimizer on one batch: host issue ms (no sync) vs GPU ms (events)."""
+def bare_step_inputs(size: str, batch: int, imgsz: int) -> tuple[Any, torch.nn.Module, torch.Tensor, Any, Any]:
+    """The trainer's step settings without the trainer: (family, net, images, targets, loss
+    context) for YOLOv9 ``size`` in training mode, channels_last, cuDNN autotune on."""
     from libreyolo_models import LibreYOLO9
     from libreyolo_models.contract import LossContext
 
     torch.backends.cudnn.benchmark = True
-    model = LibreYOLO9(size=args.size).to(0)
+    model = LibreYOLO9(size=size).to(0)
     net = model.net.train().to(memory_format=torch.channels_last)
-    family = model.family
-    images = torch.rand(args.batch, 3, args.imgsz, args.imgsz, device=0).contiguous(memory_format=torch.channels_last)
-    targets = family.sample_targets(args.batch, args.imgsz, torch.Generator().manual_seed(0))
-    ctx = LossContext(global_batch=args.batch)
+    images = torch.rand(batch, 3, imgsz, imgsz, device=0).contiguous(memory_format=torch.channels_last)
+    targets = model.family.sample_targets(batch, imgsz, torch.Generator().manual_seed(0))
+    return model.family, net, images, targets, LossContext(global_batch=batch)
+
+
+def bare_part(args: argparse.Namespace) -> list[str]:
+    """Forward/loss/backward/optimizer on one batch: host issue ms (no sync) vs GPU ms (events)."""
+    family, net, images, targets, ctx = bare_step_inputs(args.size, args.batch, args.imgsz)
     opt = torch.optim.SGD(net.parameters(), lr=1e-3, momentum=0.9, nesterov=True, fused=True)
     scaler = torch.amp.GradScaler("cuda")
     phases = ("forward", "loss", "backward", "optimizer")
