@@ -218,11 +218,19 @@ def _like_parameter(key: str, value: Any, param: Tensor) -> Any:
         return value.to(dtype=torch.float32, device=param.device)
     if not value.is_floating_point():
         return value.to(device=param.device)
+    return relaid_like(value, param, dtype=param.dtype)
+
+
+def relaid_like(value: Tensor, param: Tensor, *, dtype: torch.dtype | None = None) -> Tensor:
+    """``value`` (in ``dtype``, default its own) on ``param``'s device and, when the shapes match,
+    in its strides: the fused kernels want each state tensor laid out like its parameter, and a
+    checkpoint keeps the layout it was saved in (an NCHW run resumed in channels_last)."""
+    dtype = dtype or value.dtype
     if value.shape == param.shape and value.stride() != param.stride():
-        relaid = torch.empty_like(param)  # the parameter's strides
+        relaid = torch.empty_like(param, dtype=dtype)  # the parameter's strides
         relaid.copy_(value)
         return relaid
-    return value.to(dtype=param.dtype, device=param.device)
+    return value.to(dtype=dtype, device=param.device)
 
 
 def _grads(params: list[Tensor]) -> list[Tensor]:

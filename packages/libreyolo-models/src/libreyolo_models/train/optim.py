@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from .fused_optim import FusedOptimizer
+from .fused_optim import FusedOptimizer, relaid_like
 from .settings import TrainConfig
 
 log = logging.getLogger(__name__)
@@ -41,20 +41,20 @@ def build_optimizer(groups: list[dict[str, Any]], cfg: TrainConfig, *, iteration
     return opt
 
 
-def align_state_layout(optimizer: FusedOptimizer | torch.optim.Optimizer) -> int:
-    """Lay each restored state tensor out like its parameter; returns how many were re-laid.
+def align_state_layout(optimizer: torch.optim.Optimizer) -> int:
+    """Lay each restored state tensor of a ``torch.optim`` optimizer out like its parameter;
+    returns how many were re-laid.
 
-    ``load_state_dict`` keeps the layout a checkpoint was saved in, so resuming an NCHW run with
-    channels_last parameters (or the reverse) would hand the fused kernels tensors whose strides
-    differ from their parameter's. Values are unchanged; only the memory order is.
+    ``torch.optim``'s ``load_state_dict`` keeps the layout a checkpoint was saved in, so resuming
+    an NCHW run with channels_last parameters (or the reverse) would hand its fused kernels tensors
+    whose strides differ from their parameter's. (The trainer's ``FusedOptimizer`` does this in its
+    own ``load_state_dict``.) Values are unchanged; only the memory order is.
     """
     moved = 0
     for group in optimizer.param_groups:
         for param in group["params"]:
             for key, value in optimizer.state.get(param, {}).items():
                 if torch.is_tensor(value) and value.shape == param.shape and value.stride() != param.stride():
-                    relaid = torch.empty_like(param, dtype=value.dtype)  # keeps the parameter's strides
-                    relaid.copy_(value)
-                    optimizer.state[param][key] = relaid
+                    optimizer.state[param][key] = relaid_like(value, param)
                     moved += 1
     return moved

@@ -45,7 +45,7 @@ from .ema import ModelEMA
 from .graph_forward import graph_forward, wants_graphs
 from .loggers import enabled_loggers
 from .loggers.images import first_images, prediction_images
-from .optim import align_state_layout, build_optimizer
+from .optim import build_optimizer
 from .plan import TrainPlan
 from .results_log import ResultsLog
 from .schedule import MIN_STEPS_PER_EPOCH, accumulate_steps, apply_lr, nominal_accumulation, warmup_iterations
@@ -212,8 +212,9 @@ class Trainer:
         self.model.net.load_state_dict(unpack_tensors(ckpt["train_model"]))
         if ckpt.get("ema") is not None:
             self.ema.load_state_dict(ckpt["ema"], int(ckpt.get("ema_updates", 0)))
+        # Moments are laid out like their parameters as they load: a run saved in another memory
+        # layout resumes in this one.
         self.optimizer.load_state_dict(unpack_tensors(ckpt["optimizer"]))
-        align_state_layout(self.optimizer)  # a run saved in another memory layout resumes in this one
         if ckpt.get("scaler") and self.scaler.is_enabled():
             self.scaler.load_state_dict(ckpt["scaler"])
         self.start_epoch = int(ckpt["epoch"]) + 1
