@@ -282,3 +282,30 @@ def test_predict_puts_a_network_in_eval_mode_only_when_some_module_is_training(m
     net.head.cv3[0].train()  # one training submodule would use batch statistics
     ensure_eval(net)
     assert not any(m.training for m in net.modules())
+
+
+def test_a_short_last_batch_runs_padded_to_the_batch_and_keeps_its_own_rows(model, tmp_path) -> None:
+    """The tail of a folder replays the full batch's shape (no new graph for one call), eager and
+    graphed alike; a source of one short batch runs at its own size."""
+    from libreyolo_models.predict.predictor import pad_rows
+
+    for i in range(5):
+        Image.fromarray(np.full((30 + i, 40, 3), 40 * i, np.uint8)).save(tmp_path / f"{i}.png")
+    seen: list[int] = []
+    net = model.inference_net(model.wants_fuse(None))
+    hook = net.register_forward_pre_hook(lambda _m, args: seen.append(args[0].shape[0]))
+    try:
+        padded = model(tmp_path, batch=2, conf=0.01)
+        alone = [model(tmp_path / f"{i}.png", conf=0.01)[0] for i in range(5)]
+        assert seen == [2, 2, 2, 1, 1, 1, 1, 1]
+        seen.clear()
+        model(tmp_path, batch=8, conf=0.01)
+        assert seen == [5]
+    finally:
+        hook.remove()
+    assert [r.source for r in padded] == [str(tmp_path / f"{i}.png") for i in range(5)]
+    for a, b in zip(padded, alone):  # the same rows, whatever they were batched with
+        assert torch.allclose(a.boxes.data, b.boxes.data, atol=1e-3) and a.orig_shape == b.orig_shape
+    x = torch.randint(0, 255, (3, 3, 8, 8), dtype=torch.uint8).contiguous(memory_format=torch.channels_last)
+    full = torch.cat((x, torch.zeros_like(x[:1])))
+    assert pad_rows(x, 4).stride() == full.stride() and torch.equal(pad_rows(x, 4), full)

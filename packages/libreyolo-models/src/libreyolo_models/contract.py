@@ -111,7 +111,9 @@ class Family(abc.ABC):
     # ------------------------------------------------------------------ graph seams
     @abc.abstractmethod
     def inference_forward(self, net: nn.Module, images: Tensor) -> TensorTree:
-        """Inference seam: ``float [B, 3, H, W]`` RGB in [0, 1] -> what ``postprocess`` reads."""
+        """Inference seam: ``float [B, 3, H, W]`` RGB in [0, 1] -> what ``postprocess`` reads, every
+        tensor of it with the batch as its first dimension (predict pads a short last batch and
+        keeps the first rows: ``predict.predictor.pad_rows``)."""
 
     @abc.abstractmethod
     def training_forward(self, net: nn.Module, images: Tensor) -> TensorTree:

@@ -48,6 +48,11 @@ def _map(tree: Any, leaf: Callable[[Any], Any], is_leaf: Callable[[Any], bool] =
     return tree
 
 
+def map_tensors(tree: Any, fn: Callable[[Tensor], Any]) -> Any:
+    """``tree`` with every tensor ``t`` replaced by ``fn(t)`` (containers rebuilt, other leaves kept)."""
+    return _map(tree, fn)
+
+
 def _flat_on_host(tensors: list[Tensor]) -> tuple[dict[tuple[torch.device, torch.dtype], Tensor], list[int]]:
     """One flat CPU buffer per (device, dtype) of ``tensors`` in the standard layout, and each
     tensor's offset in its buffer. One concatenation and one copy per group, whatever the count."""

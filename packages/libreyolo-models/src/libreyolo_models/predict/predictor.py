@@ -37,6 +37,7 @@ from ..errors import ConfigError
 from ..graphs import forward_for_predict
 from ..rundir import next_run_dir
 from ..settings import PredictConfig
+from ..tensor_trees import map_tensors
 from .outputs import PredictOutputs, wants_run_dir
 from .prefetch import Prefetcher
 from .results import Results, ResultsList
@@ -145,6 +146,7 @@ class Predictor:
         self._writers: dict[str, VideoWriter] = {}
         self._staging: PinnedStaging | None = None
         self._saved_names: set[str] = set()
+        self._full_batch_ran = False  # a later, shorter batch is padded to cfg.batch (pad_rows)
 
     def stream(self, plan: SourcePlan, report: SourceReport | None = None) -> Iterator[Results]:
         """Results of every frame of ``plan`` in order, one batch at a time (``report``: what the
@@ -183,18 +185,24 @@ class Predictor:
     def run_batch(self, batch: FrameBatch) -> list[Results]:
         """One forward pass over ``batch``: upload, letterbox, network, post-process, results."""
         model, task = self.model, self.task
+        n = len(batch.frames)
         clock = PhaseClock(model.device)
         x, infos = task.prepare_batch(batch.pixels, self.imgsz, model.dtype, model.device,
                                       [f.orig_shape for f in batch.frames])
         if batch.slot is not None and self._staging is not None:  # the uploads are queued
             self._staging.release(batch.slot, torch.cuda.current_stream(model.device))
+        padded = self._full_batch_ran and n < self.cfg.batch
+        if padded:
+            x = pad_rows(x, self.cfg.batch)
         clock.mark("preprocess")
         with torch.inference_mode():
             out = self.forward(x)
+            if padded:
+                out = map_tensors(out, lambda t: t[:n])
+        self._full_batch_ran |= n == self.cfg.batch
         clock.mark("inference")
         predictions = task.predictions_to_host(model.family.postprocess(out, self.options))
         clock.mark("postprocess")
-        n = len(batch.frames)
         speed = {"decode": batch.decode_ms / n, **{k: v / n for k, v in clock.ms().items()}}
         results = []
         for frame, prediction, info in zip(batch.frames, predictions, infos):
@@ -231,6 +239,19 @@ class Predictor:
             log.info("%s: %s (%.1f ms)", where, res.summary(), res.speed.get("inference", 0.0))
 
 
+def pad_rows(x: Tensor, rows: int) -> Tensor:
+    """``x`` with rows of zeros appended up to ``rows``, in ``x``'s memory layout.
+
+    The last batch of a folder or video is usually shorter than the others. Run at its own size it
+    would make a graphed predict capture (and keep) one more graph for a single call, a stall at
+    the end of every source and one more graph pool per tail length; padded, it replays the full
+    batch's graph. Eager pads the same way, so the graph still replays exactly the eager call; the
+    padded rows' outputs are dropped before post-processing (every family's inference outputs
+    have the batch as their first dimension)."""
+    filler = torch.zeros_like(x[:1]).expand(rows - x.shape[0], *x.shape[1:])
+    return torch.cat((x, filler))
+
+
 def ensure_eval(net: torch.nn.Module) -> None:
     """Put ``net`` in eval mode unless every module already is: ``eval()`` assigns a flag on each
     of YOLOv9-t's 1,089 modules through ``Module.__setattr__`` (milliseconds per predict call);
@@ -254,4 +275,4 @@ def _unique_name(stem: str, used: set[str], suffix: str) -> str:
     return name
 
 
-__all__ = ["FrameBatch", "Predictor", "ensure_eval", "run_prediction"]
+__all__ = ["FrameBatch", "Predictor", "ensure_eval", "pad_rows", "run_prediction"]

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import glob
 import logging
-import os
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -40,6 +39,7 @@ from ..data.decode import (
     tensor_to_rgb8,
 )
 from ..errors import SourceError
+from ..workers import usable_cores
 
 __all__ = ["IMAGE_SUFFIXES", "ShrunkImage", "SourceImage", "SourceReport", "expand_paths", "iter_sources", "read_image",
            "read_image_for"]
@@ -60,11 +60,7 @@ preprocessing taking 0.05 ms an image with 2 and 0.68 with 8 (``tools/probe_fold
 
 def decode_threads() -> int:
     """Threads decoding image files: the usable cores, at most ``MAX_DECODE_THREADS``."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cores = os.cpu_count() or 1
-    return max(1, min(MAX_DECODE_THREADS, cores))
+    return max(1, min(MAX_DECODE_THREADS, usable_cores()))
 
 
 DECODE_TIMEOUT_S = 300.0

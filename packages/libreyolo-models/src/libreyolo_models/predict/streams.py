@@ -44,6 +44,7 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 
 from ..data.decode import ImageDecodeError
 from ..errors import ConfigError, SourceError
+from .decode_procs import decode_in_processes, decode_processes
 from .sources import (
     IMAGE_SUFFIXES,
     ShrunkImage,
@@ -166,17 +167,25 @@ def _files(items: list[str | Path], report: SourceReport, *, listed: bool, shrin
 
 
 def decode_files(paths: list[Path | ImageDecodeError], workers: int | None = None, *, report: SourceReport | None = None,
-                 alone: bool = False, where: str = "images", shrink_to: int | None = None) -> Iterator[Frame]:
-    """Image files decoded by a few threads (PIL and libjpeg release the GIL), yielded in order.
+                 alone: bool = False, where: str = "images", shrink_to: int | None = None,
+                 processes: int | None = None) -> Iterator[Frame]:
+    """Image files decoded in parallel, yielded in order: by worker processes when there are many
+    (``processes``, default ``decode_procs.decode_processes``: a folder of many images on many
+    cores), else by ``workers`` threads (default ``sources.decode_threads``; PIL releases the GIL
+    while it decodes).
 
-    At most ``2 * workers`` decodes are in flight, so memory stays bounded for any number of
-    files, and each may take at most ``sources.DECODE_TIMEOUT_S``; closing the generator cancels
-    the ones not started (``sources.decode_in_order``). An unreadable file is skipped into ``report`` unless it was given ``alone``; if none could be
-    read, that is an error naming the first. ``shrink_to``: see ``open_source``.
+    A bounded number of decodes is in flight, so memory stays bounded for any number of files,
+    and each may take at most ``sources.DECODE_TIMEOUT_S``; closing the generator cancels the
+    ones not started. An unreadable file is skipped into ``report`` unless it was given
+    ``alone``; if none could be read, that is an error naming the first. ``shrink_to``: see
+    ``open_source``.
     """
     report = report if report is not None else SourceReport()
     produced = 0
-    for path, image in decode_in_order(paths, partial(_read_or_error, shrink_to=shrink_to), workers):
+    read = partial(_read_or_error, shrink_to=shrink_to)
+    processes = decode_processes(len(paths)) if processes is None else processes
+    decoded = decode_in_processes(paths, read, processes) if processes > 0 else decode_in_order(paths, read, workers)
+    for path, image in decoded:
         report.seen += 1
         if isinstance(image, ImageDecodeError):
             if alone:
