@@ -3,7 +3,10 @@
 Decoding threads (``sources.decode_in_order``) stop paying at about four: each takes the GIL for
 the Python part of every file, and the thread issuing the GPU work then waits for it (a folder
 of 720p JPEGs, graphed, ran at 987 images/s with four threads and 704 with eight on the H200
-machine). Processes each have their own GIL. They are ``torch.utils.data`` workers, forked:
+machine). Processes each have their own GIL, so the main thread's share of predict stays short
+(measured there: preprocessing 0.14 -> 0.07 ms and post-processing 0.15 -> 0.04 ms an image,
+predict 802 -> 863 and 777 -> 889 images/s with four threads against four processes, two runs;
+``tools/probe_folder.py``). They are ``torch.utils.data`` workers, forked:
 
 - they start in milliseconds with the decoder already imported (no interpreter to boot);
 - a chunk of ``CHUNK_FILES`` files travels as one small message, its pixels written into a
@@ -69,16 +72,20 @@ _NO_PIXELS = np.empty((0, 0, 3), np.uint8)
 
 
 def decode_processes(n_files: int) -> int:
-    """Worker processes to decode ``n_files`` with: half the usable cores, at most
-    ``MAX_DECODE_PROCESSES``; 0 (decode on threads) for fewer than ``MIN_FILES`` files, fewer
-    than four cores, or where processes cannot be forked (not Linux)."""
+    """Worker processes to decode ``n_files`` with: a quarter of the usable cores, at least 2 and
+    at most ``MAX_DECODE_PROCESSES``; 0 (decode on threads) for fewer than ``MIN_FILES`` files,
+    fewer than four cores, or where processes cannot be forked (not Linux).
+
+    A quarter, because each decoded picture is still copied twice on the receiving side (out of
+    shared memory, into pinned memory) by one thread: on the 16-core H200 machine four processes
+    fed predict faster than eight in one run of two (863 against 789 images/s) and about as fast
+    in the other (889 against 906), ``tools/probe_folder.py``."""
     if n_files < MIN_FILES or not sys.platform.startswith("linux"):
         return 0
     if "fork" not in multiprocessing.get_all_start_methods():  # pragma: no cover - Linux has it
         return 0
     cores = usable_cores()
-    processes = min(MAX_DECODE_PROCESSES, cores // 2)
-    return processes if cores >= 4 and processes >= 2 else 0
+    return min(MAX_DECODE_PROCESSES, max(2, cores // 4)) if cores >= 4 else 0
 
 
 class _Ring:
