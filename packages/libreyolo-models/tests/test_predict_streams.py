@@ -309,3 +309,21 @@ def test_a_short_last_batch_runs_padded_to_the_batch_and_keeps_its_own_rows(mode
     x = torch.randint(0, 255, (3, 3, 8, 8), dtype=torch.uint8).contiguous(memory_format=torch.channels_last)
     full = torch.cat((x, torch.zeros_like(x[:1])))
     assert pad_rows(x, 4).stride() == full.stride() and torch.equal(pad_rows(x, 4), full)
+
+
+@pytest.mark.cuda
+def test_a_graphed_folder_with_a_short_tail_replays_one_graph(tmp_path) -> None:
+    """The padded tail keeps the full batch's layout (channels_last uint8), so it replays the
+    same graph: one capture for the whole folder."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    torch.manual_seed(0)
+    m = LibreYOLO9(size="t", nc=3, imgsz=IMGSZ, device=0)
+    for i in range(5):
+        Image.fromarray(np.full((48, 64, 3), 40 * i, np.uint8)).save(tmp_path / f"{i}.png")
+    graphed = m(tmp_path, batch=2, conf=0.01, cuda_graph=True)
+    eager = m(tmp_path, batch=2, conf=0.01)
+    graphs = m.graph_info()["graphs"]
+    assert len(graphs) == 1 and graphs[0]["replays"] == 3, graphs
+    for a, b in zip(graphed, eager):
+        assert torch.equal(a.boxes.data, b.boxes.data)

@@ -248,8 +248,18 @@ def pad_rows(x: Tensor, rows: int) -> Tensor:
     batch's graph. Eager pads the same way, so the graph still replays exactly the eager call; the
     padded rows' outputs are dropped before post-processing (every family's inference outputs
     have the batch as their first dimension)."""
-    filler = torch.zeros_like(x[:1]).expand(rows - x.shape[0], *x.shape[1:])
-    return torch.cat((x, filler))
+    shape = (rows, *x.shape[1:])
+    strides = [0] * x.dim()
+    step = 1
+    for dim in sorted(range(x.dim()), key=x.stride):  # innermost first: x's own order of dimensions
+        strides[dim] = step
+        step *= shape[dim]
+    # Laid out explicitly: torch.cat on CUDA turns a channels_last batch contiguous, whose graph
+    # would then be another one (a graph is keyed by strides).
+    out = torch.empty_strided(shape, strides, dtype=x.dtype, device=x.device)
+    out[: x.shape[0]].copy_(x)
+    out[x.shape[0]:].zero_()
+    return out
 
 
 def ensure_eval(net: torch.nn.Module) -> None:
