@@ -18,7 +18,6 @@ from libreyolo_models.data.decode import ImageDecodeError
 from libreyolo_models.predict import decode_procs, sources, streams
 from libreyolo_models.predict.sources import ShrunkImage, SourceReport
 
-
 BAD = 4  # the unreadable file of _folder
 
 
