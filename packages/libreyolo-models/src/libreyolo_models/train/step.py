@@ -16,6 +16,7 @@ import libreyolo_ddp
 from ..contract import Family, LossContext
 from .ema import ModelEMA
 from .fused_optim import AnyOptimizer
+from .grad_tools import clip_grad_norm
 
 
 class StepTimer:
@@ -100,7 +101,7 @@ class TrainStep:
         with self.timer.phase("optimizer"):
             self.scaler.unscale_(optimizer)
             if self.max_grad_norm > 0:  # 0: no clipping (a norm-0 clip would zero every gradient)
-                torch.nn.utils.clip_grad_norm_(self.parameters, max_norm=self.max_grad_norm)
+                clip_grad_norm(self.parameters, self.max_grad_norm)
             self.scaler.step(optimizer)
             self.scaler.update()
             self.optimizer.zero_grad(set_to_none=True)

@@ -42,6 +42,7 @@ from .callbacks import (
 from .checkpoints import build_training_checkpoint, write_epoch_checkpoints
 from .elastic import forget_run, record_run_dir
 from .ema import ModelEMA
+from .grad_tools import LeanGradScaler
 from .graph_forward import graph_forward, wants_graphs
 from .loggers import enabled_loggers
 from .loggers.images import first_images, prediction_images
@@ -150,7 +151,7 @@ class Trainer:
         with self._setup_phase("optimizer"):
             groups = model.family.parameter_groups(model.net, weight_decay=weight_decay)
             self.optimizer = build_optimizer(groups, cfg, iterations=iterations)
-            self.scaler = torch.amp.GradScaler("cuda", enabled=cfg.amp and self.device.type == "cuda")
+            self.scaler = LeanGradScaler("cuda", enabled=cfg.amp and self.device.type == "cuda")
             self.ema = ModelEMA(model.net)
         self.start_epoch = 0
         self.best: dict[str, Any] = {"fitness": -1.0, "epoch": -1, "fields": task.empty_best()}
