@@ -205,8 +205,7 @@ def decode_in_processes(items: Sequence[P], read: Callable[[P], Decoded], proces
                 lo = first * chunk
                 if packed is None:  # stalled: its files are reported, the rest decode afresh
                     for item in items[lo:lo + chunk]:
-                        yield item, ImageDecodeError(str(item), f"decoding took over {sources.DECODE_TIMEOUT_S:.0f} "
-                                                                "s; is the file on a stalled network drive?")
+                        yield item, sources.stalled(item)
                     first += 1
                     break
                 yield from zip(items[lo:lo + chunk], _unpack(packed, ring.region(index)))

@@ -296,10 +296,16 @@ def decode_in_order(items: Sequence[P], read: Callable[[P], D], threads: int | N
             try:
                 yield item, future.result(timeout=DECODE_TIMEOUT_S)
             except TimeoutError:
-                yield item, ImageDecodeError(str(item), f"decoding took over {DECODE_TIMEOUT_S:.0f} s; "
-                                                        "is the file on a stalled network drive?")
+                yield item, stalled(item)
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
+
+
+def stalled(item: object) -> ImageDecodeError:
+    """Why ``item`` was given up on: its decode outlasted ``DECODE_TIMEOUT_S`` (threads and
+    processes alike)."""
+    return ImageDecodeError(str(item), f"decoding took over {DECODE_TIMEOUT_S:.0f} s; "
+                                       "is the file on a stalled network drive?")
 
 
 def _decode_or_error(path: Path) -> np.ndarray | ImageDecodeError:
