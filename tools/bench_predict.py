@@ -9,7 +9,9 @@ Scenarios, each for every arm:
   OpenCV; the scenario is skipped with a line when neither is installed), streamed at ``--batch``.
 
 Arms: ``eager`` (fp32, defaults: fused), ``eager-unfused`` (fp32, ``fuse=False``), ``graph``
-(fp32, fused, ``cuda_graph=True``), ``half+fuse+graph`` (fp16 weights, fused, graphed), and ``ultralytics`` (``tools/peer_ultralytics.py predict`` in a
+(fp32, fused, ``cuda_graph=True``), ``half+fuse+graph`` (fp16 weights, fused, graphed), ``eager-cpudecode``
+and ``graph-cpudecode`` (``gpu_decode=False``: JPEGs decoded by PIL, not nvJPEG; the other arms decode
+on the GPU when TorchCodec loads, noted in the report), and ``ultralytics`` (``tools/peer_ultralytics.py predict`` in a
 subprocess, the same files; skipped with a line when it is not importable). An arm named twice
 in ``--arms`` runs twice (the second as ``<arm> (again)``): the spread within one invocation. For ours: per-phase
 times (decode on the prefetch thread, preprocess, network, postprocess: ms per image, means of
@@ -47,9 +49,12 @@ from PIL import Image
 from report import emit_report, log
 
 ARMS = {"eager": {}, "eager-unfused": {"fuse": False}, "graph": {"cuda_graph": True},
-        "half+fuse+graph": {"half": True, "fuse": True, "cuda_graph": True}}
+        "half+fuse+graph": {"half": True, "fuse": True, "cuda_graph": True},
+        "eager-cpudecode": {"gpu_decode": False}, "graph-cpudecode": {"cuda_graph": True, "gpu_decode": False}}
 """Predict options per arm. YOLOv9 predicts fused by default (``TaskDecl.inference_fuse``), so
-``eager`` and ``graph`` run the fused copy; ``eager-unfused`` is the exact network (``fuse=False``)."""
+``eager`` and ``graph`` run the fused copy; ``eager-unfused`` is the exact network (``fuse=False``).
+Every arm decodes JPEG files on the GPU when TorchCodec loads (``gpu_decode="auto"``, the default)
+except the ``-cpudecode`` ones, which keep the CPU decoder (PIL, reduced DCT scale)."""
 PHASES = ("decode", "preprocess", "inference", "postprocess")
 
 
@@ -399,6 +404,10 @@ def main(argv: list[str] | None = None) -> int:
     if why is not None:
         notes.append(f"video scenario skipped: {why}")
         video = None
+    from libreyolo_models.predict.gpu_jpeg import resolve_gpu_decode
+
+    notes.append("JPEGs decoded on the GPU (nvJPEG, TorchCodec) by the arms without -cpudecode: "
+                 f"{'yes' if resolve_gpu_decode('auto', torch.device('cuda')) else 'no (TorchCodec does not load)'}")
     results: dict[str, dict[str, Any]] = {}
     for arm in filter(None, args.arms.split(",")):
         key = arm if arm not in results else f"{arm} (again)"  # an arm named twice runs twice: the spread

@@ -114,7 +114,8 @@ for what in "$@"; do
              packages/libreyolo-models/tests/test_predict_streams.py packages/libreyolo-models/tests/test_predict_device.py \
              packages/libreyolo-models/tests/test_letterbox_device.py packages/libreyolo-models/tests/test_nms_batched.py \
              packages/libreyolo-models/tests/test_predict_staging.py packages/libreyolo-models/tests/test_predict.py \
-             packages/libreyolo-models/tests/test_graph_dispatch.py packages/libreyolo-models/tests/test_export.py ;;
+             packages/libreyolo-models/tests/test_graph_dispatch.py packages/libreyolo-models/tests/test_export.py \
+             packages/libreyolo-models/tests/test_predict_gpu_jpeg.py packages/libreyolo-models/tests/test_predict_padding.py ;;
     bench_export) step bench_export ${BENCH_EXPORT_S:-240} $PY tools/bench_export.py ${BENCH_EXPORT_ARGS:-} --out "$OUT/bench-export.md" ;;
     probe_variants) step probe_variants ${PROBE_S:-240} $PY tools/probe_step_variants.py --batch ${BATCHES:-32} ${PROBE_ARGS:-} --out "$OUT/probe-step-variants.md" ;;
     probe_nms) step probe_nms 90 $PY tools/probe_nms_load.py ;;

@@ -1,17 +1,19 @@
 #!/usr/bin/env python
 """What decoding one JPEG costs, per decoder, and how far each decoder's pixels are from ours.
 
-Decoders: ours (``predict.sources.read_image``: PIL, EXIF orientation applied), PIL alone,
-``torchvision.io.decode_jpeg`` on the CPU, OpenCV's ``imdecode`` (when installed) and, with a
-GPU, ``torchvision.io.decode_jpeg(device="cuda")`` (nvJPEG; file bytes read on the host). For each:
+Decoders: ours (``predict.sources.read_image``: PIL, EXIF orientation applied; and
+``read_image_for``, the reduced decode predict runs for a letterbox), PIL alone,
+``torchvision.io.decode_jpeg`` on the CPU, OpenCV's ``imdecode`` (when installed), TorchCodec's
+``decode_jpeg`` (when installed) and, with a GPU, both libraries' nvJPEG decoders (file bytes read
+on the host; TorchCodec's also per image of a batch of 32 decoded in one call). For each:
 median ms of ``--reps`` calls (GPU: CUDA-synchronised), and the largest and mean difference in grey
 levels from ours, both of the decoded pixels and of the letterboxed network input predict builds
 (``predict.letterbox.letterbox_batch`` at ``--imgsz``). The issue's rule: a decoder may replace
 ours only if predict and validation then still see the same pixels within one grey level.
 
 torchvision 0.29 deprecates its image decoders (``torchvision.io.decode_jpeg``, nvJPEG included)
-in favour of TorchCodec; they are measured here to size what a GPU decoder would save, not to
-be adopted as they are (their deprecation warnings are silenced in this script).
+in favour of TorchCodec, whose nvJPEG decoder predict uses on CUDA (``predict.gpu_jpeg``, the
+``nvjpeg`` extra); torchvision's are measured beside it (their deprecation warnings silenced).
 
     python tools/probe_decode.py                       # the bundled sample and a 1280x720 JPEG
     python tools/probe_decode.py --images a.jpg b.jpg --out decode.md
@@ -49,15 +51,16 @@ def _median_ms(fn: Callable[[], Any], reps: int, cuda: bool) -> float:
     return statistics.median(times)
 
 
-def decoders(path: Path) -> dict[str, tuple[Callable[[], Any], bool]]:
-    """name -> (a call returning HWC uint8 as a tensor or array, whether it runs on the GPU)."""
+def decoders(path: Path, imgsz: int) -> dict[str, tuple[Any, ...]]:
+    """name -> (a call returning HWC uint8 as a tensor or array, whether it runs on the GPU[, images
+    per call])."""
     import torchvision.io as tvio
 
-    from libreyolo_models.predict.sources import read_image
+    from libreyolo_models.predict.sources import read_image, read_image_for
 
     data = path.read_bytes()
     raw = torch.frombuffer(bytearray(data), dtype=torch.uint8)
-    out: dict[str, tuple[Callable[[], Any], bool]] = {
+    out: dict[str, tuple[Any, ...]] = {
         "ours (PIL, read_image)": (lambda: read_image(path), False),
         "PIL open+convert": (lambda: np.asarray(Image.open(path).convert("RGB")), False),
         "torchvision CPU": (lambda: tvio.decode_jpeg(raw, mode=tvio.ImageReadMode.RGB).permute(1, 2, 0), False),
@@ -70,9 +73,21 @@ def decoders(path: Path) -> dict[str, tuple[Callable[[], Any], bool]]:
                                                                   cv2.COLOR_BGR2RGB), False)
     except ImportError:
         pass
+    out["ours for the letterbox (read_image_for, reduced)"] = (lambda: read_image_for(path, imgsz).pixels, False)
     if torch.cuda.is_available():
         out["nvJPEG (torchvision, cuda)"] = (
             lambda: tvio.decode_jpeg(raw, mode=tvio.ImageReadMode.RGB, device="cuda").permute(1, 2, 0), True)
+    try:
+        from torchcodec.decoders import decode_jpeg as tc_jpeg
+    except Exception as err:  # noqa: BLE001 - missing, or built for another torch: reported, not fatal
+        log(f"TorchCodec not usable: {type(err).__name__}: {err}")
+        return out
+    out["TorchCodec CPU"] = (lambda: tc_jpeg(raw).permute(1, 2, 0), False)
+    if torch.cuda.is_available():
+        out["nvJPEG (TorchCodec, cuda)"] = (lambda: tc_jpeg(raw, device="cuda").permute(1, 2, 0), True)
+        batch = [raw] * 32
+        out["nvJPEG (TorchCodec, cuda), per image of 32 in one call"] = (
+            lambda: tc_jpeg(batch, device="cuda")[0].permute(1, 2, 0), True, 32)
     return out
 
 
@@ -86,19 +101,22 @@ def probe(path: Path, imgsz: int, reps: int) -> list[str]:
     rows = [f"### {path.name} ({ref.shape[1]}x{ref.shape[0]})", "",
             "| decoder | ms | pixels max / mean diff | letterboxed max / mean diff (grey levels) |",
             "|---|---:|---:|---:|"]
-    for name, (fn, cuda) in decoders(path).items():
+    for name, (fn, cuda, *per_call) in decoders(path, imgsz).items():
         try:
-            ms = _median_ms(fn, reps, cuda)
+            ms = _median_ms(fn, reps, cuda) / (per_call[0] if per_call else 1)
             got = fn()
         except Exception as err:  # noqa: BLE001 - a decoder that cannot read the file is a row, not a crash
             rows.append(f"| {name} | failed: {type(err).__name__}: {str(err)[:80]} | | |")
             continue
         pixels = torch.as_tensor(np.ascontiguousarray(got) if isinstance(got, np.ndarray) else got.contiguous())
-        diff = (pixels.cpu().int() - torch.from_numpy(np.ascontiguousarray(ref)).int()).abs()
+        if pixels.shape == ref.shape:
+            diff = (pixels.cpu().int() - torch.from_numpy(np.ascontiguousarray(ref)).int()).abs()
+            pixel_cell = f"{int(diff.max())} / {float(diff.float().mean()):.3f}"
+        else:  # a reduced decode: only its letterboxed input compares
+            pixel_cell = f"({pixels.shape[1]}x{pixels.shape[0]})"
         x, _ = letterbox_batch([pixels.to(device)], imgsz)
         grey = ((x - ref_in).abs() * 255).round()
-        rows.append(f"| {name} | {ms:.2f} | {int(diff.max())} / {float(diff.float().mean()):.3f} | "
-                    f"{int(grey.max())} / {float(grey.mean()):.3f} |")
+        rows.append(f"| {name} | {ms:.2f} | {pixel_cell} | {int(grey.max())} / {float(grey.mean()):.3f} |")
     return [*rows, ""]
 
 

@@ -57,6 +57,9 @@ class PredictConfig:
     half: bool = False
     fuse: bool | None = None    # None: the model's choice (LibreYOLO.fuse), else the family's; False: exact
     cuda_graph: bool | Literal["auto"] = False
+    # JPEG files decoded on the GPU (nvJPEG, extra [nvjpeg]); auto: on CUDA when TorchCodec loads
+    # (see libreyolo_models.predict.gpu_jpeg); False: the CPU decoder, validation's exact pixels
+    gpu_decode: bool | Literal["auto"] = "auto"
     # torch.compile of the network (True: mode "default"); see libreyolo_models.compiled
     compile: bool | Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"] = False
     project: str = "runs/predict"
@@ -78,4 +81,7 @@ class PredictConfig:
         if self.batch < 1:
             raise ConfigError(f"batch={self.batch} must be at least 1")
         compile_mode(self.compile, self.cuda_graph)  # an unknown mode, or one that clashes with cuda_graph
+        if not (isinstance(self.gpu_decode, bool) or self.gpu_decode == "auto"):
+            raise ConfigError(f"gpu_decode={self.gpu_decode!r} must be True, False or 'auto' "
+                              "(decode JPEG files on the GPU)")
         check_positive_imgsz(self.imgsz)

@@ -6,7 +6,8 @@ Where each step runs, and why:
 - decoding (and pinning, on CUDA) happens on a prefetch thread, ``PREFETCH_BATCHES`` batches
   ahead, so the next batch decodes while this one is on the GPU (``predict.prefetch``); the
   first batch decodes on the caller's thread (nothing to overlap yet: a one-image call pays no
-  thread hop);
+  thread hop); JPEG files, on CUDA with TorchCodec installed, are only read there and decode on
+  the GPU at the start of their batch, all in one call (``predict.gpu_jpeg``);
 - uint8 pixels are uploaded as they are and letterboxed, scaled and laid out on the device
   (``Task.prepare_batch``, by default ``predict.letterbox.letterbox_batch``; a task whose
   preprocessing is still a CPU function, such as classify's centre crop, overrides it);
@@ -39,9 +40,10 @@ from ..rundir import next_run_dir
 from ..settings import PredictConfig
 from ..tensor_trees import map_tensors
 from .outputs import PredictOutputs, wants_run_dir
+from .gpu_jpeg import decode_on_device, resolve_gpu_decode
 from .prefetch import Prefetcher
 from .results import Results, ResultsList
-from .sources import SourceReport
+from .sources import ShrunkImage, SourceReport
 from .staging import PinnedStaging, Slot, host_tensors
 from .streams import Frame, SourcePlan, open_source
 from .timing import PhaseClock
@@ -70,7 +72,8 @@ class FrameBatch:
 def _batches(frames: Iterator[Frame], size: int, *, staging: PinnedStaging | None = None
              ) -> Generator[FrameBatch, None, None]:
     """Group frames into batches (runs on the prefetch thread, which also closes the source);
-    with ``staging`` (CUDA) their pixels land in pinned memory, for asynchronous uploads."""
+    with ``staging`` (CUDA) their pixels land in pinned memory, for asynchronous uploads. A frame
+    left encoded (``Frame.encoded``) has no pixels yet: ``run_batch`` decodes it on the device."""
     try:
         while True:
             started = time.perf_counter()
@@ -78,7 +81,9 @@ def _batches(frames: Iterator[Frame], size: int, *, staging: PinnedStaging | Non
             if not chunk:
                 return
             slot = None
-            if staging is not None:
+            if any(f.encoded is not None for f in chunk):
+                pixels = host_tensors([f.image for f in chunk])  # empty for the encoded ones
+            elif staging is not None:
                 pixels, slot = staging.stage([f.image for f in chunk])
             else:
                 pixels = host_tensors([f.image for f in chunk])
@@ -98,13 +103,17 @@ def run_prediction(model: LibreYOLO, source: object, cfg: PredictConfig) -> Resu
     """
     report = SourceReport()
     # Image files decode for the letterbox they feed: a large JPEG at a reduced DCT scale straight
-    # to its letterbox size (the image cache's pixels), its full picture kept for Results.orig_img.
+    # to its letterbox size (the image cache's pixels), its full picture kept for Results.orig_img;
+    # or, on CUDA with TorchCodec, JPEGs decode on the GPU (predict.gpu_jpeg).
     shrink_to = model.resolve_imgsz(cfg.imgsz) if model.task_spec.reduced_decode else None
-    plan = open_source(source, vid_stride=cfg.vid_stride, report=report, shrink_to=shrink_to)
+    device = default_device(cfg.device, model.device, model.runs_only_on)
+    gpu_jpeg = resolve_gpu_decode(cfg.gpu_decode, device) and shrink_to is not None
+    plan = open_source(source, vid_stride=cfg.vid_stride, report=report, shrink_to=shrink_to, gpu_jpeg=gpu_jpeg)
     if plan.is_live and not cfg.stream:
         raise ConfigError(f"source={source!r} is a camera or network stream, which never ends, so a list of its "
                           "results would grow without bound; pass stream=True and iterate the results")
     predictor = Predictor(model, cfg)
+    predictor.report = report
     results = predictor.stream(plan, report)
     return results if cfg.stream else ResultsList(list(results), report.skipped)
 
@@ -147,6 +156,7 @@ class Predictor:
         self._staging: PinnedStaging | None = None
         self._saved_names: set[str] = set()
         self._full_batch_ran = False  # a later, shorter batch is padded to cfg.batch (pad_rows)
+        self.report = SourceReport()  # where a file the device could not decode is skipped
 
     def stream(self, plan: SourcePlan, report: SourceReport | None = None) -> Iterator[Results]:
         """Results of every frame of ``plan`` in order, one batch at a time (``report``: what the
@@ -185,8 +195,13 @@ class Predictor:
     def run_batch(self, batch: FrameBatch) -> list[Results]:
         """One forward pass over ``batch``: upload, letterbox, network, post-process, results."""
         model, task = self.model, self.task
-        n = len(batch.frames)
         clock = PhaseClock(model.device)
+        if any(f.encoded is not None for f in batch.frames):
+            batch = self._decode_on_device(batch)
+            if not batch.frames:
+                return []
+            clock.mark("decode")
+        n = len(batch.frames)
         x, infos = task.prepare_batch(batch.pixels, self.imgsz, model.dtype, model.device,
                                       [f.orig_shape for f in batch.frames])
         if batch.slot is not None and self._staging is not None:  # the uploads are queued
@@ -203,16 +218,37 @@ class Predictor:
         clock.mark("inference")
         predictions = task.predictions_to_host(model.family.postprocess(out, self.options))
         clock.mark("postprocess")
-        speed = {"decode": batch.decode_ms / n, **{k: v / n for k, v in clock.ms().items()}}
+        phases = clock.ms()
+        speed = {"decode": (batch.decode_ms + phases.pop("decode", 0.0)) / n, **{k: v / n for k, v in phases.items()}}
         results = []
         for frame, prediction, info in zip(batch.frames, predictions, infos):
             res = task.make_results(frame.image, frame.name, self.names, prediction, info, dict(speed))
-            if frame.full is not None:  # orig_img: the full picture, decoded if someone looks
+            if frame.encoded is not None:  # orig_img: decoded on the CPU from the bytes, if someone looks
+                res.defer_orig_img(ShrunkImage(frame.image, frame.encoded.orig_shape, frame.name, frame.encoded.data))
+            elif frame.full is not None:  # orig_img: the full picture, decoded if someone looks
                 res.defer_orig_img(frame.full)
             res.source, res.frame, res.fps = frame.source, frame.frame, frame.fps
             self._emit(res, frame)
             results.append(res)
         return results
+
+    def _decode_on_device(self, batch: FrameBatch) -> FrameBatch:
+        """``batch`` with its encoded JPEGs decoded on the model's device in one call; a file that
+        cannot be decoded at all is skipped with a warning (an error when it was the whole source)."""
+        encoded = [i for i, f in enumerate(batch.frames) if f.encoded is not None]
+        decoded = decode_on_device([batch.frames[i].encoded for i in encoded], self.model.device)  # type: ignore[misc]
+        pixels = list(batch.pixels)
+        failed: set[int] = set()
+        for i, image in zip(encoded, decoded):
+            if isinstance(image, Tensor):
+                pixels[i] = image
+                continue
+            if batch.frames[i].encoded.alone:  # type: ignore[union-attr]
+                raise image
+            self.report.skip(image.name, image.reason)
+            failed.add(i)
+        keep = [i for i in range(len(pixels)) if i not in failed]
+        return FrameBatch([batch.frames[i] for i in keep], [pixels[i] for i in keep], batch.decode_ms, batch.slot)
 
     def _emit(self, res: Results, frame: Frame) -> None:
         """Side effects of one result: save it (image, or a frame of the source's video), its labels,

@@ -41,8 +41,8 @@ from ..data.decode import (
 from ..errors import SourceError
 from ..workers import usable_cores
 
-__all__ = ["IMAGE_SUFFIXES", "ShrunkImage", "SourceImage", "SourceReport", "expand_paths", "iter_sources", "read_image",
-           "read_image_for"]
+__all__ = ["IMAGE_SUFFIXES", "ShrunkImage", "SourceImage", "SourceReport", "expand_paths", "iter_sources", "read_file_bytes",
+           "read_image", "read_image_for"]
 
 log = logging.getLogger(__name__)
 
@@ -125,17 +125,24 @@ class ShrunkImage:
         return read_image_file(self.name, data=self.data)[0]
 
 
-def read_image_for(path: str | Path, imgsz: int) -> ShrunkImage:
+def read_image_for(path: str | Path, imgsz: int, data: bytes | None = None) -> ShrunkImage:
     """Decode an image file for an ``imgsz`` letterbox: a JPEG at least twice the letterbox size
     decodes at a reduced DCT scale (several times faster, a fraction of the bytes to move), other
-    files at full size. The full picture stays available (``ShrunkImage.full``)."""
+    files at full size. The full picture stays available (``ShrunkImage.full``). ``data``: the
+    file's bytes, when already read (``read_file_bytes``)."""
     resolved = _checked_path(path)
-    try:
-        data = resolved.read_bytes()
-    except OSError as err:
-        raise ImageDecodeError(str(path), describe_read_error(err)) from None
+    if data is None:
+        data = read_file_bytes(resolved)
     pixels, orig_shape = read_image_file(resolved, max_side=imgsz, draft_only=True, data=data)
     return ShrunkImage(pixels, orig_shape, str(resolved), data if pixels.shape[:2] != orig_shape else None)
+
+
+def read_file_bytes(path: Path) -> bytes:
+    """The bytes of an image file, or ``ImageDecodeError`` naming it and why they cannot be read."""
+    try:
+        return path.read_bytes()
+    except OSError as err:
+        raise ImageDecodeError(str(path), describe_read_error(err)) from None
 
 
 def _checked_path(path: str | Path) -> Path:

@@ -45,6 +45,7 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 from ..data.decode import ImageDecodeError
 from ..errors import ConfigError, SourceError
 from .decode_procs import decode_in_processes, decode_processes
+from .gpu_jpeg import NO_PIXELS, EncodedJpeg, read_encoded
 from .sources import (
     IMAGE_SUFFIXES,
     ShrunkImage,
@@ -52,6 +53,7 @@ from .sources import (
     decode_in_order,
     expand_paths,
     iter_sources,
+    read_file_bytes,
     read_image,
     read_image_for,
 )
@@ -76,6 +78,8 @@ class Frame:
         fps: frame rate of the video it belongs to (None for still images or unknown).
         full: when ``image`` is a reduced decode of a larger picture (``sources.read_image_for``),
             that picture's full size and a way to decode it; None when ``image`` is the picture.
+        encoded: a JPEG file left for the device to decode (``predict.gpu_jpeg``); ``image`` is
+            then empty (``gpu_jpeg.NO_PIXELS``).
     """
 
     image: np.ndarray
@@ -84,10 +88,13 @@ class Frame:
     name: str = ""
     fps: float | None = None
     full: ShrunkImage | None = None
+    encoded: EncodedJpeg | None = None
 
     @property
     def orig_shape(self) -> tuple[int, int]:
-        """The picture's ``(h, w)``: ``image``'s, or the full size it was reduced from."""
+        """The picture's ``(h, w)``: ``image``'s, or the full size it was reduced from (or is encoded at)."""
+        if self.encoded is not None:
+            return self.encoded.orig_shape
         return self.full.orig_shape if self.full is not None else (self.image.shape[0], self.image.shape[1])
 
 
@@ -101,11 +108,13 @@ class SourcePlan:
 
 
 def open_source(source: object, *, vid_stride: int = 1, report: SourceReport | None = None,
-                shrink_to: int | None = None) -> SourcePlan:
+                shrink_to: int | None = None, gpu_jpeg: bool = False) -> SourcePlan:
     """Classify ``source`` now (so a missing file fails at the call) and decode it lazily.
 
     ``shrink_to``: the letterbox size the frames are for; image files that can decode smaller
     (large JPEGs, ``sources.read_image_for``) then do, keeping their full picture on ``Frame.full``.
+    ``gpu_jpeg``: JPEG files are read, not decoded (``Frame.encoded``): the predictor decodes
+    them on its device (``predict.gpu_jpeg``).
 
     Unreadable items of a folder, glob or list are skipped into ``report`` (``predict.sources``
     rules: one input given alone that cannot be read is an error).
@@ -122,7 +131,8 @@ def open_source(source: object, *, vid_stride: int = 1, report: SourceReport | N
     if not any(_special(item) for item in items):
         named = [item for item in items if isinstance(item, str | Path)]
         if items and len(named) == len(items):
-            frames, count = _files(named, report, listed=isinstance(source, list | tuple), shrink_to=shrink_to)
+            frames, count = _files(named, report, listed=isinstance(source, list | tuple), shrink_to=shrink_to,
+                                   gpu_jpeg=gpu_jpeg)
             return SourcePlan(frames, is_live=False, count=count)
         return SourcePlan(_still(source, report), is_live=False)
     if not isinstance(source, list | tuple) and _special(source) == "video" and not Path(
@@ -149,8 +159,8 @@ def _special(item: object) -> str | None:
     return "video" if is_video_path(text) else None
 
 
-def _files(items: list[str | Path], report: SourceReport, *, listed: bool, shrink_to: int | None = None
-           ) -> tuple[Iterator[Frame], int]:
+def _files(items: list[str | Path], report: SourceReport, *, listed: bool, shrink_to: int | None = None,
+           gpu_jpeg: bool = False) -> tuple[Iterator[Frame], int]:
     """Paths, folders and globs: expanded now (one given alone that is missing fails at the call;
     in a list it is skipped), then decoded in parallel; and how many files that is."""
     paths: list[Path | ImageDecodeError] = []  # a list item that named nothing: skipped in its place
@@ -163,12 +173,13 @@ def _files(items: list[str | Path], report: SourceReport, *, listed: bool, shrin
             paths.append(ImageDecodeError(f"source[{idx}]", str(err)))
     alone = not listed and len(paths) == 1 and paths[0] == Path(str(items[0])).expanduser()
     where = "inputs" if listed else f"images in {str(items[0])!r}"
-    return decode_files(paths, report=report, alone=alone, where=where, shrink_to=shrink_to), len(paths)
+    return decode_files(paths, report=report, alone=alone, where=where, shrink_to=shrink_to,
+                        gpu_jpeg=gpu_jpeg), len(paths)
 
 
 def decode_files(paths: list[Path | ImageDecodeError], workers: int | None = None, *, report: SourceReport | None = None,
                  alone: bool = False, where: str = "images", shrink_to: int | None = None,
-                 processes: int | None = None) -> Iterator[Frame]:
+                 processes: int | None = None, gpu_jpeg: bool = False) -> Iterator[Frame]:
     """Image files decoded in parallel, yielded in order: by worker processes when there are many
     (``processes``, default ``decode_procs.decode_processes``: a folder of many images on many
     cores), else by ``workers`` threads (default ``sources.decode_threads``; PIL releases the GIL
@@ -177,14 +188,19 @@ def decode_files(paths: list[Path | ImageDecodeError], workers: int | None = Non
     A bounded number of decodes is in flight, so memory stays bounded for any number of files,
     and each may take at most ``sources.DECODE_TIMEOUT_S``; closing the generator cancels the
     ones not started. An unreadable file is skipped into ``report`` unless it was given
-    ``alone``; if none could be read, that is an error naming the first. ``shrink_to``: see
-    ``open_source``.
+    ``alone``; if none could be read, that is an error naming the first. ``shrink_to`` and
+    ``gpu_jpeg``: see ``open_source`` (with ``gpu_jpeg`` the threads only read JPEGs' bytes and
+    headers, so no processes are started).
     """
     report = report if report is not None else SourceReport()
     produced = 0
-    read = partial(_read_or_error, shrink_to=shrink_to)
-    processes = decode_processes(len(paths)) if processes is None else processes
-    decoded = decode_in_processes(paths, read, processes) if processes > 0 else decode_in_order(paths, read, workers)
+    decoded: Iterator[tuple[Path | ImageDecodeError, Decoded | EncodedJpeg]]
+    if gpu_jpeg and shrink_to is not None:  # reading bytes and headers: threads are plenty
+        decoded = decode_in_order(paths, partial(_read_encoded_or_error, shrink_to=shrink_to, alone=alone), workers)
+    else:
+        read = partial(_read_or_error, shrink_to=shrink_to)
+        processes = decode_processes(len(paths)) if processes is None else processes
+        decoded = decode_in_processes(paths, read, processes) if processes > 0 else decode_in_order(paths, read, workers)
     for path, image in decoded:
         report.seen += 1
         if isinstance(image, ImageDecodeError):
@@ -193,7 +209,9 @@ def decode_files(paths: list[Path | ImageDecodeError], workers: int | None = Non
             report.skip(image.name, image.reason)
             continue
         produced += 1
-        if isinstance(image, ShrunkImage):
+        if isinstance(image, EncodedJpeg):
+            yield Frame(NO_PIXELS, str(path), None, str(path), encoded=image)
+        elif isinstance(image, ShrunkImage):
             yield Frame(image.pixels, str(path), None, str(path), full=image if image.data is not None else None)
         else:
             yield Frame(image, str(path), None, str(path))
@@ -210,6 +228,19 @@ def _read_or_error(path: Path | ImageDecodeError, shrink_to: int | None = None) 
         return path
     try:
         return read_image(path) if shrink_to is None else read_image_for(path, shrink_to)
+    except ImageDecodeError as err:
+        return err
+
+
+def _read_encoded_or_error(path: Path | ImageDecodeError, shrink_to: int, alone: bool = False
+                           ) -> Decoded | EncodedJpeg:
+    """A JPEG's bytes for the device decoder (``gpu_jpeg.read_encoded``); any other file decoded
+    here as ``_read_or_error`` does, from the bytes already read."""
+    if isinstance(path, ImageDecodeError):
+        return path
+    try:
+        data = read_file_bytes(path)
+        return read_encoded(path, data, alone=alone) or read_image_for(path, shrink_to, data)
     except ImageDecodeError as err:
         return err
 

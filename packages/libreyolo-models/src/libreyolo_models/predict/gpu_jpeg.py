@@ -1,0 +1,154 @@
+"""JPEG files decoded on the GPU (nvJPEG, through TorchCodec) for predict on CUDA.
+
+Decoding is what is left of a graphed predict call on the host: a 1280x720 JPEG took 2.5 ms to
+decode for the letterbox on the H200 machine's CPU (reduced DCT scale, ``sources.read_image_for``)
+against 0.63 ms for nvJPEG, and 0.10 ms an image when 32 decode in one call
+(``tools/probe_decode.py``, docs/benchmarks.md). So on CUDA, with the optional extra installed
+(``pip install 'libreyolo[nvjpeg]'``), predict reads JPEG files as bytes on its decoding threads and
+decodes each batch of them in one call on the GPU, where the letterbox then runs; other formats
+and the JPEGs nvJPEG does not take (CMYK, 12-bit, lossless) decode on the CPU as before.
+
+What changes for a user: the pixels. nvJPEG's inverse DCT and chroma upsampling are not
+libjpeg-turbo's: on the probe's images the letterboxed network input differed from the CPU
+decoder's by 0.03-1.5 grey levels on average (a few pixels by up to 62), about what the reduced
+DCT decode already costs (0.15 on average, 77 at most); predictions move accordingly, and
+validation, which decodes on the CPU, no longer sees exactly predict's pixels.
+``gpu_decode=False`` keeps the CPU decoder (and validation's pixels). ``Results.orig_img`` is
+decoded on the CPU from the kept bytes when first read, as after a reduced decode.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from PIL import Image
+from torch import Tensor
+
+from ..data.decode import ImageDecodeError, exif_orientation, read_image_file
+from ..errors import ConfigError
+from ..optional import require
+
+log = logging.getLogger(__name__)
+
+EXTRA = "nvjpeg"
+"""The optional extra that installs the GPU decoder (TorchCodec)."""
+
+GpuDecodeRequest = bool | Literal["auto"]
+
+_ROTATED = {5, 6, 7, 8}  # EXIF orientations that swap width and height
+_NVJPEG_MODES = {"RGB", "L"}  # 3-component YCbCr and greyscale 8-bit JPEGs; CMYK and the rest stay on the CPU
+NO_PIXELS = np.empty((0, 0, 3), dtype=np.uint8)
+"""``Frame.image`` of a file whose pixels are decoded on the device (its bytes travel instead)."""
+
+
+@dataclass(frozen=True)
+class EncodedJpeg:
+    """A JPEG file read but not decoded: its bytes and the picture's ``(h, w)`` after EXIF
+    orientation (from the header). ``alone``: it was the whole source, so failing to decode it is
+    an error rather than a skipped item."""
+
+    data: bytes
+    name: str
+    orig_shape: tuple[int, int]
+    alone: bool = False
+
+
+@cache
+def _decoder() -> Callable[..., Any] | None:
+    """TorchCodec's ``decode_jpeg``, or None when it is missing or cannot load against this torch
+    (its wheels link one CUDA major version and one range of torch releases)."""
+    try:
+        from torchcodec.decoders import decode_jpeg
+    except ImportError:
+        return None
+    except (OSError, RuntimeError) as err:  # installed, but its native library does not load here
+        log.info("GPU JPEG decoding off: TorchCodec is installed but does not load (%s)", err)
+        return None
+    return decode_jpeg
+
+
+def resolve_gpu_decode(request: GpuDecodeRequest, device: torch.device) -> bool:
+    """Whether predict decodes JPEG files on ``device``: ``"auto"`` on CUDA when TorchCodec loads;
+    ``True`` insists (an error naming the fix otherwise); ``False`` never.
+
+    Raises:
+        ConfigError: ``True`` off CUDA, or a value other than True, False or "auto".
+        ImportError: ``True`` without TorchCodec, naming the extra.
+    """
+    if request is False:
+        return False
+    if request == "auto" and not isinstance(request, bool):
+        return device.type == "cuda" and _decoder() is not None
+    if request is not True:
+        raise ConfigError(f"gpu_decode={request!r} must be True, False or 'auto'")
+    if device.type != "cuda":
+        raise ConfigError(f"gpu_decode=True decodes JPEGs with nvJPEG on a CUDA GPU, but predict runs on {device}; "
+                          "pass device=0 (or leave gpu_decode at 'auto')")
+    if _decoder() is None:
+        require("torchcodec", EXTRA, "gpu_decode=True (JPEG decoding on the GPU)")
+        raise ImportError(f"gpu_decode=True: TorchCodec is installed but does not load with torch {torch.__version__}; "
+                          f"reinstall it for this torch (pip install -U 'libreyolo[{EXTRA}]') or pass gpu_decode=False")
+    return True
+
+
+def read_encoded(path: Path, data: bytes, *, alone: bool = False) -> EncodedJpeg | None:
+    """``data`` kept for the GPU when it is an 8-bit RGB or greyscale JPEG (header only: nothing
+    is decoded here), else None (the CPU decoder takes it, and names what is wrong with it)."""
+    if not data.startswith(b"\xff\xd8\xff"):
+        return None
+    try:
+        with Image.open(io.BytesIO(data)) as im:  # the header: size, mode, EXIF; a decompression-bomb check
+            if im.format != "JPEG" or im.mode not in _NVJPEG_MODES or min(im.size) < 1:
+                return None
+            w, h = im.size
+            rotated = exif_orientation(im) in _ROTATED
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError):
+        return None  # the CPU decoder reads it again and says why it cannot
+    return EncodedJpeg(data, str(path), (w, h) if rotated else (h, w), alone)
+
+
+def decode_on_device(items: Sequence[EncodedJpeg], device: torch.device) -> list[Tensor | ImageDecodeError]:
+    """``items`` as ``uint8 [H, W, 3]`` RGB tensors on ``device`` (EXIF orientation applied), in
+    one decoder call; an image the device decoder refuses, or decodes to another size than its
+    header's, is decoded on the CPU instead and uploaded, and one that cannot be decoded at all
+    is returned as the error naming it."""
+    decode = _decoder()
+    if decode is None:
+        require("torchcodec", EXTRA, "JPEG decoding on the GPU")
+        raise ImportError(f"TorchCodec does not load with torch {torch.__version__} (pip install -U 'libreyolo[{EXTRA}]')")
+    raw = [torch.frombuffer(bytearray(item.data), dtype=torch.uint8) for item in items]
+    try:
+        decoded: list[Tensor | None] = list(decode(raw, device=device))
+    except RuntimeError:  # one bad image fails the whole call: decode them one by one
+        decoded = [_one(decode, r, device) for r in raw]
+    out: list[Tensor | ImageDecodeError] = []
+    for item, chw in zip(items, decoded):
+        if chw is not None and chw.dim() == 3 and tuple(chw.shape[1:]) == item.orig_shape:
+            out.append(chw.permute(1, 2, 0) if chw.shape[0] == 3 else chw.expand(3, -1, -1).permute(1, 2, 0))
+            continue
+        try:  # the CPU decoder: the same pixels as a file decoded without nvJPEG, or the reason it fails
+            pixels = read_image_file(item.name, data=item.data)[0]
+        except ImageDecodeError as err:
+            out.append(err)
+            continue
+        out.append(torch.from_numpy(np.ascontiguousarray(pixels)).to(device))
+    return out
+
+
+def _one(decode: Callable[..., Any], raw: Tensor, device: torch.device) -> Tensor | None:
+    try:
+        return decode(raw, device=device)
+    except RuntimeError:
+        return None
+
+
+__all__ = ["EXTRA", "NO_PIXELS", "EncodedJpeg", "GpuDecodeRequest", "decode_on_device", "read_encoded",
+           "resolve_gpu_decode"]

@@ -1,0 +1,186 @@
+"""JPEG files decoded by the device decoder (``predict.gpu_jpeg``): which files go to it, what a
+user gets back (the same boxes as from the same pixels decoded on the CPU, the full picture on
+``orig_img``), and what happens to the files it cannot take. On the CPU the path runs with
+TorchCodec's CPU decoder (libjpeg-turbo, the same pixels as PIL's), forced on; the ``cuda`` tests
+run nvJPEG."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+import libreyolo_models.predict.predictor as predictor_module
+from libreyolo_models import LibreYOLO9
+from libreyolo_models.errors import ConfigError, SourceError
+from libreyolo_models.predict import gpu_jpeg
+from libreyolo_models.predict.sources import read_image
+
+pytest.importorskip("torchcodec.decoders", reason="needs the [nvjpeg] extra (TorchCodec)")
+
+IMGSZ = 64
+
+
+def _confident(device: str | int) -> LibreYOLO9:
+    torch.manual_seed(0)
+    m = LibreYOLO9(size="t", nc=3, names=["circle", "square", "triangle"], imgsz=IMGSZ, device=device)
+    with torch.no_grad():  # confident enough to give boxes to compare
+        for seq in m.net.head.cv3:
+            seq[-1].bias.copy_(torch.tensor([0.3, 0.7, 0.2]))
+    return m
+
+
+@pytest.fixture(scope="module")
+def model() -> LibreYOLO9:
+    return _confident("cpu")
+
+
+def _scene(seed: int, h: int = 96, w: int = 160) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    img = np.full((h, w, 3), 90, np.uint8)
+    for _ in range(4):
+        y, x = rng.integers(0, h - 20), rng.integers(0, w - 30)
+        img[y:y + 20, x:x + 30] = rng.integers(0, 255, 3)
+    return img
+
+
+@pytest.fixture
+def forced(monkeypatch):
+    """The device decoder on, whatever the device (here: TorchCodec's CPU decoder)."""
+    monkeypatch.setattr(predictor_module, "resolve_gpu_decode", lambda request, device: request is not False)
+
+
+def test_read_encoded_keeps_rgb_and_grey_jpegs_and_leaves_the_rest_to_the_cpu(tmp_path) -> None:
+    rgb, grey, cmyk, png = (tmp_path / n for n in ("rgb.jpg", "grey.jpg", "cmyk.jpg", "a.png"))
+    Image.fromarray(_scene(0)).save(rgb)
+    Image.fromarray(_scene(1)[..., 0]).save(grey)
+    Image.fromarray(_scene(2)).convert("CMYK").save(cmyk)
+    Image.fromarray(_scene(3)).save(png)
+    exif = Image.Exif()
+    exif[0x0112] = 6  # rotated: width and height swap on display
+    rotated = tmp_path / "rotated.jpg"
+    Image.fromarray(_scene(4)).save(rotated, exif=exif)
+    assert gpu_jpeg.read_encoded(rgb, rgb.read_bytes()).orig_shape == (96, 160)  # type: ignore[union-attr]
+    assert gpu_jpeg.read_encoded(grey, grey.read_bytes()) is not None
+    assert gpu_jpeg.read_encoded(rotated, rotated.read_bytes()).orig_shape == (160, 96)  # type: ignore[union-attr]
+    assert gpu_jpeg.read_encoded(cmyk, cmyk.read_bytes()) is None
+    assert gpu_jpeg.read_encoded(png, png.read_bytes()) is None
+    assert gpu_jpeg.read_encoded(rgb, b"\xff\xd8\xff\xe0 not a JPEG after all") is None
+
+
+def test_decode_on_device_gives_the_cpu_decoders_pixels_and_names_what_it_cannot_read(tmp_path) -> None:
+    paths = []
+    for i in range(3):
+        paths.append(tmp_path / f"{i}.jpg")
+        Image.fromarray(_scene(i)).save(paths[-1], quality=85)
+    exif = Image.Exif()
+    exif[0x0112] = 8
+    paths.append(tmp_path / "rotated.jpg")
+    Image.fromarray(_scene(9)).save(paths[-1], exif=exif)
+    items = [gpu_jpeg.read_encoded(p, p.read_bytes()) for p in paths]
+    assert all(items)
+    truncated = gpu_jpeg.EncodedJpeg(paths[0].read_bytes()[:300], str(tmp_path / "cut.jpg"), (96, 160))
+    out = gpu_jpeg.decode_on_device([*items, truncated], torch.device("cpu"))  # type: ignore[list-item]
+    for path, pixels in zip(paths, out):
+        assert isinstance(pixels, torch.Tensor) and pixels.dtype == torch.uint8
+        assert torch.equal(pixels, torch.from_numpy(read_image(path).copy()))  # EXIF orientation included
+    assert isinstance(out[-1], gpu_jpeg.ImageDecodeError) and "cut.jpg" in str(out[-1])
+
+
+def test_predict_with_the_device_decoder_equals_predict_on_the_same_pixels(model, tmp_path, forced) -> None:
+    """A folder of JPEGs and a PNG: the boxes are those of the same pictures given as arrays
+    (decoded by PIL at full size), orig_img is the full picture, decoded when read, and
+    gpu_decode=False keeps the CPU decoder."""
+    for i in range(4):
+        Image.fromarray(_scene(i, 200, 320)).save(tmp_path / f"{i}.jpg", quality=90)
+    Image.fromarray(_scene(7, 200, 320)).save(tmp_path / "4.png")
+    files = sorted(tmp_path.iterdir())
+    got = model(tmp_path, batch=2, conf=0.01)
+    ref = model([read_image(p) for p in files], batch=2, conf=0.01)
+    assert [r.source for r in got] == [str(p) for p in files]
+    assert sum(len(r) for r in got) > 0
+    for a, b, path in zip(got, ref, files):
+        assert a.orig_shape == (200, 320)
+        if path.suffix == ".jpg":  # decoded from the kept bytes on first access, not before
+            assert "orig_img" not in a.__dict__
+        assert torch.equal(a.boxes.data, b.boxes.data)
+        assert np.array_equal(a.orig_img, read_image(path))
+        assert a.speed["decode"] >= 0.0
+    calls: list[int] = []
+    real = predictor_module.decode_on_device
+    try:
+        predictor_module.decode_on_device = lambda items, device: calls.append(len(items)) or real(items, device)
+        model(tmp_path, batch=2, conf=0.01, gpu_decode=False)
+        assert calls == []
+        model(tmp_path, batch=2, conf=0.01)
+        assert calls == [2, 2]  # the PNG decodes on the CPU; one decoder call per batch
+    finally:
+        predictor_module.decode_on_device = real
+
+
+def test_a_file_the_device_cannot_decode_is_skipped_or_is_the_error(model, tmp_path, forced, caplog) -> None:
+    good = tmp_path / "good.jpg"
+    Image.fromarray(_scene(0)).save(good)
+    bad = tmp_path / "zbad.jpg"
+    data = good.read_bytes()
+    bad.write_bytes(data[: len(data) // 3])  # a valid header, its scan cut short
+    with caplog.at_level(logging.WARNING):
+        results = model(tmp_path, conf=0.01)
+    assert [r.source for r in results] == [str(good)]
+    assert [name for name, _ in results.skipped] == [str(bad)]
+    assert str(bad) in caplog.text
+    with pytest.raises(SourceError, match="zbad.jpg"):
+        model(bad, conf=0.01)
+
+
+def test_gpu_decode_settings_are_checked(model, monkeypatch) -> None:
+    with pytest.raises(ConfigError, match="gpu_decode='maybe'"):
+        model(np.zeros((32, 32, 3), np.uint8), gpu_decode="maybe")
+    with pytest.raises(ConfigError, match="CUDA"):
+        gpu_jpeg.resolve_gpu_decode(True, torch.device("cpu"))
+    assert gpu_jpeg.resolve_gpu_decode("auto", torch.device("cpu")) is False
+    monkeypatch.setattr(gpu_jpeg, "_decoder", lambda: None)
+    assert gpu_jpeg.resolve_gpu_decode("auto", torch.device("cuda")) is False
+    monkeypatch.setitem(__import__("sys").modules, "torchcodec", None)
+    with pytest.raises(ImportError, match=r"libreyolo\[nvjpeg\]"):
+        gpu_jpeg.resolve_gpu_decode(True, torch.device("cuda"))
+
+
+@pytest.mark.cuda
+def test_nvjpeg_predict_is_close_to_the_cpu_decoders_and_graphs_once(tmp_path) -> None:
+    """On CUDA by default: nvJPEG's pixels within a grey level on average of the CPU decoder's,
+    boxes close to the CPU-decoded run's, and a graphed folder still one graph."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    assert gpu_jpeg.resolve_gpu_decode("auto", torch.device("cuda"))
+    paths = []
+    for i in range(5):
+        paths.append(tmp_path / f"{i}.jpg")
+        Image.fromarray(_scene(i, 360, 640)).save(paths[-1], quality=90)
+    items = [gpu_jpeg.read_encoded(p, p.read_bytes()) for p in paths]
+    decoded = gpu_jpeg.decode_on_device(items, torch.device("cuda"))  # type: ignore[arg-type]
+    for path, pixels in zip(paths, decoded):
+        assert isinstance(pixels, torch.Tensor) and pixels.is_cuda
+        diff = (pixels.cpu().int() - torch.from_numpy(read_image(path).copy()).int()).abs().float()
+        assert diff.mean() < 1.0, (path, float(diff.mean()))
+    m = _confident(0)
+    calls: list[int] = []
+    real = predictor_module.decode_on_device
+    try:
+        predictor_module.decode_on_device = lambda items, device: calls.append(len(items)) or real(items, device)
+        graphed = m(tmp_path, batch=2, conf=0.01, cuda_graph=True)
+        eager = m(tmp_path, batch=2, conf=0.01)
+    finally:
+        predictor_module.decode_on_device = real
+    assert calls == [2, 2, 1, 2, 2, 1]
+    graphs = m.graph_info()["graphs"]
+    assert len(graphs) == 1 and graphs[0]["replays"] == 3, graphs
+    for a, b in zip(graphed, eager):
+        assert torch.equal(a.boxes.data, b.boxes.data)
+    cpu = m(tmp_path, batch=2, conf=0.01, gpu_decode=False)
+    assert sum(len(r) for r in eager) > 0 and sum(len(r) for r in cpu) > 0
+    for a, b in zip(eager, cpu):  # a grey level apart on average: about the same detections
+        assert abs(len(a) - len(b)) <= max(2, len(b) // 10), (len(a), len(b))
