@@ -39,8 +39,8 @@ from ..graphs import forward_for_predict
 from ..rundir import next_run_dir
 from ..settings import PredictConfig
 from ..tensor_trees import map_tensors
-from .outputs import PredictOutputs, wants_run_dir
 from .gpu_jpeg import decode_on_device, resolve_gpu_decode
+from .outputs import PredictOutputs, wants_run_dir
 from .prefetch import Prefetcher
 from .results import Results, ResultsList
 from .sources import ShrunkImage, SourceReport
