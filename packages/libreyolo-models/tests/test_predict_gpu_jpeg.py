@@ -69,6 +69,9 @@ def test_read_encoded_keeps_rgb_and_grey_jpegs_and_leaves_the_rest_to_the_cpu(tm
     assert gpu_jpeg.read_encoded(cmyk, cmyk.read_bytes()) is None
     assert gpu_jpeg.read_encoded(png, png.read_bytes()) is None
     assert gpu_jpeg.read_encoded(rgb, b"\xff\xd8\xff\xe0 not a JPEG after all") is None
+    # larger than MAX_AREA_PER_INPUT letterboxes: the CPU's reduced decode takes it
+    assert gpu_jpeg.read_encoded(rgb, rgb.read_bytes(), imgsz=32) is not None  # 96x160 = 15 x 32x32
+    assert gpu_jpeg.read_encoded(rgb, rgb.read_bytes(), imgsz=30) is None      # 17 x 30x30
 
 
 def test_decode_on_device_gives_the_cpu_decoders_pixels_and_names_what_it_cannot_read(tmp_path) -> None:
@@ -156,10 +159,14 @@ def test_nvjpeg_predict_is_close_to_the_cpu_decoders_and_graphs_once(tmp_path) -
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
     assert gpu_jpeg.resolve_gpu_decode("auto", torch.device("cuda"))
+    big, small = tmp_path / "big", tmp_path / "small"
+    big.mkdir()
+    small.mkdir()
     paths = []
     for i in range(5):
-        paths.append(tmp_path / f"{i}.jpg")
+        paths.append(big / f"{i}.jpg")
         Image.fromarray(_scene(i, 360, 640)).save(paths[-1], quality=90)
+        Image.fromarray(_scene(i, 180, 320)).save(small / f"{i}.jpg", quality=90)  # within MAX_AREA_PER_INPUT at 64
     items = [gpu_jpeg.read_encoded(p, p.read_bytes()) for p in paths]
     decoded = gpu_jpeg.decode_on_device(items, torch.device("cuda"))  # type: ignore[arg-type]
     for path, pixels in zip(paths, decoded):
@@ -171,8 +178,8 @@ def test_nvjpeg_predict_is_close_to_the_cpu_decoders_and_graphs_once(tmp_path) -
     real = predictor_module.decode_on_device
     try:
         predictor_module.decode_on_device = lambda items, device: calls.append(len(items)) or real(items, device)
-        graphed = m(tmp_path, batch=2, conf=0.01, cuda_graph=True)
-        eager = m(tmp_path, batch=2, conf=0.01)
+        graphed = m(small, batch=2, conf=0.01, cuda_graph=True)
+        eager = m(small, batch=2, conf=0.01)
     finally:
         predictor_module.decode_on_device = real
     assert calls == [2, 2, 1, 2, 2, 1]
@@ -180,7 +187,7 @@ def test_nvjpeg_predict_is_close_to_the_cpu_decoders_and_graphs_once(tmp_path) -
     assert len(graphs) == 1 and graphs[0]["replays"] == 3, graphs
     for a, b in zip(graphed, eager):
         assert torch.equal(a.boxes.data, b.boxes.data)
-    cpu = m(tmp_path, batch=2, conf=0.01, gpu_decode=False)
+    cpu = m(small, batch=2, conf=0.01, gpu_decode=False)
     assert sum(len(r) for r in eager) > 0 and sum(len(r) for r in cpu) > 0
     for a, b in zip(eager, cpu):  # a grey level apart on average: about the same detections
         assert abs(len(a) - len(b)) <= max(2, len(b) // 10), (len(a), len(b))

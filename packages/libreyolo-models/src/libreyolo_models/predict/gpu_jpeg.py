@@ -43,6 +43,12 @@ EXTRA = "nvjpeg"
 
 GpuDecodeRequest = bool | Literal["auto"]
 
+MAX_AREA_PER_INPUT = 16
+"""A JPEG goes to the GPU when it has at most this many times the letterbox's pixels (6.6 MP at
+imgsz 640: 720p, 1080p and 1440p frames do). Larger photos decode on the CPU at a reduced DCT scale,
+as before: fully decoded on the device, a batch of 32 twelve-megapixel photos would hold 1.1 GB of
+pixels there for one letterbox."""
+
 _ROTATED = {5, 6, 7, 8}  # EXIF orientations that swap width and height
 _NVJPEG_MODES = {"RGB", "L"}  # 3-component YCbCr and greyscale 8-bit JPEGs; CMYK and the rest stay on the CPU
 NO_PIXELS = np.empty((0, 0, 3), dtype=np.uint8)
@@ -99,9 +105,10 @@ def resolve_gpu_decode(request: GpuDecodeRequest, device: torch.device) -> bool:
     return True
 
 
-def read_encoded(path: Path, data: bytes, *, alone: bool = False) -> EncodedJpeg | None:
-    """``data`` kept for the GPU when it is an 8-bit RGB or greyscale JPEG (header only: nothing
-    is decoded here), else None (the CPU decoder takes it, and names what is wrong with it)."""
+def read_encoded(path: Path, data: bytes, *, imgsz: int | None = None, alone: bool = False) -> EncodedJpeg | None:
+    """``data`` kept for the GPU when it is an 8-bit RGB or greyscale JPEG of at most
+    ``MAX_AREA_PER_INPUT`` times an ``imgsz`` letterbox's pixels (header only: nothing is decoded
+    here), else None (the CPU decoder takes it, and names what is wrong with it)."""
     if not data.startswith(b"\xff\xd8\xff"):
         return None
     try:
@@ -109,6 +116,8 @@ def read_encoded(path: Path, data: bytes, *, alone: bool = False) -> EncodedJpeg
             if im.format != "JPEG" or im.mode not in _NVJPEG_MODES or min(im.size) < 1:
                 return None
             w, h = im.size
+            if imgsz is not None and w * h > MAX_AREA_PER_INPUT * imgsz * imgsz:
+                return None
             rotated = exif_orientation(im) in _ROTATED
     except (OSError, SyntaxError, ValueError, Image.DecompressionBombError):
         return None  # the CPU decoder reads it again and says why it cannot
@@ -150,5 +159,5 @@ def _one(decode: Callable[..., Any], raw: Tensor, device: torch.device) -> Tenso
         return None
 
 
-__all__ = ["EXTRA", "NO_PIXELS", "EncodedJpeg", "GpuDecodeRequest", "decode_on_device", "read_encoded",
+__all__ = ["EXTRA", "MAX_AREA_PER_INPUT", "NO_PIXELS", "EncodedJpeg", "GpuDecodeRequest", "decode_on_device", "read_encoded",
            "resolve_gpu_decode"]

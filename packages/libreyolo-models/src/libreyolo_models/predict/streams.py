@@ -240,7 +240,7 @@ def _read_encoded_or_error(path: Path | ImageDecodeError, shrink_to: int, alone:
         return path
     try:
         data = read_file_bytes(path)
-        return read_encoded(path, data, alone=alone) or read_image_for(path, shrink_to, data)
+        return read_encoded(path, data, imgsz=shrink_to, alone=alone) or read_image_for(path, shrink_to, data)
     except ImageDecodeError as err:
         return err
 

@@ -138,8 +138,9 @@ class Task(abc.ABC):
 
     def prepare_batch(self, images: Sequence[Tensor], imgsz: int, dtype: torch.dtype, device: torch.device,
                       orig_shapes: Sequence[tuple[int, int]] | None = None) -> tuple[Tensor, list[Any]]:
-        """Predict's preprocessing: host ``uint8 [H, W, 3]`` RGB tensors (pinned on CUDA; sizes may
-        differ) -> the network input ``[B, 3, S, S]`` on ``device`` and per image what
+        """Predict's preprocessing: ``uint8 [H, W, 3]`` RGB tensors (on the host, pinned on CUDA; or
+        already on ``device``, decoded there by ``predict.gpu_jpeg`` when the task has
+        ``reduced_decode``; sizes may differ) -> the network input ``[B, 3, S, S]`` on ``device`` and per image what
         ``make_results`` needs to map back. The input is either ``dtype`` in [0, 1] or uint8
         pixels, which ``LibreYOLO.inference_forward`` scales inside the network call (so a CUDA
         graph captures the scaling and keeps a uint8 copy of its input, not a float one). The
