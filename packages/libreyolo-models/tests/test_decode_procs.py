@@ -16,6 +16,7 @@ from torch.utils.data import get_worker_info
 
 from libreyolo_models.data.decode import ImageDecodeError
 from libreyolo_models.predict import decode_procs, sources, streams
+from libreyolo_models.predict.gpu_jpeg import EncodedJpeg
 from libreyolo_models.predict.sources import ShrunkImage, SourceReport
 
 BAD = 4  # the unreadable file of _folder
@@ -38,6 +39,8 @@ def _folder(tmp_path: Path, n: int = 11) -> list[Path]:
 
 
 def _same(a: object, b: object) -> bool:
+    if isinstance(a, EncodedJpeg):
+        return a == b
     if isinstance(a, ImageDecodeError):
         return isinstance(b, ImageDecodeError) and (a.name, a.reason) == (b.name, b.reason)
     if isinstance(a, ShrunkImage):
@@ -58,6 +61,23 @@ def test_processes_give_the_threads_results_in_order(tmp_path: Path, monkeypatch
     assert [p for p, _ in by_processes] == paths
     assert all(_same(a, b) for (_, a), (_, b) in zip(by_threads, by_processes))
     assert sum(isinstance(r, ShrunkImage) and r.data is not None for _, r in by_processes) == 3  # reduced JPEGs
+
+
+@pytest.mark.parametrize("slot_bytes", [decode_procs.SLOT_BYTES, 64])
+def test_jpegs_left_for_the_gpu_travel_as_bytes_through_the_processes(tmp_path: Path, monkeypatch,
+                                                                      slot_bytes: int) -> None:
+    """With the device decoder on, JPEGs come back encoded (their bytes, through the slots or by
+    pickle), the PNGs decoded, the bad file as its error: the threads' results."""
+    monkeypatch.setattr(decode_procs, "SLOT_BYTES", slot_bytes)
+    paths = _folder(tmp_path)
+    read = streams._read_encoded_or_error
+    encoded = lambda p: read(p, 100)  # noqa: E731 - forked, never pickled
+    by_threads = list(sources.decode_in_order(paths, encoded, 2))
+    by_processes = list(decode_procs.decode_in_processes(paths, encoded, 2, chunk=3))
+    assert [p for p, _ in by_processes] == paths
+    assert all(_same(a, b) for (_, a), (_, b) in zip(by_threads, by_processes))
+    jpegs = [r for _, r in by_processes if isinstance(r, EncodedJpeg)]
+    assert len(jpegs) == 3 and all(r.data == Path(r.name).read_bytes() and r.orig_shape == (120, 200) for r in jpegs)
     assert isinstance(by_processes[BAD][1], ImageDecodeError)
     assert all(r.flags.writeable for _, r in by_processes if isinstance(r, np.ndarray))  # private copies
     assert not multiprocessing.active_children()

@@ -72,6 +72,8 @@ def test_read_encoded_keeps_rgb_and_grey_jpegs_and_leaves_the_rest_to_the_cpu(tm
     # larger than MAX_AREA_PER_INPUT letterboxes: the CPU's reduced decode takes it
     assert gpu_jpeg.read_encoded(rgb, rgb.read_bytes(), imgsz=32) is not None  # 96x160 = 15 x 32x32
     assert gpu_jpeg.read_encoded(rgb, rgb.read_bytes(), imgsz=30) is None      # 17 x 30x30
+    whole = rgb.read_bytes()
+    assert gpu_jpeg.read_encoded(rgb, whole[:-50]) is None  # its scan cut short: the CPU reports it
 
 
 def test_decode_on_device_gives_the_cpu_decoders_pixels_and_names_what_it_cannot_read(tmp_path) -> None:
@@ -146,10 +148,35 @@ def test_gpu_decode_settings_are_checked(model, monkeypatch) -> None:
         gpu_jpeg.resolve_gpu_decode(True, torch.device("cpu"))
     assert gpu_jpeg.resolve_gpu_decode("auto", torch.device("cpu")) is False
     monkeypatch.setattr(gpu_jpeg, "_decoder", lambda: None)
-    assert gpu_jpeg.resolve_gpu_decode("auto", torch.device("cuda")) is False
-    monkeypatch.setitem(__import__("sys").modules, "torchcodec", None)
-    with pytest.raises(ImportError, match=r"libreyolo\[nvjpeg\]"):
-        gpu_jpeg.resolve_gpu_decode(True, torch.device("cuda"))
+    gpu_jpeg._device_failure.cache_clear()
+    try:
+        assert gpu_jpeg.resolve_gpu_decode("auto", torch.device("cuda")) is False
+        monkeypatch.setitem(__import__("sys").modules, "torchcodec", None)
+        gpu_jpeg._device_failure.cache_clear()
+        with pytest.raises(ImportError, match=r"not installed.*libreyolo\[nvjpeg\]"):
+            gpu_jpeg.resolve_gpu_decode(True, torch.device("cuda"))
+    finally:
+        gpu_jpeg._device_failure.cache_clear()
+
+
+def test_a_torchcodec_that_cannot_decode_on_the_device_turns_auto_off(monkeypatch, caplog) -> None:
+    """A TorchCodec that imports but fails on the device (built without CUDA, or for another
+    CUDA) is found out once, by a tiny JPEG: "auto" falls back to the CPU with one warning."""
+
+    def no_cuda(sources, device="cpu"):
+        raise RuntimeError("torchcodec was not compiled with nvJPEG support")
+
+    monkeypatch.setattr(gpu_jpeg, "_decoder", lambda: no_cuda)
+    gpu_jpeg._device_failure.cache_clear()
+    try:
+        with caplog.at_level(logging.WARNING):
+            assert gpu_jpeg.resolve_gpu_decode("auto", torch.device("cuda", 0)) is False
+            assert gpu_jpeg.resolve_gpu_decode("auto", torch.device("cuda", 0)) is False
+        assert caplog.text.count("not compiled with nvJPEG") == 1
+        with pytest.raises(ImportError, match="cannot decode on cuda:0"):
+            gpu_jpeg.resolve_gpu_decode(True, torch.device("cuda", 0))
+    finally:
+        gpu_jpeg._device_failure.cache_clear()
 
 
 @pytest.mark.cuda
@@ -191,3 +218,65 @@ def test_nvjpeg_predict_is_close_to_the_cpu_decoders_and_graphs_once(tmp_path) -
     assert sum(len(r) for r in eager) > 0 and sum(len(r) for r in cpu) > 0
     for a, b in zip(eager, cpu):  # a grey level apart on average: about the same detections
         assert abs(len(a) - len(b)) <= max(2, len(b) // 10), (len(a), len(b))
+
+
+def test_device_skips_keep_the_batch_shape_and_all_unreadable_is_the_error(model, tmp_path, forced,
+                                                                         monkeypatch) -> None:
+    """A file that neither the device nor the CPU can decode (its header fine, its data not: here
+    one marked so, as decoders differ on what corrupt data they accept) leaves a short batch that
+    still runs at the batch's size (one graph); a folder of nothing but such files is an error
+    naming the first."""
+    good = _scene(0)
+    for name in ("1.jpg", "2.jpg", "3.jpg"):
+        Image.fromarray(good).save(tmp_path / name)
+    data = (tmp_path / "1.jpg").read_bytes()
+    broken = data[:-2] + b"BROKEN" + data[-2:]  # trailing bytes before the end marker: still "complete"
+    (tmp_path / "0.jpg").write_bytes(broken)
+    assert gpu_jpeg.read_encoded(tmp_path / "0.jpg", broken) is not None
+    decode, read_file = gpu_jpeg._decoder(), gpu_jpeg.read_image_file
+
+    def device_refuses(raw, device="cpu"):
+        if any(bytes(r[-8:-2]) == b"BROKEN" for r in (raw if isinstance(raw, list) else [raw])):
+            raise RuntimeError("nvjpeg: bad data")
+        return decode(raw, device=device)
+
+    def cpu_refuses(path, **kwargs):
+        if kwargs.get("data", b"")[-8:-2] == b"BROKEN":
+            raise gpu_jpeg.ImageDecodeError(str(path), "corrupt image: bad data")
+        return read_file(path, **kwargs)
+
+    monkeypatch.setattr(gpu_jpeg, "_decoder", lambda: device_refuses)
+    monkeypatch.setattr(gpu_jpeg, "read_image_file", cpu_refuses)
+    seen: list[int] = []
+    net = model.inference_net(model.wants_fuse(None))
+    hook = net.register_forward_pre_hook(lambda _m, args: seen.append(args[0].shape[0]))
+    try:
+        results = model(tmp_path, batch=2, conf=0.01)
+    finally:
+        hook.remove()
+    assert [r.source for r in results] == [str(tmp_path / n) for n in ("1.jpg", "2.jpg", "3.jpg")]
+    assert [name for name, _ in results.skipped] == [str(tmp_path / "0.jpg")]
+    assert seen == [2, 2]  # the first batch lost 0.jpg on the device and ran padded
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    for name in ("a.jpg", "b.jpg"):
+        (bad / name).write_bytes(broken)
+    with pytest.raises(SourceError, match=r"none of the 2 images could be read \(first: .*a\.jpg"):
+        model(bad, conf=0.01)
+
+
+def test_saving_leaves_auto_decoding_to_the_cpu(model, tmp_path, forced) -> None:
+    """save, save_crop and show need every full picture on the host: with "auto" the CPU decodes
+    it once (no device decode); gpu_decode=True still decodes on the device."""
+    Image.fromarray(_scene(0)).save(tmp_path / "0.jpg")
+    calls: list[int] = []
+    real = predictor_module.decode_on_device
+    try:
+        predictor_module.decode_on_device = lambda items, device: calls.append(len(items)) or real(items, device)
+        model(tmp_path / "0.jpg", conf=0.01, save=True, project=str(tmp_path / "runs"))
+        assert calls == []
+        model(tmp_path / "0.jpg", conf=0.01, save=True, project=str(tmp_path / "runs"), gpu_decode=True)
+        assert calls == [1]
+    finally:
+        predictor_module.decode_on_device = real
+    assert len(list((tmp_path / "runs").rglob("*.jpg"))) == 2

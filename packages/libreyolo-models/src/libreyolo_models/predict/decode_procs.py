@@ -40,12 +40,13 @@ from torch.utils.data import DataLoader, Dataset
 from ..data.decode import ImageDecodeError
 from ..workers import usable_cores
 from . import sources
+from .gpu_jpeg import EncodedJpeg
 from .sources import ShrunkImage
 
 log = logging.getLogger(__name__)
 
 P = TypeVar("P")
-Decoded = np.ndarray | ShrunkImage | ImageDecodeError
+Decoded = np.ndarray | ShrunkImage | EncodedJpeg | ImageDecodeError
 """What a read function may return: pixels, a reduced decode, or why the file cannot be read."""
 
 CHUNK_FILES = 8
@@ -140,6 +141,8 @@ def _payload(result: Decoded) -> tuple[np.ndarray | None, bytes]:
         return result, b""
     if isinstance(result, ShrunkImage):
         return result.pixels, result.data or b""
+    if isinstance(result, EncodedJpeg):  # a JPEG left for the GPU: its bytes travel, no pixels
+        return None, result.data
     return None, b""
 
 
@@ -150,6 +153,11 @@ def _pack(results: list[Decoded], slot: memoryview) -> _Packed:
     parts: list[tuple[Decoded, int, tuple[int, ...], int, int]] = []
     offset = 0
     for result, (array, data) in zip(results, payloads):
+        if isinstance(result, EncodedJpeg):
+            slot[offset:offset + len(data)] = data
+            parts.append((replace(result, data=b""), 0, (), offset, len(data)))
+            offset += len(data)
+            continue
         if array is None:  # an error: nothing to carry but itself
             parts.append((result, 0, (), 0, 0))
             continue
@@ -171,6 +179,9 @@ def _unpack(packed: _Packed, slot: memoryview) -> list[Decoded]:
     for result, pixels_at, shape, data_at, data_len in packed.parts:
         if isinstance(result, ImageDecodeError):
             out.append(result)
+            continue
+        if isinstance(result, EncodedJpeg):
+            out.append(replace(result, data=bytes(slot[data_at:data_at + data_len])))
             continue
         pixels = np.frombuffer(slot, np.uint8, math.prod(shape), pixels_at).reshape(shape).copy()
         if isinstance(result, ShrunkImage):

@@ -19,6 +19,7 @@ decoded on the CPU from the kept bytes when first read, as after a reduced decod
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import logging
 from collections.abc import Callable, Sequence
@@ -42,6 +43,8 @@ EXTRA = "nvjpeg"
 """The optional extra that installs the GPU decoder (TorchCodec)."""
 
 GpuDecodeRequest = bool | Literal["auto"]
+
+NOT_INSTALLED = "TorchCodec is not installed"
 
 MAX_AREA_PER_INPUT = 16
 """A JPEG goes to the GPU when it has at most this many times the letterbox's pixels (6.6 MP at
@@ -75,41 +78,86 @@ def _decoder() -> Callable[..., Any] | None:
         from torchcodec.decoders import decode_jpeg
     except ImportError:
         return None
-    except (OSError, RuntimeError) as err:  # installed, but its native library does not load here
-        log.info("GPU JPEG decoding off: TorchCodec is installed but does not load (%s)", err)
+    except Exception as err:  # noqa: BLE001 - installed, but its native library does not load here
+        log.info("GPU JPEG decoding off: TorchCodec is installed but does not load (%s: %s)", type(err).__name__, err)
         return None
     return decode_jpeg
 
 
+@cache
+def _device_failure(device: torch.device) -> str | None:
+    """Why nvJPEG cannot decode on ``device`` (a tiny JPEG tried once per device), or None when it
+    can: a TorchCodec built without CUDA, or for another CUDA, imports fine and fails here."""
+    decode = _decoder()
+    if decode is None:
+        return NOT_INSTALLED if not _installed() else (
+            f"TorchCodec is installed but does not load with torch {torch.__version__}")
+    probe = io.BytesIO()
+    Image.new("RGB", (16, 8), (200, 40, 90)).save(probe, "JPEG")
+    try:
+        decoded = decode([torch.frombuffer(bytearray(probe.getvalue()), dtype=torch.uint8)], device=device)
+    except Exception as err:  # noqa: BLE001 - any failure means: not on this device
+        return f"TorchCodec cannot decode on {device} ({type(err).__name__}: {str(err)[:200]})"
+    if len(decoded) != 1 or tuple(decoded[0].shape) != (3, 8, 16) or decoded[0].device != device:
+        return f"TorchCodec's nvJPEG decode on {device} returned an unexpected result"
+    return None
+
+
 def resolve_gpu_decode(request: GpuDecodeRequest, device: torch.device) -> bool:
-    """Whether predict decodes JPEG files on ``device``: ``"auto"`` on CUDA when TorchCodec loads;
-    ``True`` insists (an error naming the fix otherwise); ``False`` never.
+    """Whether predict decodes JPEG files on ``device``: ``"auto"`` on CUDA when TorchCodec decodes
+    there (tried once per device; a log line says why not); ``True`` insists (an error naming the
+    fix otherwise); ``False`` never.
 
     Raises:
         ConfigError: ``True`` off CUDA, or a value other than True, False or "auto".
-        ImportError: ``True`` without TorchCodec, naming the extra.
+        ImportError: ``True`` when TorchCodec is missing or cannot decode on ``device``.
     """
     if request is False:
         return False
     if request == "auto" and not isinstance(request, bool):
-        return device.type == "cuda" and _decoder() is not None
+        if device.type != "cuda":
+            return False
+        why = _device_failure(_indexed(device))
+        if why is not None and why != NOT_INSTALLED:
+            _log_once(f"JPEG files decode on the CPU: {why}")
+        return why is None
     if request is not True:
         raise ConfigError(f"gpu_decode={request!r} must be True, False or 'auto'")
     if device.type != "cuda":
         raise ConfigError(f"gpu_decode=True decodes JPEGs with nvJPEG on a CUDA GPU, but predict runs on {device}; "
                           "pass device=0 (or leave gpu_decode at 'auto')")
-    if _decoder() is None:
-        require("torchcodec", EXTRA, "gpu_decode=True (JPEG decoding on the GPU)")
-        raise ImportError(f"gpu_decode=True: TorchCodec is installed but does not load with torch {torch.__version__}; "
-                          f"reinstall it for this torch (pip install -U 'libreyolo[{EXTRA}]') or pass gpu_decode=False")
+    why = _device_failure(_indexed(device))
+    if why is not None:
+        raise ImportError(f"gpu_decode=True: {why}; pip install -U 'libreyolo[{EXTRA}]' (a TorchCodec built for "
+                          f"this torch and CUDA), or pass gpu_decode=False")
     return True
 
 
+def _indexed(device: torch.device) -> torch.device:
+    if device.index is not None:
+        return device
+    return torch.device(device.type, torch.cuda.current_device() if torch.cuda.is_available() else 0)
+
+
+def _installed() -> bool:
+    try:
+        return importlib.util.find_spec("torchcodec") is not None
+    except (ImportError, ValueError):  # a module entry of None, or a broken parent package
+        return False
+
+
+@cache
+def _log_once(message: str) -> None:
+    log.warning(message)
+
+
 def read_encoded(path: Path, data: bytes, *, imgsz: int | None = None, alone: bool = False) -> EncodedJpeg | None:
-    """``data`` kept for the GPU when it is an 8-bit RGB or greyscale JPEG of at most
+    """``data`` kept for the GPU when it is a complete 8-bit RGB or greyscale JPEG of at most
     ``MAX_AREA_PER_INPUT`` times an ``imgsz`` letterbox's pixels (header only: nothing is decoded
     here), else None (the CPU decoder takes it, and names what is wrong with it)."""
-    if not data.startswith(b"\xff\xd8\xff"):
+    if not data.startswith(b"\xff\xd8\xff") or data.rfind(b"\xff\xd9") < data.rfind(b"\xff\xda"):
+        # not a JPEG, or one whose last scan never ends (a truncated file: inside a scan 0xFF is
+        # always escaped, so no end-of-image marker follows it): the CPU decoder reports it
         return None
     try:
         with Image.open(io.BytesIO(data)) as im:  # the header: size, mode, EXIF; a decompression-bomb check
@@ -148,7 +196,7 @@ def decode_on_device(items: Sequence[EncodedJpeg], device: torch.device) -> list
         except ImageDecodeError as err:
             out.append(err)
             continue
-        out.append(torch.from_numpy(np.ascontiguousarray(pixels)).to(device))
+        out.append(torch.from_numpy(pixels.copy()).to(device))  # a writable copy (decoders hand out read-only arrays)
     return out
 
 

@@ -34,7 +34,7 @@ from torch import Tensor
 
 from ..compiled import compile_mode
 from ..devices import default_device, describe_device
-from ..errors import ConfigError
+from ..errors import ConfigError, SourceError
 from ..graphs import forward_for_predict
 from ..rundir import next_run_dir
 from ..settings import PredictConfig
@@ -107,13 +107,16 @@ def run_prediction(model: LibreYOLO, source: object, cfg: PredictConfig) -> Resu
     # or, on CUDA with TorchCodec, JPEGs decode on the GPU (predict.gpu_jpeg).
     shrink_to = model.resolve_imgsz(cfg.imgsz) if model.task_spec.reduced_decode else None
     device = default_device(cfg.device, model.device, model.runs_only_on)
-    gpu_jpeg = resolve_gpu_decode(cfg.gpu_decode, device) and shrink_to is not None
+    # Saving, cropping or showing needs every full picture on the host anyway: "auto" then lets the
+    # CPU decode it once, rather than the GPU for the network and the CPU again for orig_img.
+    pictures = cfg.save or cfg.save_crop or cfg.show
+    gpu_jpeg = (resolve_gpu_decode(cfg.gpu_decode, device) and shrink_to is not None
+                and (cfg.gpu_decode is True or not pictures))
     plan = open_source(source, vid_stride=cfg.vid_stride, report=report, shrink_to=shrink_to, gpu_jpeg=gpu_jpeg)
     if plan.is_live and not cfg.stream:
         raise ConfigError(f"source={source!r} is a camera or network stream, which never ends, so a list of its "
                           "results would grow without bound; pass stream=True and iterate the results")
     predictor = Predictor(model, cfg)
-    predictor.report = report
     results = predictor.stream(plan, report)
     return results if cfg.stream else ResultsList(list(results), report.skipped)
 
@@ -162,6 +165,9 @@ class Predictor:
         """Results of every frame of ``plan`` in order, one batch at a time (``report``: what the
         source skipped, summarised at the end)."""
         device = self.model.device
+        if report is not None:
+            self.report = report
+        produced = 0
         # Pinned batch buffers, reused: in flight are the batch on the device, the prefetched
         # ones and the one being filled.
         self._staging = PinnedStaging(PREFETCH_BATCHES + 2) if device.type == "cuda" else None
@@ -177,9 +183,16 @@ class Predictor:
                 more = plan.count is None or plan.count > self.cfg.batch
                 if more:  # a one-batch source (one image at batch 1) never starts the thread
                     batches.start()
-                yield from self.run_batch(first)
+                for res in self.run_batch(first):
+                    produced += 1
+                    yield res
                 for batch in batches if more else source:
-                    yield from self.run_batch(batch)
+                    for res in self.run_batch(batch):
+                        produced += 1
+                        yield res
+            if produced == 0 and plan.count and self.report.skipped:  # files, all of them unreadable
+                name, reason = self.report.skipped[0]
+                raise SourceError(f"none of the {self.report.seen} images could be read (first: {name}: {reason})")
         finally:
             batches.close()
             if not batches.started:  # an empty or failing source: the thread never owned it
@@ -196,17 +209,20 @@ class Predictor:
         """One forward pass over ``batch``: upload, letterbox, network, post-process, results."""
         model, task = self.model, self.task
         clock = PhaseClock(model.device)
+        full = len(batch.frames) == self.cfg.batch  # as it arrived: a file skipped below does not change it
         if any(f.encoded is not None for f in batch.frames):
             batch = self._decode_on_device(batch)
             if not batch.frames:
+                self._full_batch_ran |= full
                 return []
             clock.mark("decode")
         n = len(batch.frames)
         x, infos = task.prepare_batch(batch.pixels, self.imgsz, model.dtype, model.device,
                                       [f.orig_shape for f in batch.frames])
+        batch.pixels.clear()  # the uploaded or device-decoded pictures: not needed past the letterbox
         if batch.slot is not None and self._staging is not None:  # the uploads are queued
             self._staging.release(batch.slot, torch.cuda.current_stream(model.device))
-        padded = self._full_batch_ran and n < self.cfg.batch
+        padded = (self._full_batch_ran or full) and n < self.cfg.batch
         if padded:
             x = pad_rows(x, self.cfg.batch)
         clock.mark("preprocess")
@@ -214,7 +230,7 @@ class Predictor:
             out = self.forward(x)
             if padded:
                 out = map_tensors(out, lambda t: t[:n])
-        self._full_batch_ran |= n == self.cfg.batch
+        self._full_batch_ran |= full
         clock.mark("inference")
         predictions = task.predictions_to_host(model.family.postprocess(out, self.options))
         clock.mark("postprocess")

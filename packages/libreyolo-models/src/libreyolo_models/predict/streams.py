@@ -33,7 +33,7 @@ skipped frames; results of one source arrive in frame order.
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -194,13 +194,13 @@ def decode_files(paths: list[Path | ImageDecodeError], workers: int | None = Non
     """
     report = report if report is not None else SourceReport()
     produced = 0
-    decoded: Iterator[tuple[Path | ImageDecodeError, Decoded | EncodedJpeg]]
-    if gpu_jpeg and shrink_to is not None:  # reading bytes and headers: threads are plenty
-        decoded = decode_in_order(paths, partial(_read_encoded_or_error, shrink_to=shrink_to, alone=alone), workers)
+    read: Callable[[Path | ImageDecodeError], Decoded | EncodedJpeg]
+    if gpu_jpeg and shrink_to is not None:  # JPEGs: bytes and a header; the rest decoded as below
+        read = partial(_read_encoded_or_error, shrink_to=shrink_to, alone=alone)
     else:
         read = partial(_read_or_error, shrink_to=shrink_to)
-        processes = decode_processes(len(paths)) if processes is None else processes
-        decoded = decode_in_processes(paths, read, processes) if processes > 0 else decode_in_order(paths, read, workers)
+    processes = decode_processes(len(paths)) if processes is None else processes
+    decoded = decode_in_processes(paths, read, processes) if processes > 0 else decode_in_order(paths, read, workers)
     for path, image in decoded:
         report.seen += 1
         if isinstance(image, ImageDecodeError):
