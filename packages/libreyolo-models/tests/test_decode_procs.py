@@ -50,34 +50,29 @@ def _same(a: object, b: object) -> bool:
 
 
 @pytest.mark.parametrize("slot_bytes", [decode_procs.SLOT_BYTES, 64])
-def test_processes_give_the_threads_results_in_order(tmp_path: Path, monkeypatch, slot_bytes: int) -> None:
-    """Through the shared slots, and (slot too small) carried by pickle instead: the same results."""
+@pytest.mark.parametrize("gpu_jpeg", [False, True])
+def test_processes_give_the_threads_results_in_order(tmp_path: Path, monkeypatch, slot_bytes: int,
+                                                     gpu_jpeg: bool) -> None:
+    """Through the shared slots, and (slot too small) carried by pickle instead: the same results.
+    With the device decoder on, JPEGs come back encoded (their bytes), the PNGs decoded."""
     monkeypatch.setattr(decode_procs, "SLOT_BYTES", slot_bytes)
     paths = _folder(tmp_path)
-    read = streams._read_or_error
-    shrink = lambda p: read(p, 50)  # noqa: E731 - forked, never pickled
-    by_threads = list(sources.decode_in_order(paths, shrink, 2))
-    by_processes = list(decode_procs.decode_in_processes(paths, shrink, 2, chunk=3))
+    if gpu_jpeg:
+        encoded = streams._read_encoded_or_error
+        read = lambda p: encoded(p, 100)  # noqa: E731 - forked, never pickled
+    else:
+        plain = streams._read_or_error
+        read = lambda p: plain(p, 50)  # noqa: E731
+    by_threads = list(sources.decode_in_order(paths, read, 2))
+    by_processes = list(decode_procs.decode_in_processes(paths, read, 2, chunk=3))
     assert [p for p, _ in by_processes] == paths
     assert all(_same(a, b) for (_, a), (_, b) in zip(by_threads, by_processes))
-    assert sum(isinstance(r, ShrunkImage) and r.data is not None for _, r in by_processes) == 3  # reduced JPEGs
-
-
-@pytest.mark.parametrize("slot_bytes", [decode_procs.SLOT_BYTES, 64])
-def test_jpegs_left_for_the_gpu_travel_as_bytes_through_the_processes(tmp_path: Path, monkeypatch,
-                                                                      slot_bytes: int) -> None:
-    """With the device decoder on, JPEGs come back encoded (their bytes, through the slots or by
-    pickle), the PNGs decoded, the bad file as its error: the threads' results."""
-    monkeypatch.setattr(decode_procs, "SLOT_BYTES", slot_bytes)
-    paths = _folder(tmp_path)
-    read = streams._read_encoded_or_error
-    encoded = lambda p: read(p, 100)  # noqa: E731 - forked, never pickled
-    by_threads = list(sources.decode_in_order(paths, encoded, 2))
-    by_processes = list(decode_procs.decode_in_processes(paths, encoded, 2, chunk=3))
-    assert [p for p, _ in by_processes] == paths
-    assert all(_same(a, b) for (_, a), (_, b) in zip(by_threads, by_processes))
-    jpegs = [r for _, r in by_processes if isinstance(r, EncodedJpeg)]
-    assert len(jpegs) == 3 and all(r.data == Path(r.name).read_bytes() and r.orig_shape == (120, 200) for r in jpegs)
+    if gpu_jpeg:
+        jpegs = [r for _, r in by_processes if isinstance(r, EncodedJpeg)]
+        assert len(jpegs) == 3 and all(r.data == Path(r.name).read_bytes() and r.orig_shape == (120, 200)
+                                       for r in jpegs)
+    else:
+        assert sum(isinstance(r, ShrunkImage) and r.data is not None for _, r in by_processes) == 3  # reduced JPEGs
     assert isinstance(by_processes[BAD][1], ImageDecodeError)
     assert all(r.flags.writeable for _, r in by_processes if isinstance(r, np.ndarray))  # private copies
     assert not multiprocessing.active_children()
