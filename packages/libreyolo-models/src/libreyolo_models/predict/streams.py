@@ -189,8 +189,8 @@ def decode_files(paths: list[Path | ImageDecodeError], workers: int | None = Non
     and each may take at most ``sources.DECODE_TIMEOUT_S``; closing the generator cancels the
     ones not started. An unreadable file is skipped into ``report`` unless it was given
     ``alone``; if none could be read, that is an error naming the first. ``shrink_to`` and
-    ``gpu_jpeg``: see ``open_source`` (with ``gpu_jpeg`` the threads only read JPEGs' bytes and
-    headers, so no processes are started).
+    ``gpu_jpeg``: see ``open_source`` (with ``gpu_jpeg`` the threads or processes only read a JPEG's
+    bytes and header, and hand those back).
     """
     report = report if report is not None else SourceReport()
     produced = 0
