@@ -6,9 +6,11 @@ at 1, 2, 4 and 8 threads (``predict.sources.MAX_DECODE_THREADS``) and at 4 and 8
 (``predict.decode_procs.MAX_DECODE_PROCESSES``), and the per-phase means: more threads decode more
 files at once, but every one of them takes the GIL for its Python part, and the main thread
 issuing the GPU work waits for it each time; processes have a GIL each but pass their pixels
-through shared memory.
+through shared memory. JPEGs decode on the CPU unless ``--gpu-decode`` (then the threads or
+processes only read them, and nvJPEG decodes each batch: ``predict.gpu_jpeg``).
 
     python tools/probe_folder.py --images 1000 --out probe-folder.md
+    python tools/probe_folder.py --gpu-decode --threads 4 --processes 4
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--threads", default="1,2,4,8")
     p.add_argument("--processes", default="4,8", help="decoding processes to try after the threads ('' for none)")
+    p.add_argument("--gpu-decode", action="store_true", help="JPEGs decoded on the GPU (needs TorchCodec)")
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
@@ -42,7 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     folder = Path(tempfile.mkdtemp()) / "images"
     write_images(folder, args.images)
     model = fresh_model("t", 640)
-    opts = {"device": 0, "imgsz": 640, "batch": args.batch, "stream": True, "cuda_graph": True}
+    opts = {"device": 0, "imgsz": 640, "batch": args.batch, "stream": True, "cuda_graph": True,
+            "gpu_decode": args.gpu_decode}
     phase_means(model.predict(str(folder), **opts))  # capture, cuDNN, page cache
     paths = sorted(folder.glob("*.jpg"))
     rows = []
@@ -53,13 +57,14 @@ def main(argv: list[str] | None = None) -> int:
         decode_procs.MAX_DECODE_PROCESSES = count if kind == "processes" else 0
         decode_procs.MIN_FILES = 1
         started = time.perf_counter()
-        decoded = sum(1 for _ in decode_files(paths, shrink_to=640))
+        decoded = sum(1 for _ in decode_files(paths, shrink_to=640, gpu_jpeg=args.gpu_decode))
         alone = decoded / (time.perf_counter() - started)
         started = time.perf_counter()
         n, ph = phase_means(model.predict(str(folder), **opts))
         rows.append(f"| {count} {kind} | {alone:.0f} | {n / (time.perf_counter() - started):.0f} | {ph['decode']:.3f} | "
                     f"{ph['preprocess']:.3f} | {ph['inference']:.3f} | {ph['postprocess']:.3f} |")
-    lines = [f"# Folder predict vs decode threads ({args.images} JPEGs 1280x720, batch {args.batch}, graphed; "
+    lines = [f"# Folder predict vs decode threads ({args.images} JPEGs 1280x720, batch {args.batch}, graphed, "
+             f"{'nvJPEG' if args.gpu_decode else 'CPU'} decoding; "
              f"{torch.cuda.get_device_name()}, torch {torch.__version__}, {os.cpu_count()} CPUs)", "",
              "| decoding | decoded alone, images/s | predict images/s | decode | preprocess | network | postprocess (ms per image) |",
              "|---:|---:|---:|---:|---:|---:|---:|", *rows]

@@ -9,7 +9,8 @@ device synchronisation, and takes the host wall time of each (medians over ``--r
     config, open source, predictor set-up, read+decode, to tensor+pin, letterbox (upload,
     resize, layout), network, post-process (threshold, NMS), to host, results
 
-next to the median of the whole call, for the fused eager and the graphed arm. Then the
+next to the median of the whole call, for the fused eager and the graphed arm, with JPEGs decoded
+on the CPU (``gpu_decode=False``; the GPU decoder's calls are ``bench_predict.py``'s). Then the
 decoders on the same file (PIL as predict uses it, torchvision's libjpeg-turbo on the CPU and
 nvjpeg on the GPU), pinning and upload costs, and a ``torch.profiler`` table of the graphed call's
 host-side operators (self CPU time).
@@ -158,7 +159,8 @@ def main(argv: list[str] | None = None) -> int:
         for arm, extra in (("eager (fused)", {}), ("graph (fused)", {"cuda_graph": True})):
             log(f"{image.name} {arm}")
             model = fresh_model(args.size, args.imgsz)
-            options = {"imgsz": args.imgsz, "verbose": False, "device": 0, **extra}
+            # the CPU decoder's call, whose steps the probe replays (nvJPEG: bench_predict.py's arms)
+            options = {"imgsz": args.imgsz, "verbose": False, "device": 0, "gpu_decode": False, **extra}
             for _ in range(5):
                 model(str(image), **options)
             rows = steps(model, image, options, args.reps)
