@@ -146,6 +146,11 @@ def test_gpu_decode_settings_are_checked(model, monkeypatch) -> None:
         model(np.zeros((32, 32, 3), np.uint8), gpu_decode="maybe")
     with pytest.raises(ConfigError, match="CUDA"):
         gpu_jpeg.resolve_gpu_decode(True, torch.device("cpu"))
+    from libreyolo_models import LibreYOLO
+
+    classifier = LibreYOLO(family="mobilenetv4", size="small")  # its centre crop reads the full picture
+    with pytest.raises(ConfigError, match="gpu_decode=True: a classify model"):
+        classifier(np.zeros((32, 32, 3), np.uint8), gpu_decode=True)
     assert gpu_jpeg.resolve_gpu_decode("auto", torch.device("cpu")) is False
     monkeypatch.setattr(gpu_jpeg, "_decoder", lambda: None)
     gpu_jpeg._device_failure.cache_clear()

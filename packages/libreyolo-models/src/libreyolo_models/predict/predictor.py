@@ -110,6 +110,9 @@ def run_prediction(model: LibreYOLO, source: object, cfg: PredictConfig) -> Resu
     # Saving, cropping or showing needs every full picture on the host anyway: "auto" then lets the
     # CPU decode it once, rather than the GPU for the network and the CPU again for orig_img.
     pictures = cfg.save or cfg.save_crop or cfg.show
+    if cfg.gpu_decode is True and shrink_to is None:
+        raise ConfigError(f"gpu_decode=True: a {model.task_spec.name} model's preprocessing reads the full picture on "
+                          "the CPU, so its JPEGs cannot decode on the GPU; leave gpu_decode at 'auto'")
     gpu_jpeg = (resolve_gpu_decode(cfg.gpu_decode, device) and shrink_to is not None
                 and (cfg.gpu_decode is True or not pictures))
     plan = open_source(source, vid_stride=cfg.vid_stride, report=report, shrink_to=shrink_to, gpu_jpeg=gpu_jpeg)
