@@ -81,7 +81,4 @@ class PredictConfig:
         if self.batch < 1:
             raise ConfigError(f"batch={self.batch} must be at least 1")
         compile_mode(self.compile, self.cuda_graph)  # an unknown mode, or one that clashes with cuda_graph
-        if not (isinstance(self.gpu_decode, bool) or self.gpu_decode == "auto"):
-            raise ConfigError(f"gpu_decode={self.gpu_decode!r} must be True, False or 'auto' "
-                              "(decode JPEG files on the GPU)")
         check_positive_imgsz(self.imgsz)

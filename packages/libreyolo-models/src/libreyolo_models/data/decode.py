@@ -126,8 +126,7 @@ def read_image_file(path: str | Path, *, max_side: int | None = None, draft_only
             raw_w, raw_h = im.size
             if raw_w < 1 or raw_h < 1:
                 raise ImageDecodeError(name, f"image has no pixels ({raw_w}x{raw_h})")
-            rotated = exif_orientation(im) in _ROTATED
-            ori_h, ori_w = (raw_w, raw_h) if rotated else (raw_h, raw_w)
+            ori_h, ori_w = shown_size(im)
             target = _target_size(ori_h, ori_w, max_side)
             jpeg = im.format in ("JPEG", "MPO")
             if target is not None and jpeg:
@@ -154,6 +153,12 @@ def read_image_file(path: str | Path, *, max_side: int | None = None, draft_only
 
 _EXIF_ORIENTATION = 0x0112
 _ROTATED = {5, 6, 7, 8}  # transposed orientations: width and height swap on display
+
+
+def shown_size(im: Image.Image) -> tuple[int, int]:
+    """``(h, w)`` of ``im`` as a viewer shows it: after its EXIF orientation (header only)."""
+    w, h = im.size
+    return (w, h) if exif_orientation(im) in _ROTATED else (h, w)
 
 
 def exif_orientation(im: Image.Image) -> int:

@@ -47,7 +47,8 @@ log = logging.getLogger(__name__)
 
 P = TypeVar("P")
 Decoded = np.ndarray | ShrunkImage | EncodedJpeg | ImageDecodeError
-"""What a read function may return: pixels, a reduced decode, or why the file cannot be read."""
+"""What a read function may return: pixels, a reduced decode, a JPEG left for the GPU, or why the
+file cannot be read."""
 
 CHUNK_FILES = 8
 """Files one worker decodes per message (fewer messages, one shared buffer for their pixels)."""
@@ -197,7 +198,8 @@ def decode_in_processes(items: Sequence[P], read: Callable[[P], Decoded], proces
     (``sources.decode_in_order``'s contract: a slow chunk becomes unreadable files after
     ``sources.DECODE_TIMEOUT_S``, closing the iterator early stops the workers).
 
-    ``read`` runs in the workers and returns pixels, a ``ShrunkImage`` or an ``ImageDecodeError``
+    ``read`` runs in the workers and returns pixels, a ``ShrunkImage``, an ``EncodedJpeg`` (its
+    bytes travel back) or an ``ImageDecodeError``
     (it catches its own decoding errors: anything else it raises stops the iteration)."""
     first, n_chunks = 0, math.ceil(len(items) / chunk)
     while first < n_chunks:

@@ -33,7 +33,7 @@ import torch
 from PIL import Image
 from torch import Tensor
 
-from ..data.decode import ImageDecodeError, exif_orientation, read_image_file
+from ..data.decode import ImageDecodeError, read_image_file, shown_size
 from ..errors import ConfigError
 from ..optional import require
 
@@ -52,7 +52,6 @@ imgsz 640: 720p, 1080p and 1440p frames do). Larger photos decode on the CPU at 
 as before: fully decoded on the device, a batch of 32 twelve-megapixel photos would hold 1.1 GB of
 pixels there for one letterbox."""
 
-_ROTATED = {5, 6, 7, 8}  # EXIF orientations that swap width and height
 _NVJPEG_MODES = {"RGB", "L"}  # 3-component YCbCr and greyscale 8-bit JPEGs; CMYK and the rest stay on the CPU
 NO_PIXELS = np.empty((0, 0, 3), dtype=np.uint8)
 """``Frame.image`` of a file whose pixels are decoded on the device (its bytes travel instead)."""
@@ -166,10 +165,10 @@ def read_encoded(path: Path, data: bytes, *, imgsz: int | None = None, alone: bo
             w, h = im.size
             if imgsz is not None and w * h > MAX_AREA_PER_INPUT * imgsz * imgsz:
                 return None
-            rotated = exif_orientation(im) in _ROTATED
+            shape = shown_size(im)
     except (OSError, SyntaxError, ValueError, Image.DecompressionBombError):
         return None  # the CPU decoder reads it again and says why it cannot
-    return EncodedJpeg(data, str(path), (w, h) if rotated else (h, w), alone)
+    return EncodedJpeg(data, str(path), shape, alone)
 
 
 def decode_on_device(items: Sequence[EncodedJpeg], device: torch.device) -> list[Tensor | ImageDecodeError]:

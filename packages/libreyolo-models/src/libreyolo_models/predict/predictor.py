@@ -81,11 +81,9 @@ def _batches(frames: Iterator[Frame], size: int, *, staging: PinnedStaging | Non
             if not chunk:
                 return
             slot = None
-            if any(f.encoded is not None for f in chunk):
-                pixels = host_tensors([f.image for f in chunk])  # empty for the encoded ones
-            elif staging is not None:
+            if staging is not None and all(f.encoded is None for f in chunk):
                 pixels, slot = staging.stage([f.image for f in chunk])
-            else:
+            else:  # on the CPU, or some frames still encoded (their pixels: empty, run_batch decodes them)
                 pixels = host_tensors([f.image for f in chunk])
             yield FrameBatch(chunk, pixels, (time.perf_counter() - started) * 1e3, slot)
     finally:
