@@ -29,6 +29,8 @@ arm ran before the GPU-resident image cache (``cache="auto"``, the default, now 
 fits in a quarter of the free GPU memory on the GPU). ``-cpuaug`` trains with ``gpu_augment=False``
 (and ``cache="ram"``): the workers render whole batches (mosaic, affine, colour) on the CPU and the
 main process only uploads them, leaving the launch-bound eager step the host to itself.
+``-casts`` trains without the fp16 weight copies (``train.half_weights``): autocast casts every
+weight on every forward and autograd casts every gradient back, as before those copies.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 from peer_ultralytics import run_peer
@@ -91,8 +94,9 @@ def run_arm(data: Path, project: Path, *, size: str, batch: int, arm: str, args:
     from libreyolo_models import LibreYOLO9
 
     kind, *suffixes = arm.split("-")
-    if kind not in ("eager", "graph") or set(suffixes) - {"cl", "fast", "host", "cpuaug"}:
-        sys.exit(f"--arms: unknown arm {arm!r}; use eager or graph, optionally with -cl, -fast, -host and/or -cpuaug")
+    if kind not in ("eager", "graph") or set(suffixes) - {"cl", "fast", "host", "cpuaug", "casts"}:
+        sys.exit(f"--arms: unknown arm {arm!r}; use eager or graph, optionally with -cl, -fast, -host, -cpuaug "
+                 "and/or -casts")
     graph, fast = kind == "graph", "fast" in suffixes
     deterministic = args.deterministic and not fast
     gc.collect()
@@ -112,20 +116,34 @@ def run_arm(data: Path, project: Path, *, size: str, batch: int, arm: str, args:
             result.graph_note = (f"{len(info.graphs)} graph(s), {info.replays} replays, {info.eager_calls} eager calls"
                                  + (f", latched: {info.latched}" if info.latched else ""))
 
-    outcome = model.train(data=str(data), epochs=args.epochs, imgsz=args.imgsz, batch=batch, device=0,
-                          workers=args.workers, amp=True, cuda_graph=graph, val=False, plots=False,
-                          close_mosaic=0, seed=0, deterministic=deterministic, profile=args.profile,
-                          # a benchmark's few hundred steps stand for a long run: autotune as one would
-                          cudnn_benchmark=True if not deterministic else "auto",
-                          channels_last="cl" in suffixes,
-                          cache="ram" if {"host", "cpuaug"} & set(suffixes) else "auto",
-                          gpu_augment=False if "cpuaug" in suffixes else "auto",
-                          project=str(project),
-                          name=f"{size}-b{batch}-{arm}", verbose=False, callbacks=[report])
+    from libreyolo_models.train import half_weights
+
+    applies = half_weights.applies
+    if "casts" in suffixes:  # autocast casts every weight on every forward (no fp16 weight copies)
+        half_weights.applies = lambda **_: False  # type: ignore[assignment]
+    try:
+        outcome = _train(model, data, project, size=size, batch=batch, arm=arm, args=args, graph=graph,
+                         deterministic=deterministic, suffixes=suffixes, report=report)
+    finally:
+        half_weights.applies = applies  # type: ignore[assignment]
     result.rows = read_rows(outcome.run_dir)
     result.peak_allocated = torch.cuda.max_memory_allocated()
     result.peak_reserved = torch.cuda.max_memory_reserved()
     return result
+
+
+def _train(model: Any, data: Path, project: Path, *, size: str, batch: int, arm: str, args: argparse.Namespace,
+           graph: bool, deterministic: bool, suffixes: list[str], report: Any) -> Any:
+    return model.train(data=str(data), epochs=args.epochs, imgsz=args.imgsz, batch=batch, device=0,
+                       workers=args.workers, amp=True, cuda_graph=graph, val=False, plots=False,
+                       close_mosaic=0, seed=0, deterministic=deterministic, profile=args.profile,
+                       # a benchmark's few hundred steps stand for a long run: autotune as one would
+                       cudnn_benchmark=True if not deterministic else "auto",
+                       channels_last="cl" in suffixes,
+                       cache="ram" if {"host", "cpuaug"} & set(suffixes) else "auto",
+                       gpu_augment=False if "cpuaug" in suffixes else "auto",
+                       project=str(project),
+                       name=f"{size}-b{batch}-{arm}", verbose=False, callbacks=[report])
 
 
 def throughput_table(size: str, batch: int, results: dict[str, ArmResult], peer: dict) -> list[str]:

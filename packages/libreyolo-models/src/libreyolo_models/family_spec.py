@@ -46,6 +46,10 @@ class TaskDecl:
         inference_capture: ``predict(cuda_graph=...)`` is allowed. True only where the family's
             inference row of ``docs/parity-matrix.md`` is green.
         train_capture: ``train(cuda_graph=True)`` captures; else it trains eagerly (logged).
+        half_weights: eager CUDA AMP training runs its forward on fp16 copies of the convolution and
+            linear weights, refreshed once per optimizer step, instead of autocast casting each weight
+            on every forward (``train.half_weights``: bit-identical, ~470 fewer operations a
+            YOLOv9-t step). True only where each such layer runs once per training forward.
         inference_fuse: predict, track and streams run a BatchNorm-folded copy of the network by
             default (``LibreYOLO.fuse``; ``fuse=False`` keeps the exact forward). True only where
             the fused network was checked against the unfused one (same detections to rounding).
@@ -78,6 +82,7 @@ class TaskDecl:
     imgsz_by_size: Mapping[str, int] = field(default_factory=dict)
     inference_capture: bool = False
     train_capture: bool = False
+    half_weights: bool = False
     inference_fuse: bool = False
     recipe: Mapping[str, object] = field(default_factory=dict)
     recipe_shares: Mapping[str, float] = field(default_factory=dict)

@@ -17,6 +17,7 @@ from ..contract import Family, LossContext
 from .ema import ModelEMA
 from .fused_optim import AnyOptimizer
 from .grad_tools import clip_grad_norm
+from .half_weights import HalfWeights
 
 
 class StepTimer:
@@ -58,7 +59,8 @@ class TrainStep:
     def __init__(self, family: Family, forward: Callable[..., Any], net: nn.Module,
                  optimizer: AnyOptimizer, scaler: torch.amp.GradScaler, ema: ModelEMA | None, *,
                  amp: bool, device: torch.device, context: LossContext, max_grad_norm: float,
-                 timer: StepTimer, takes_targets: bool = False, sync_gradients: bool = False) -> None:
+                 timer: StepTimer, takes_targets: bool = False, sync_gradients: bool = False,
+                 half_weights: HalfWeights | None = None) -> None:
         self.family, self.forward, self.net = family, forward, net
         self.optimizer, self.scaler, self.ema = optimizer, scaler, ema
         self.amp = amp and device.type == "cuda"
@@ -69,10 +71,13 @@ class TrainStep:
         # Walking the module tree for its parameters costs ~1-3 ms of host time per call (675
         # tensors in YOLOv9-t); an eager step is host-bound, so the list is made once.
         self.parameters = list(net.parameters())
+        self.half_weights = half_weights  # fp16 weight copies the forward runs on (see train.half_weights)
 
     def start_epoch(self, epoch: int) -> None:
         """The loss context of ``epoch`` (epoch-aware terms read it)."""
         self.context = replace(self.context, epoch=epoch)
+        if self.half_weights is not None:  # weights a callback or a resume changed between epochs
+            self.half_weights.refresh()
 
     def autocast(self) -> contextlib.AbstractContextManager:
         """fp16 autocast on CUDA; the cache is off so a captured graph never holds stale casts."""
@@ -82,13 +87,16 @@ class TrainStep:
 
     def forward_backward(self, images: Tensor, targets: Any) -> Tensor:
         """Forward, loss and backward of one micro-batch; returns the detached loss items."""
+        half = self.half_weights
         with self.autocast():
-            with self.timer.phase("forward"):
+            with self.timer.phase("forward"), half.installed() if half is not None else contextlib.nullcontext():
                 outputs = self.forward(images, targets) if self.takes_targets else self.forward(images)
             with self.timer.phase("loss"):
                 result = self.family.compute_loss(outputs, targets, self.context)
         with self.timer.phase("backward"):
             self.scaler.scale(result.total).backward()
+            if half is not None:
+                half.grads_to_masters()
         return result.items
 
     def optimizer_step(self) -> None:
@@ -105,6 +113,8 @@ class TrainStep:
             self.scaler.step(optimizer)
             self.scaler.update()
             self.optimizer.zero_grad(set_to_none=True)
+            if self.half_weights is not None:
+                self.half_weights.refresh()
         if self.ema is not None:
             with self.timer.phase("ema"):
                 self.ema.update(self.net)

@@ -29,6 +29,7 @@ from ..rundir import next_run_dir
 from ..tasks import EvalSettings
 from ..tensor_trees import unpack_tensors
 from ..workers import default_workers
+from . import half_weights
 from .adapt import adapt_to_classes
 from .callbacks import (
     CallbackRunner,
@@ -176,9 +177,12 @@ class Trainer:
                               gains=self.plan.gains, world_size=self.world, global_batch=self.batch * self.world,
                               normalizer_sum=libreyolo_ddp.all_reduce_sum if self.world > 1 else None)
         self.loss_names = model.spec.task(model.task).loss_names
+        half = half_weights.HalfWeights(model.net) if half_weights.applies(
+            amp=cfg.amp, device=self.device, graphed=self.graphed, world=self.world,
+            declared=model.spec.task(model.task).half_weights) else None
         self.step = TrainStep(model.family, forward, model.net, self.optimizer, self.scaler, self.ema, amp=cfg.amp,
                               device=self.device, context=context, max_grad_norm=cfg.max_grad_norm, timer=self.timer,
-                              takes_targets=self.takes_targets, sync_gradients=self.sync_gradients)
+                              takes_targets=self.takes_targets, sync_gradients=self.sync_gradients, half_weights=half)
 
     def _set_backend_flags(self) -> None:
         if self.cfg.deterministic:
@@ -238,7 +242,7 @@ class Trainer:
             # copy with the same state-dict keys) stay valid.
             libreyolo_ddp.convert_sync_batchnorm(seam, enabled=self.plan.sync_bn, world_size=self.world,
                                                  per_rank_batch=self.batch)
-        graphed = wants_graphs(model, self.cfg, device=self.device)
+        self.graphed = graphed = wants_graphs(model, self.cfg, device=self.device)
         if graphed or self.world == 1:
             # Graphed steps hand gradients back outside autograd's hooks, so under several ranks
             # they are averaged explicitly (one flat all-reduce per optimizer step), not by DDP.

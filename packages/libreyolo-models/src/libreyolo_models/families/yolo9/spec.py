@@ -45,6 +45,9 @@ SPEC = FamilySpec(
             # Both True because every size is green in docs/parity-matrix.md (H200, torch 2.11).
             inference_capture=True,
             train_capture=True,
+            # Every conv runs once per training forward: tests/test_half_weights.py holds the
+            # parameters after AMP steps bit-identical with and without the fp16 copies.
+            half_weights=True,
             # Conv+BN folds and RepConvN merges; tests/test_fused_inference.py holds the fused
             # detections to the unfused ones. H200, YOLOv9-t b1 640: network 27 -> ~12 ms eager.
             inference_fuse=True,

@@ -1,0 +1,141 @@
+"""fp16 (here bf16, CPU autocast's) weight copies kept across steps: the same parameters and losses
+bit for bit as autocast casting every weight on every forward, with a cast fewer per weight."""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from libreyolo_models import LibreYOLO9
+from libreyolo_models.train import half_weights
+from libreyolo_models.train.half_weights import HalfWeights
+
+
+class _Ops(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: Counter[str] = Counter()
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        self.seen[str(func.overloadpacket)] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def _train(half: bool, *, steps: int = 3, micro: int = 2, channels_last: bool = False) -> tuple[list[float], nn.Module,
+                                                                                                  Counter[str]]:
+    """``steps`` SGD steps of a YOLOv9-t training forward under CPU bf16 autocast (cache off, as the
+    trainer runs CUDA's), ``micro`` accumulated micro-batches each."""
+    torch.manual_seed(0)
+    model = LibreYOLO9(size="t", nc=3, imgsz=64)
+    net = model.net.train()
+    if channels_last:
+        net.to(memory_format=torch.channels_last)
+    opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
+    copies = HalfWeights(net, torch.bfloat16) if half else None
+    g = torch.Generator().manual_seed(1)
+    losses: list[float] = []
+    ops: Counter[str] = Counter()
+    for step in range(steps):
+        for _ in range(micro):
+            x = torch.rand(2, 3, 64, 64, generator=g)
+            with torch.autocast("cpu", dtype=torch.bfloat16, cache_enabled=False):
+                counter = _Ops() if step == 0 else contextlib.nullcontext()
+                with counter, copies.installed() if copies is not None else contextlib.nullcontext():
+                    outputs = model.family.training_forward(net, x)
+                if isinstance(counter, _Ops):
+                    ops = counter.seen
+                loss = sum(o.float().square().mean() for o in outputs)
+            loss.backward()
+            if copies is not None:
+                copies.grads_to_masters()
+            losses.append(loss.item())
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if copies is not None:
+            copies.refresh()
+    return losses, net, ops
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_weight_copies_train_bit_identically_with_a_cast_fewer_per_weight(channels_last: bool) -> None:
+    ref_losses, ref_net, ref_ops = _train(False, channels_last=channels_last)
+    losses, net, ops = _train(True, channels_last=channels_last)
+    assert losses == ref_losses
+    for (name, a), b in zip(ref_net.state_dict().items(), net.state_dict().values()):
+        assert torch.equal(a, b), name
+    copies = HalfWeights(net, torch.bfloat16)
+    convs = [m for m in net.modules() if isinstance(m, nn.Conv2d)]
+    assert len(copies) == len(convs) + sum(m.bias is not None for m in convs)  # weights, and the head's biases
+    assert ref_ops["aten._to_copy"] - ops["aten._to_copy"] == len(copies)  # autocast has nothing left to cast
+    assert all(p.dtype == torch.float32 for p in net.parameters())  # the masters are back after each forward
+    if channels_last:
+        conv = next(p for p in net.parameters() if p.dim() == 4 and p.shape[-1] > 1)
+        twin = next(h for m, h in zip(copies.masters, copies.halves) if m is conv)
+        assert twin.is_contiguous(memory_format=torch.channels_last) and not twin.is_contiguous()
+
+
+def test_a_parameter_shared_by_two_layers_has_one_copy_and_frozen_ones_get_no_gradient() -> None:
+    shared = nn.Conv2d(3, 3, 1)
+    net = nn.Sequential(shared, nn.Conv2d(3, 3, 1), shared)
+    net[1].weight.requires_grad_(False)
+    copies = HalfWeights(net)
+    assert len(copies) == 4 and len(copies.trained) == 3
+    with copies.installed():
+        assert net[0].weight is net[2].weight and net[0].weight.dtype == torch.float16
+    assert net[0].weight is shared.weight and net[0].weight.dtype == torch.float32
+
+
+def test_applies_only_to_eager_single_process_cuda_amp_of_a_declaring_family() -> None:
+    cuda, cpu = torch.device("cuda", 0), torch.device("cpu")
+    assert half_weights.applies(amp=True, device=cuda, graphed=False, world=1, declared=True)
+    for change in ({"amp": False}, {"device": cpu}, {"graphed": True}, {"world": 2}, {"declared": False}):
+        kwargs: dict[str, Any] = {"amp": True, "device": cuda, "graphed": False, "world": 1, "declared": True, **change}
+        assert not half_weights.applies(**kwargs), change
+    assert LibreYOLO9(size="t", nc=3).spec.task("detect").half_weights
+
+
+@pytest.mark.cuda
+def test_cuda_amp_training_with_copies_ends_with_the_casting_runs_weights(mini_shapes: Path, tmp_path: Path,
+                                                                          monkeypatch) -> None:
+    """The trainer end to end on one GPU (deterministic, accumulating micro-batches): the same
+    weights and losses with the copies as with autocast's casts, and the copies did run."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    moved = Counter[str]()
+    real = HalfWeights.grads_to_masters
+
+    def counting(self: HalfWeights) -> None:
+        moved["calls"] += 1
+        real(self)
+
+    monkeypatch.setattr(HalfWeights, "grads_to_masters", counting)
+
+    def train(name: str) -> tuple[dict[str, torch.Tensor], list[dict[str, str]]]:
+        torch.manual_seed(0)
+        model = LibreYOLO9(size="t", nc=3)
+        outcome = model.train(data=str(mini_shapes), epochs=2, imgsz=96, batch=4, nbs=16, device=0, workers=0,
+                              amp=True, deterministic=True, val=False, plots=False, seed=0, project=str(tmp_path),
+                              name=name, verbose=False)
+        with (outcome.run_dir / "results.csv").open() as fh:
+            rows = [{k: v for k, v in row.items() if k.startswith("train/") and k.endswith("loss")}
+                    for row in csv.DictReader(fh)]
+        assert rows and all(rows)
+        return {k: v.detach().cpu() for k, v in model.net.state_dict().items()}, rows
+
+    with_copies, rows = train("copies")
+    assert moved["calls"] > 0
+    monkeypatch.setattr(half_weights, "applies", lambda **_: False)
+    calls = moved["calls"]
+    casting, casting_rows = train("casts")
+    assert moved["calls"] == calls  # the second run cast as before
+    assert rows == casting_rows
+    for name, value in casting.items():
+        assert torch.equal(value, with_copies[name]), name
