@@ -3,25 +3,12 @@ training forward (a YOLO training step is launch-bound on the host)."""
 
 from __future__ import annotations
 
-from collections import Counter
-from typing import Any
-
 import torch
 import torch.nn.functional as F
+from op_counts import OpCounter
 from torch import nn
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from libreyolo_models.layers.conv import BatchNorm2d, SiLU
-
-
-class _Ops(TorchDispatchMode):
-    def __init__(self) -> None:
-        super().__init__()
-        self.seen: Counter[str] = Counter()
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        self.seen[str(func.overloadpacket)] += 1
-        return func(*args, **(kwargs or {}))
 
 
 def test_batchnorm_matches_torch_in_training_and_eval_without_a_counter_kernel() -> None:
@@ -31,7 +18,7 @@ def test_batchnorm_matches_torch_in_training_and_eval_without_a_counter_kernel()
     for _ in range(3):
         x = torch.randn(4, 5, 6, 6)
         version = ours.num_batches_tracked._version
-        with _Ops() as ops:
+        with OpCounter() as ops:
             out = ours(x)
         assert torch.equal(out, ref(x))
         assert "aten.add_" not in ops.seen  # no num_batches_tracked += 1 kernel ...
@@ -54,7 +41,7 @@ def test_batchnorm_with_a_cumulative_average_keeps_counting() -> None:
 def test_silu_is_out_of_place_under_autograd_and_in_place_without_it() -> None:
     x = torch.randn(2, 3, 4, 4, requires_grad=True)
     y = x * 1.0
-    with _Ops() as ops:
+    with OpCounter() as ops:
         out = SiLU()(y)
     assert "aten.clone" not in ops.seen and ops.seen["aten.silu"] == 1  # in place would clone first
     assert torch.equal(out, F.silu(y.detach()))
@@ -91,7 +78,7 @@ def test_a_folded_unit_calls_the_same_kernels_as_its_modules_and_gives_the_same_
             unit.bn.running_var.uniform_(0.5, 2)
         assert unit.fuse_for_inference() and unit.folded
         x = torch.rand(2, 4, 9, 9)
-        with torch.inference_mode(), _Ops() as ops:
+        with torch.inference_mode(), OpCounter() as ops:
             fast = unit(x)
         assert ops.seen["aten.conv2d"] == 1 and ops.seen["aten.silu_"] == int(act) and sum(ops.seen.values()) == 1 + act
         unit.folded = False  # the module path: conv, Identity, activation

@@ -11,22 +11,12 @@ from typing import Any
 
 import pytest
 import torch
+from op_counts import OpCounter
 from torch import nn
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from libreyolo_models import LibreYOLO9
 from libreyolo_models.train import half_weights
 from libreyolo_models.train.half_weights import HalfWeights
-
-
-class _Ops(TorchDispatchMode):
-    def __init__(self) -> None:
-        super().__init__()
-        self.seen: Counter[str] = Counter()
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        self.seen[str(func.overloadpacket)] += 1
-        return func(*args, **(kwargs or {}))
 
 
 def _train(half: bool, *, steps: int = 3, micro: int = 2, channels_last: bool = False) -> tuple[list[float], nn.Module,
@@ -47,10 +37,10 @@ def _train(half: bool, *, steps: int = 3, micro: int = 2, channels_last: bool = 
         for _ in range(micro):
             x = torch.rand(2, 3, 64, 64, generator=g)
             with torch.autocast("cpu", dtype=torch.bfloat16, cache_enabled=False):
-                counter = _Ops() if step == 0 else contextlib.nullcontext()
+                counter = OpCounter() if step == 0 else contextlib.nullcontext()
                 with counter, copies.installed() if copies is not None else contextlib.nullcontext():
                     outputs = model.family.training_forward(net, x)
-                if isinstance(counter, _Ops):
+                if isinstance(counter, OpCounter):
                     ops = counter.seen
                 loss = sum(o.float().square().mean() for o in outputs)
             loss.backward()
