@@ -6,12 +6,13 @@ run nvJPEG."""
 
 from __future__ import annotations
 
+import io
 import logging
 
 import numpy as np
 import pytest
 import torch
-from PIL import Image
+from PIL import Image, ImageOps
 
 import libreyolo_models.predict.predictor as predictor_module
 from libreyolo_models import LibreYOLO9
@@ -93,6 +94,51 @@ def test_decode_on_device_gives_the_cpu_decoders_pixels_and_names_what_it_cannot
         assert isinstance(pixels, torch.Tensor) and pixels.dtype == torch.uint8
         assert torch.equal(pixels, torch.from_numpy(read_image(path).copy()))  # EXIF orientation included
     assert isinstance(out[-1], gpu_jpeg.ImageDecodeError) and "cut.jpg" in str(out[-1])
+
+
+def _each_orientation(tmp_path) -> list:
+    """One JPEG per EXIF orientation 1..8 of a picture that no turn or mirror maps onto itself."""
+    paths = []
+    for o in range(1, 9):
+        exif = Image.Exif()
+        exif[0x0112] = o
+        paths.append(tmp_path / f"o{o}.jpg")
+        Image.fromarray(_scene(20 + o)).save(paths[-1], exif=exif, quality=95)
+    return paths
+
+
+def test_oriented_turns_a_tensor_as_pil_turns_the_image() -> None:
+    stored = _scene(5)
+    for o in range(1, 9):
+        im = Image.fromarray(stored)
+        im.getexif()[0x0112] = o
+        shown = np.asarray(ImageOps.exif_transpose(im)).copy()
+        assert torch.equal(gpu_jpeg.oriented(torch.from_numpy(stored), o), torch.from_numpy(shown)), o
+
+
+@pytest.mark.parametrize("decoder_orients", [True, False])
+def test_every_exif_orientation_decodes_as_the_cpu_decoder_shows_it(tmp_path, monkeypatch, decoder_orients) -> None:
+    """TorchCodec turns pictures by their EXIF tag itself; a device decoder that does not (tried
+    once per device) gets them turned here. Either way: the CPU decoder's pixels, not its fallback."""
+    paths = _each_orientation(tmp_path)
+    items = [gpu_jpeg.read_encoded(p, p.read_bytes()) for p in paths]
+    assert [it.orientation for it in items] == list(range(1, 9))  # type: ignore[union-attr]
+    if not decoder_orients:  # PIL's pixels as stored, whatever the tag says
+        def as_stored(raws, device):
+            return [torch.from_numpy(np.asarray(Image.open(io.BytesIO(r.numpy().tobytes())).convert("RGB")).copy())
+                    .permute(2, 0, 1).to(device) for r in raws]
+
+        monkeypatch.setattr(gpu_jpeg, "_decoder", lambda: as_stored)
+    monkeypatch.setattr(gpu_jpeg, "read_image_file", lambda *a, **k: pytest.fail("fell back to the CPU decoder"))
+    gpu_jpeg._device_orients.cache_clear()
+    try:
+        assert gpu_jpeg._device_orients(torch.device("cpu")) is decoder_orients
+        out = gpu_jpeg.decode_on_device(items, torch.device("cpu"))  # type: ignore[arg-type]
+    finally:
+        gpu_jpeg._device_orients.cache_clear()
+    for path, pixels in zip(paths, out):
+        assert isinstance(pixels, torch.Tensor)
+        assert torch.equal(pixels, torch.from_numpy(read_image(path).copy())), path.name
 
 
 def test_predict_with_the_device_decoder_equals_predict_on_the_same_pixels(model, tmp_path, forced) -> None:
@@ -186,8 +232,8 @@ def test_a_torchcodec_that_cannot_decode_on_the_device_turns_auto_off(monkeypatc
 
 @pytest.mark.cuda
 def test_nvjpeg_predict_is_close_to_the_cpu_decoders_and_graphs_once(tmp_path) -> None:
-    """On CUDA by default: nvJPEG's pixels within a grey level on average of the CPU decoder's,
-    boxes close to the CPU-decoded run's, and a graphed folder still one graph."""
+    """On CUDA by default: nvJPEG's pixels within a grey level on average of the CPU decoder's
+    (every EXIF orientation shown alike), boxes close to the CPU-decoded run's, and a graphed folder still one graph."""
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
     assert gpu_jpeg.resolve_gpu_decode("auto", torch.device("cuda"))
@@ -199,6 +245,8 @@ def test_nvjpeg_predict_is_close_to_the_cpu_decoders_and_graphs_once(tmp_path) -
         paths.append(big / f"{i}.jpg")
         Image.fromarray(_scene(i, 360, 640)).save(paths[-1], quality=90)
         Image.fromarray(_scene(i, 180, 320)).save(small / f"{i}.jpg", quality=90)  # within MAX_AREA_PER_INPUT at 64
+    (tmp_path / "turned").mkdir()
+    paths += _each_orientation(tmp_path / "turned")  # EXIF orientations 1..8: shown as the CPU decoder shows them
     items = [gpu_jpeg.read_encoded(p, p.read_bytes()) for p in paths]
     decoded = gpu_jpeg.decode_on_device(items, torch.device("cuda"))  # type: ignore[arg-type]
     for path, pixels in zip(paths, decoded):

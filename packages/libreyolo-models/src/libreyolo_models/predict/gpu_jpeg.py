@@ -15,6 +15,10 @@ DCT decode already costs (0.15 on average, 77 at most); predictions move accordi
 validation, which decodes on the CPU, no longer sees exactly predict's pixels.
 ``gpu_decode=False`` keeps the CPU decoder (and validation's pixels). ``Results.orig_img`` is
 decoded on the CPU from the kept bytes when first read, as after a reduced decode.
+
+EXIF orientation follows the CPU decoder's reading of the header (``data.decode.exif_orientation``):
+TorchCodec applies the tag itself on the CPU; whether its nvJPEG path does is tried once per device
+(``_device_orients``), and where it does not, the decoded picture is turned here.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ import torch
 from PIL import Image
 from torch import Tensor
 
-from ..data.decode import ImageDecodeError, read_image_file, shown_size
+from ..data.decode import ImageDecodeError, exif_orientation, read_image_file, shown_size
 from ..errors import ConfigError
 from ..optional import require
 
@@ -67,6 +71,8 @@ class EncodedJpeg:
     name: str
     orig_shape: tuple[int, int]
     alone: bool = False
+    orientation: int = 1
+    """The EXIF orientation tag as the CPU decoder reads it (1: as stored)."""
 
 
 @cache
@@ -165,10 +171,10 @@ def read_encoded(path: Path, data: bytes, *, imgsz: int | None = None, alone: bo
             w, h = im.size
             if imgsz is not None and w * h > MAX_AREA_PER_INPUT * imgsz * imgsz:
                 return None
-            shape = shown_size(im)
+            shape, orientation = shown_size(im), exif_orientation(im)
     except (OSError, SyntaxError, ValueError, Image.DecompressionBombError):
         return None  # the CPU decoder reads it again and says why it cannot
-    return EncodedJpeg(data, str(path), shape, alone)
+    return EncodedJpeg(data, str(path), shape, alone, orientation)
 
 
 def decode_on_device(items: Sequence[EncodedJpeg], device: torch.device) -> list[Tensor | ImageDecodeError]:
@@ -187,9 +193,13 @@ def decode_on_device(items: Sequence[EncodedJpeg], device: torch.device) -> list
         decoded = [_one(decode, r, device) for r in raw]
     out: list[Tensor | ImageDecodeError] = []
     for item, chw in zip(items, decoded):
-        if chw is not None and chw.dim() == 3 and tuple(chw.shape[1:]) == item.orig_shape:
-            out.append(chw.permute(1, 2, 0) if chw.shape[0] == 3 else chw.expand(3, -1, -1).permute(1, 2, 0))
-            continue
+        if chw is not None and chw.dim() == 3:
+            hwc = (chw if chw.shape[0] == 3 else chw.expand(3, -1, -1)).permute(1, 2, 0)
+            if item.orientation != 1 and not _device_orients(device):
+                hwc = oriented(hwc, item.orientation)
+            if tuple(hwc.shape[:2]) == item.orig_shape:
+                out.append(hwc)
+                continue
         try:  # the CPU decoder: the same pixels as a file decoded without nvJPEG, or the reason it fails
             pixels = read_image_file(item.name, data=item.data)[0]
         except ImageDecodeError as err:
@@ -199,6 +209,36 @@ def decode_on_device(items: Sequence[EncodedJpeg], device: torch.device) -> list
     return out
 
 
+def oriented(hwc: Tensor, orientation: int) -> Tensor:
+    """``hwc`` (``[H, W, C]``, as stored) as a viewer shows it under EXIF ``orientation``: what
+    ``PIL.ImageOps.exif_transpose`` does, on any device."""
+    if orientation in (2, 4):  # mirrored left-right, top-bottom
+        return hwc.flip(1 if orientation == 2 else 0)
+    if orientation == 3:
+        return hwc.flip(0, 1)
+    if orientation in (5, 7):  # transposed about the main diagonal, or the other one
+        return hwc.transpose(0, 1) if orientation == 5 else hwc.flip(0, 1).transpose(0, 1)
+    if orientation in (6, 8):  # turned a quarter clockwise (6) or counter-clockwise (8) to show
+        return torch.rot90(hwc, -1 if orientation == 6 else 1, (0, 1))
+    return hwc
+
+
+@cache
+def _device_orients(device: torch.device) -> bool:
+    """Whether the device decoder applies a JPEG's EXIF orientation itself: a tiny picture, white
+    on its left half and marked mirrored (orientation 2), decoded once per device."""
+    exif = Image.Exif()
+    exif[0x0112] = 2
+    picture = np.zeros((8, 16, 3), np.uint8)
+    picture[:, :8] = 255
+    probe = io.BytesIO()
+    Image.fromarray(picture).save(probe, "JPEG", exif=exif, quality=95)
+    decode = _decoder()
+    assert decode is not None  # decode_on_device checked
+    chw = decode([torch.frombuffer(bytearray(probe.getvalue()), dtype=torch.uint8)], device=device)[0]
+    return bool(chw[:, :, 8:].float().mean() > chw[:, :, :8].float().mean())  # white went right: mirrored
+
+
 def _one(decode: Callable[..., Any], raw: Tensor, device: torch.device) -> Tensor | None:
     try:
         return decode(raw, device=device)
@@ -206,5 +246,5 @@ def _one(decode: Callable[..., Any], raw: Tensor, device: torch.device) -> Tenso
         return None
 
 
-__all__ = ["EXTRA", "MAX_AREA_PER_INPUT", "NO_PIXELS", "EncodedJpeg", "GpuDecodeRequest", "decode_on_device", "read_encoded",
-           "resolve_gpu_decode"]
+__all__ = ["EXTRA", "MAX_AREA_PER_INPUT", "NO_PIXELS", "EncodedJpeg", "GpuDecodeRequest", "decode_on_device", "oriented",
+           "read_encoded", "resolve_gpu_decode"]
