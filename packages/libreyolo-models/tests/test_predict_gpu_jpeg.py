@@ -141,6 +141,32 @@ def test_every_exif_orientation_decodes_as_the_cpu_decoder_shows_it(tmp_path, mo
         assert torch.equal(pixels, torch.from_numpy(read_image(path).copy())), path.name
 
 
+def test_when_the_orientation_probe_fails_tagged_pictures_decode_on_the_cpu(tmp_path, monkeypatch) -> None:
+    paths = _each_orientation(tmp_path)[:3]
+    items = [gpu_jpeg.read_encoded(p, p.read_bytes()) for p in paths]
+    real = gpu_jpeg._decoder()
+    assert real is not None
+
+    def fails_on_the_probe(raws, device):
+        if len(raws[0]) < 1000:  # the 16x8 probe
+            raise RuntimeError("nvJPEG: unsupported")
+        return real(raws, device=device)
+
+    monkeypatch.setattr(gpu_jpeg, "_decoder", lambda: fails_on_the_probe)
+    cpu_reads: list[str] = []
+    read = gpu_jpeg.read_image_file
+    monkeypatch.setattr(gpu_jpeg, "read_image_file", lambda name, **k: cpu_reads.append(name) or read(name, **k))
+    gpu_jpeg._device_orients.cache_clear()
+    try:
+        out = gpu_jpeg.decode_on_device(items, torch.device("cpu"))  # type: ignore[arg-type]
+        assert gpu_jpeg._device_orients(torch.device("cpu")) is None
+    finally:
+        gpu_jpeg._device_orients.cache_clear()
+    assert cpu_reads == [str(p) for p in paths[1:]]  # orientation 1 stayed with the device decoder
+    for path, pixels in zip(paths, out):
+        assert torch.equal(pixels, torch.from_numpy(read_image(path).copy())), path.name
+
+
 def test_predict_with_the_device_decoder_equals_predict_on_the_same_pixels(model, tmp_path, forced) -> None:
     """A folder of JPEGs and a PNG: the boxes are those of the same pictures given as arrays
     (decoded by PIL at full size), orig_img is the full picture, decoded when read, and

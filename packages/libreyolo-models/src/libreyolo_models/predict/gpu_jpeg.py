@@ -193,9 +193,10 @@ def decode_on_device(items: Sequence[EncodedJpeg], device: torch.device) -> list
         decoded = [_one(decode, r, device) for r in raw]
     out: list[Tensor | ImageDecodeError] = []
     for item, chw in zip(items, decoded):
-        if chw is not None and chw.dim() == 3:
+        turns = None if item.orientation == 1 else _device_orients(device)
+        if chw is not None and chw.dim() == 3 and (item.orientation == 1 or turns is not None):
             hwc = (chw if chw.shape[0] == 3 else chw.expand(3, -1, -1)).permute(1, 2, 0)
-            if item.orientation != 1 and not _device_orients(device):
+            if turns is False:
                 hwc = oriented(hwc, item.orientation)
             if tuple(hwc.shape[:2]) == item.orig_shape:
                 out.append(hwc)
@@ -224,9 +225,10 @@ def oriented(hwc: Tensor, orientation: int) -> Tensor:
 
 
 @cache
-def _device_orients(device: torch.device) -> bool:
+def _device_orients(device: torch.device) -> bool | None:
     """Whether the device decoder applies a JPEG's EXIF orientation itself: a tiny picture, white
-    on its left half and marked mirrored (orientation 2), decoded once per device."""
+    on its left half and marked mirrored (orientation 2), decoded once per device; None when that
+    fails (pictures with a tag then decode on the CPU)."""
     exif = Image.Exif()
     exif[0x0112] = 2
     picture = np.zeros((8, 16, 3), np.uint8)
@@ -235,7 +237,11 @@ def _device_orients(device: torch.device) -> bool:
     Image.fromarray(picture).save(probe, "JPEG", exif=exif, quality=95)
     decode = _decoder()
     assert decode is not None  # decode_on_device checked
-    chw = decode([torch.frombuffer(bytearray(probe.getvalue()), dtype=torch.uint8)], device=device)[0]
+    try:
+        chw = decode([torch.frombuffer(bytearray(probe.getvalue()), dtype=torch.uint8)], device=device)[0]
+    except RuntimeError as err:
+        log.info("JPEGs with an EXIF orientation decode on the CPU: the device decoder failed on a probe (%s)", err)
+        return None
     return bool(chw[:, :, 8:].float().mean() > chw[:, :, :8].float().mean())  # white went right: mirrored
 
 
