@@ -83,6 +83,21 @@ def test_a_parameter_shared_by_two_layers_has_one_copy_and_frozen_ones_get_no_gr
     assert net[0].weight is shared.weight and net[0].weight.dtype == torch.float32
 
 
+def test_a_layer_unfrozen_later_trains_through_its_copy() -> None:
+    net = nn.Sequential(nn.Conv2d(3, 4, 1), nn.Conv2d(4, 2, 1))
+    net[0].weight.requires_grad_(False)
+    copies = HalfWeights(net, torch.bfloat16)
+    assert len(copies.trained) == 3
+    net[0].weight.requires_grad_(True)  # a callback unfreezes it between epochs
+    copies.follow_requires_grad()
+    assert len(copies.trained) == 4
+    with torch.autocast("cpu", dtype=torch.bfloat16, cache_enabled=False), copies.installed():
+        loss = net(torch.rand(1, 3, 4, 4)).float().sum()
+    loss.backward()
+    copies.grads_to_masters()
+    assert net[0].weight.grad is not None and net[0].weight.grad.dtype == torch.float32
+
+
 def test_applies_only_to_eager_single_process_cuda_amp_of_a_declaring_family() -> None:
     cuda, cpu = torch.device("cuda", 0), torch.device("cpu")
     assert half_weights.applies(amp=True, device=cuda, graphed=False, world=1, declared=True)

@@ -52,13 +52,26 @@ class HalfWeights:
                     twins[id(master)] = nn.Parameter(torch.empty_like(master, dtype=dtype),
                                                      requires_grad=master.requires_grad)
                 self.slots.append((module._parameters, name, master, twins[id(master)]))
-        pairs = {id(m): (m, h) for _, _, m, h in self.slots}.values()
-        self.masters: list[Tensor] = [m for m, _ in pairs]
-        self.halves: list[Tensor] = [h for _, h in pairs]
-        self.trained = [(m, h) for m, h in pairs if m.requires_grad]
+        self.pairs = list({id(m): (m, h) for _, _, m, h in self.slots}.values())
+        self.masters: list[Tensor] = [m for m, _ in self.pairs]
+        self.halves: list[Tensor] = [h for _, h in self.pairs]
+        self.trained: list[tuple[nn.Parameter, nn.Parameter]] = []
         self._grads: list[Tensor] | None = None  # the masters' .grad tensors, reused step after step
         self._staging: list[Tensor] | None = None  # fp32 copies of a later micro-batch's gradients
+        self.follow_requires_grad()
         self.refresh()
+
+    def follow_requires_grad(self) -> None:
+        """Give each twin its master's ``requires_grad`` (a callback may freeze or unfreeze layers
+        between epochs; the trainer calls this at each epoch's start)."""
+        trained = []
+        for master, half in self.pairs:
+            if half.requires_grad != master.requires_grad:
+                half.requires_grad_(master.requires_grad)
+            if master.requires_grad:
+                trained.append((master, half))
+        if [id(m) for m, _ in trained] != [id(m) for m, _ in self.trained]:
+            self.trained, self._grads, self._staging = trained, None, None
 
     def __len__(self) -> int:
         return len(self.masters)

@@ -76,7 +76,8 @@ class TrainStep:
     def start_epoch(self, epoch: int) -> None:
         """The loss context of ``epoch`` (epoch-aware terms read it)."""
         self.context = replace(self.context, epoch=epoch)
-        if self.half_weights is not None:  # weights a callback or a resume changed between epochs
+        if self.half_weights is not None:  # weights or frozen layers a callback changed between epochs
+            self.half_weights.follow_requires_grad()
             self.half_weights.refresh()
 
     def autocast(self) -> contextlib.AbstractContextManager:
