@@ -73,14 +73,29 @@ def test_weight_copies_train_bit_identically_with_a_cast_fewer_per_weight(channe
 
 
 def test_a_parameter_shared_by_two_layers_has_one_copy_and_frozen_ones_get_no_gradient() -> None:
+    """The bookkeeping only: a layer used twice per forward is outside the bit-identity promise
+    (its two fp16 gradients add in fp16), which is why a family opts in."""
     shared = nn.Conv2d(3, 3, 1)
     net = nn.Sequential(shared, nn.Conv2d(3, 3, 1), shared)
     net[1].weight.requires_grad_(False)
-    copies = HalfWeights(net)
+    copies = HalfWeights(net, torch.bfloat16)
     assert len(copies) == 4 and len(copies.trained) == 3
     with copies.installed():
-        assert net[0].weight is net[2].weight and net[0].weight.dtype == torch.float16
+        assert net[0].weight is net[2].weight and net[0].weight.dtype == torch.bfloat16
     assert net[0].weight is shared.weight and net[0].weight.dtype == torch.float32
+    with torch.autocast("cpu", dtype=torch.bfloat16, cache_enabled=False), copies.installed():
+        loss = net(torch.rand(1, 3, 4, 4)).float().sum()
+    loss.backward()
+    copies.grads_to_masters()
+    assert net[1].weight.grad is None and net[1].bias.grad is not None
+    assert shared.weight.grad is not None and shared.weight.grad.dtype == torch.float32
+    net[1].bias.requires_grad_(False)  # frozen mid-epoch: its copy still records a gradient, the master gets none
+    net[1].bias.grad = None
+    with torch.autocast("cpu", dtype=torch.bfloat16, cache_enabled=False), copies.installed():
+        loss = net(torch.rand(1, 3, 4, 4)).float().sum()
+    loss.backward()
+    copies.grads_to_masters()
+    assert net[1].bias.grad is None
 
 
 def test_a_layer_unfrozen_later_trains_through_its_copy() -> None:
@@ -114,21 +129,26 @@ def test_cuda_amp_training_with_copies_ends_with_the_casting_runs_weights(mini_s
     weights and losses with the copies as with autocast's casts, and the copies did run."""
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
+    from libreyolo_models.train import schedule
+
     moved = Counter[str]()
     real = HalfWeights.grads_to_masters
 
     def counting(self: HalfWeights) -> None:
-        moved["calls"] += 1
+        accumulating = any(m.grad is not None for m, _ in self.trained)
         real(self)
+        moved["calls"] += 1
+        moved["accumulated"] += accumulating
 
     monkeypatch.setattr(HalfWeights, "grads_to_masters", counting)
+    monkeypatch.setattr(schedule, "MIN_STEPS_PER_EPOCH", 1)  # 6 batches an epoch may accumulate 4 (nbs 16 / 4)
 
     def train(name: str) -> tuple[dict[str, torch.Tensor], list[dict[str, str]]]:
         torch.manual_seed(0)
         model = LibreYOLO9(size="t", nc=3)
-        outcome = model.train(data=str(mini_shapes), epochs=2, imgsz=96, batch=4, nbs=16, device=0, workers=0,
-                              amp=True, deterministic=True, val=False, plots=False, seed=0, project=str(tmp_path),
-                              name=name, verbose=False)
+        outcome = model.train(data=str(mini_shapes), epochs=2, imgsz=96, batch=4, nbs=16, warmup_epochs=0, device=0,
+                              workers=0, amp=True, deterministic=True, val=False, plots=False, seed=0,
+                              project=str(tmp_path), name=name, verbose=False)
         with (outcome.run_dir / "results.csv").open() as fh:
             rows = [{k: v for k, v in row.items() if k.startswith("train/") and k.endswith("loss")}
                     for row in csv.DictReader(fh)]
@@ -136,7 +156,7 @@ def test_cuda_amp_training_with_copies_ends_with_the_casting_runs_weights(mini_s
         return {k: v.detach().cpu() for k, v in model.net.state_dict().items()}, rows
 
     with_copies, rows = train("copies")
-    assert moved["calls"] > 0
+    assert moved["calls"] > 0 and moved["accumulated"] > 0  # micro-batches added in fp32 on the device too
     monkeypatch.setattr(half_weights, "applies", lambda **_: False)
     calls = moved["calls"]
     casting, casting_rows = train("casts")

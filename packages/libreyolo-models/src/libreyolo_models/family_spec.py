@@ -49,7 +49,9 @@ class TaskDecl:
         half_weights: eager CUDA AMP training runs its forward on fp16 copies of the convolution and
             linear weights, refreshed once per optimizer step, instead of autocast casting each weight
             on every forward (``train.half_weights``: bit-identical, ~470 fewer operations a
-            YOLOv9-t step). True only where each such layer runs once per training forward.
+            YOLOv9-t step). True only where each such layer runs once per training forward, its
+            weights reach only autocast's fp16 ops, and nothing in the forward reads a parameter's
+            dtype (``tests/test_half_weights.py`` checks a family bit for bit).
         inference_fuse: predict, track and streams run a BatchNorm-folded copy of the network by
             default (``LibreYOLO.fuse``; ``fuse=False`` keeps the exact forward). True only where
             the fused network was checked against the unfused one (same detections to rounding).

@@ -226,23 +226,42 @@ def oriented(hwc: Tensor, orientation: int) -> Tensor:
 
 @cache
 def _device_orients(device: torch.device) -> bool | None:
-    """Whether the device decoder applies a JPEG's EXIF orientation itself: a tiny picture, white
-    on its left half and marked mirrored (orientation 2), decoded once per device; None when that
-    fails (pictures with a tag then decode on the CPU)."""
-    exif = Image.Exif()
-    exif[0x0112] = 2
-    picture = np.zeros((8, 16, 3), np.uint8)
-    picture[:, :8] = 255
-    probe = io.BytesIO()
-    Image.fromarray(picture).save(probe, "JPEG", exif=exif, quality=95)
+    """Whether the device decoder applies a JPEG's EXIF orientation itself, tried once per device on
+    a tiny picture white on its left half: tagged mirrored (2), the white must move right; tagged
+    turned (6: a quarter clockwise to show), the picture must stand up with the white on top.
+    False when it leaves both as stored; None when it does anything else, or fails (pictures with a
+    tag then decode on the CPU)."""
     decode = _decoder()
     assert decode is not None  # decode_on_device checked
-    try:
-        chw = decode([torch.frombuffer(bytearray(probe.getvalue()), dtype=torch.uint8)], device=device)[0]
-    except RuntimeError as err:
-        log.info("JPEGs with an EXIF orientation decode on the CPU: the device decoder failed on a probe (%s)", err)
-        return None
-    return bool(chw[:, :, 8:].float().mean() > chw[:, :, :8].float().mean())  # white went right: mirrored
+    picture = np.zeros((8, 16, 3), np.uint8)
+    picture[:, :8] = 255
+    seen = []
+    for tag in (2, 6):
+        exif = Image.Exif()
+        exif[0x0112] = tag
+        probe = io.BytesIO()
+        Image.fromarray(picture).save(probe, "JPEG", exif=exif, quality=95)
+        try:
+            chw = decode([torch.frombuffer(bytearray(probe.getvalue()), dtype=torch.uint8)], device=device)[0]
+        except Exception as err:  # noqa: BLE001 - any failure means: not known on this device
+            log.info("JPEGs with an EXIF orientation decode on the CPU: the device decoder failed on a probe (%s: %s)",
+                     type(err).__name__, err)
+            return None
+        grey = chw.float().mean(0)
+        if tuple(grey.shape) == (8, 16):
+            left, right = grey[:, :8].mean(), grey[:, 8:].mean()
+            seen.append("turned" if tag == 2 and right > left else "stored" if left > right else "other")
+        elif tuple(grey.shape) == (16, 8) and tag == 6:
+            seen.append("turned" if grey[:8].mean() > grey[8:].mean() else "other")
+        else:
+            seen.append("other")
+    if seen == ["turned", "turned"]:
+        return True
+    if seen == ["stored", "stored"]:
+        return False
+    log.info("JPEGs with an EXIF orientation decode on the CPU: the device decoder turns pictures unlike "
+             "PIL (probe: %s)", seen)
+    return None
 
 
 def _one(decode: Callable[..., Any], raw: Tensor, device: torch.device) -> Tensor | None:

@@ -10,9 +10,14 @@ add while micro-batches accumulate).
 
 The values are autocast's: the same round-to-nearest cast of the same weights, gradients converted
 exactly and accumulated in fp32 as autograd does, so parameters and losses are bit-identical to
-the casting step (tests). That holds only where each layer runs once per forward (a layer called
-twice would add its two fp16 gradients in fp16, where per-call casts add them in fp32), so a
-family opts in (``TaskDecl.half_weights``).
+the casting step (tests). That holds only for a forward in which each of these layers runs once
+(a layer called twice would add its two fp16 gradients in fp16, where per-call casts add them in
+fp32), their weights reach only autocast's low-precision ops (no region with autocast off, no
+``weight.sum()`` of one's own), and nothing reads a parameter's dtype; so a family opts in
+(``TaskDecl.half_weights``). Two differences a caller can see: ``.grad`` of a parameter is the
+same tensor from step to step (overwritten, not reallocated), and a layer frozen or unfrozen by
+changing ``requires_grad`` is followed at the next epoch's start (a layer frozen mid-epoch gets no
+gradient meanwhile; one unfrozen mid-epoch trains from the next epoch).
 """
 
 from __future__ import annotations
@@ -104,6 +109,8 @@ class HalfWeights:
             if grad is None:  # not used by this forward: the master's gradient stays as it is
                 continue
             half.grad = None
+            if not master.requires_grad:  # frozen since the epoch began: no gradient, as autocast's casts give
+                continue
             if master.grad is None:
                 fresh_dst.append(self._grads[i])
                 fresh_src.append(grad)
