@@ -250,12 +250,14 @@ def _input(batch: int, args: argparse.Namespace, layout: str) -> torch.Tensor:
     return x.contiguous(memory_format=torch.channels_last) if layout.startswith("channels_last") else x
 
 
-def _compile_reduce_overhead(module: torch.nn.Module, batch: int, args: argparse.Namespace) -> float:
-    """Median ms of ``torch.compile(module, mode="reduce-overhead")`` on an NCHW fp16 batch."""
+def _compile_reduce_overhead(module: torch.nn.Module, batch: int, args: argparse.Namespace,
+                             x: torch.Tensor | None = None) -> float:
+    """Median ms of ``torch.compile(module, mode="reduce-overhead")`` on ``x`` (default: an NCHW
+    fp16 batch)."""
     mark = getattr(torch.compiler, "cudagraph_mark_step_begin", lambda: None)
     torch._dynamo.reset()
     compiled = torch.compile(module, mode="reduce-overhead")
-    x = _input(batch, args, "NCHW fp16")
+    x = _input(batch, args, "NCHW fp16") if x is None else x
 
     def call() -> Any:
         mark()  # a new step for compile's graph trees: the previous output is not kept

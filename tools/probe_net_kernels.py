@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from bench_predict import _equal, fresh_model, median_ms
+from bench_predict import _compile_reduce_overhead, _equal, fresh_model, median_ms
 
 
 def log(msg: str) -> None:
@@ -182,17 +182,8 @@ def _compiled_rows(module: torch.nn.Module, x: torch.Tensor, args: argparse.Name
     rows = [f"| our graph of compile(default) | - | {median_ms(lambda: runner(x), args.reps, args.warmup):.3f} "
             "| - | - |"]
     runner.release()
-    torch._dynamo.reset()
-    mark = getattr(torch.compiler, "cudagraph_mark_step_begin", lambda: None)
-    reduce = torch.compile(module, mode="reduce-overhead")
-
-    def call() -> Any:
-        mark()  # a new step for compile's graph trees: the previous output is not kept
-        return reduce(x)
-
-    call()
-    rows.append(f"| torch.compile(reduce-overhead) | - | {median_ms(call, args.reps, args.warmup):.3f} | - | - |")
-    torch._dynamo.reset()
+    reduce_ms = _compile_reduce_overhead(module, batch, args, x)
+    rows.append(f"| torch.compile(reduce-overhead) | - | {reduce_ms:.3f} | - | - |")
     return rows, table
 
 

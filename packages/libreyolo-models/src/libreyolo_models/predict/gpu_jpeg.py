@@ -97,10 +97,8 @@ def _device_failure(device: torch.device) -> str | None:
     if decode is None:
         return NOT_INSTALLED if not _installed() else (
             f"TorchCodec is installed but does not load with torch {torch.__version__}")
-    probe = io.BytesIO()
-    Image.new("RGB", (16, 8), (200, 40, 90)).save(probe, "JPEG")
     try:
-        decoded = decode([torch.frombuffer(bytearray(probe.getvalue()), dtype=torch.uint8)], device=device)
+        decoded = decode([_probe_jpeg(np.full((8, 16, 3), (200, 40, 90), np.uint8))], device=device)
     except Exception as err:  # noqa: BLE001 - any failure means: not on this device
         return f"TorchCodec cannot decode on {device} ({type(err).__name__}: {str(err)[:200]})"
     if len(decoded) != 1 or tuple(decoded[0].shape) != (3, 8, 16) or decoded[0].device != device:
@@ -186,7 +184,7 @@ def decode_on_device(items: Sequence[EncodedJpeg], device: torch.device) -> list
     if decode is None:
         require("torchcodec", EXTRA, "JPEG decoding on the GPU")
         raise ImportError(f"TorchCodec does not load with torch {torch.__version__} (pip install -U 'libreyolo[{EXTRA}]')")
-    raw = [torch.frombuffer(bytearray(item.data), dtype=torch.uint8) for item in items]
+    raw = [_encoded(item.data) for item in items]
     try:
         decoded: list[Tensor | None] = list(decode(raw, device=device))
     except RuntimeError:  # one bad image fails the whole call: decode them one by one
@@ -237,12 +235,8 @@ def _device_orients(device: torch.device) -> bool | None:
     picture[:, :8] = 255
     seen = []
     for tag in (2, 6):
-        exif = Image.Exif()
-        exif[0x0112] = tag
-        probe = io.BytesIO()
-        Image.fromarray(picture).save(probe, "JPEG", exif=exif, quality=95)
         try:
-            chw = decode([torch.frombuffer(bytearray(probe.getvalue()), dtype=torch.uint8)], device=device)[0]
+            chw = decode([_probe_jpeg(picture, orientation=tag)], device=device)[0]
         except Exception as err:  # noqa: BLE001 - any failure means: not known on this device
             log.info("JPEGs with an EXIF orientation decode on the CPU: the device decoder failed on a probe (%s: %s)",
                      type(err).__name__, err)
@@ -262,6 +256,21 @@ def _device_orients(device: torch.device) -> bool | None:
     log.info("JPEGs with an EXIF orientation decode on the CPU: the device decoder turns pictures unlike "
              "PIL (probe: %s)", seen)
     return None
+
+
+def _encoded(data: bytes) -> Tensor:
+    """A file's bytes as the decoder takes them (a 1-D uint8 tensor on the CPU)."""
+    return torch.frombuffer(bytearray(data), dtype=torch.uint8)
+
+
+def _probe_jpeg(picture: np.ndarray, orientation: int = 1) -> Tensor:
+    """``picture`` encoded as a JPEG (with an EXIF orientation tag unless 1), for the device probes."""
+    buf = io.BytesIO()
+    exif = Image.Exif()
+    if orientation != 1:
+        exif[0x0112] = orientation
+    Image.fromarray(picture).save(buf, "JPEG", exif=exif, quality=95)
+    return _encoded(buf.getvalue())
 
 
 def _one(decode: Callable[..., Any], raw: Tensor, device: torch.device) -> Tensor | None:
