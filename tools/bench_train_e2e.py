@@ -31,6 +31,8 @@ fits in a quarter of the free GPU memory on the GPU). ``-cpuaug`` trains with ``
 main process only uploads them, leaving the launch-bound eager step the host to itself.
 ``-casts`` trains without the fp16 weight copies (``train.half_weights``): autocast casts every
 weight on every forward and autograd casts every gradient back, as before those copies.
+``-rendereager`` renders the GPU path's batches eagerly instead of replaying them from CUDA graphs
+(``data.render_graph``), as before those graphs.
 """
 
 from __future__ import annotations
@@ -94,9 +96,9 @@ def run_arm(data: Path, project: Path, *, size: str, batch: int, arm: str, args:
     from libreyolo_models import LibreYOLO9
 
     kind, *suffixes = arm.split("-")
-    if kind not in ("eager", "graph") or set(suffixes) - {"cl", "fast", "host", "cpuaug", "casts"}:
-        sys.exit(f"--arms: unknown arm {arm!r}; use eager or graph, optionally with -cl, -fast, -host, -cpuaug "
-                 "and/or -casts")
+    if kind not in ("eager", "graph") or set(suffixes) - {"cl", "fast", "host", "cpuaug", "casts", "rendereager"}:
+        sys.exit(f"--arms: unknown arm {arm!r}; use eager or graph, optionally with -cl, -fast, -host, -cpuaug, "
+                 "-casts and/or -rendereager")
     graph, fast = kind == "graph", "fast" in suffixes
     deterministic = args.deterministic and not fast
     gc.collect()
@@ -116,16 +118,20 @@ def run_arm(data: Path, project: Path, *, size: str, batch: int, arm: str, args:
             result.graph_note = (f"{len(info.graphs)} graph(s), {info.replays} replays, {info.eager_calls} eager calls"
                                  + (f", latched: {info.latched}" if info.latched else ""))
 
+    from libreyolo_models.data import pipeline
     from libreyolo_models.train import half_weights
 
-    applies = half_weights.applies
+    applies, wants_render_graphs = half_weights.applies, pipeline.wants_render_graphs
     if "casts" in suffixes:  # autocast casts every weight on every forward (no fp16 weight copies)
         half_weights.applies = lambda **_: False  # type: ignore[assignment]
+    if "rendereager" in suffixes:  # batches rendered by eager kernel launches, not graph replays
+        pipeline.wants_render_graphs = lambda device: False  # type: ignore[assignment]
     try:
         outcome = _train(model, data, project, size=size, batch=batch, arm=arm, args=args, graph=graph,
                          deterministic=deterministic, suffixes=suffixes, report=report)
     finally:
         half_weights.applies = applies  # type: ignore[assignment]
+        pipeline.wants_render_graphs = wants_render_graphs  # type: ignore[assignment]
     result.rows = read_rows(outcome.run_dir)
     result.peak_allocated = torch.cuda.max_memory_allocated()
     result.peak_reserved = torch.cuda.max_memory_reserved()

@@ -13,7 +13,8 @@ probe answers two questions in one process, so the answers are comparable:
    patched in turn on the ``Conv`` unit: 1x1 convolutions as matrix multiplies (``mm1x1``), the
    weights cast to fp16 in one multi-tensor op per step instead of one cast per convolution
    (``cast1``), the unit's conv / BN / activation called as functions instead of three submodule
-   calls (``func``), and all three. Each variant's step time is the median of ``--steps``
+   calls (``func``), and all three; and batch norm through aten's own kernels instead of
+   cuDNN's (``nativebn``, not part of ``all``). Each variant's step time is the median of ``--steps``
    synchronised steps; the baseline runs first and last (its drift bounds what a difference means).
 
     python tools/probe_step_variants.py --batch 32 --out probe-step-variants.md
@@ -92,6 +93,10 @@ def op_rows() -> list[str]:
         ("batch norm, training, forward", lambda: F.batch_norm(x, rm, rv, bn_w, bn_b, True, 0.03, 1e-3)),
         ("batch norm forward + backward",
          lambda: backward(F.batch_norm(xg, rm, rv, bn_w, bn_b, True, 0.03, 1e-3))),
+        ("batch norm, training, forward, aten's own kernels (not cuDNN)",
+         lambda: torch.native_batch_norm(x, bn_w, bn_b, rm, rv, True, 0.03, 1e-3)[0]),
+        ("the same, forward + backward",
+         lambda: backward(torch.native_batch_norm(xg, bn_w, bn_b, rm, rv, True, 0.03, 1e-3)[0])),
         ("SiLU forward", lambda: F.silu(x)),
         ("weight cast fp32 -> fp16 (one)", lambda: w3.to(torch.float16)),
         ("221 weight casts, one _foreach_copy_", lambda: torch._foreach_copy_(halves, weights)),
@@ -171,12 +176,22 @@ def patched_units(variant: str, net: nn.Module) -> Iterator[Callable[[], None]]:
             cast = _CastAll.apply(*(u.conv.weight for u in units))
             halves.update((id(u), h) for u, h in zip(units, cast, strict=True))
 
-    if variant != "base":
+    def native_bn(self: Any, x: Tensor) -> Tensor:  # aten's batch norm kernels instead of cuDNN's
+        if not self.training:
+            return original_bn(self, x)
+        return torch.native_batch_norm(x, self.weight, self.bias, self.running_mean, self.running_var, True,
+                                       self.momentum, self.eps)[0]
+
+    original_bn = conv_mod.BatchNorm2d.forward
+    if variant == "nativebn":
+        conv_mod.BatchNorm2d.forward = native_bn  # type: ignore[method-assign]
+    elif variant != "base":
         conv_mod.Conv.forward = forward  # type: ignore[method-assign]
     try:
         yield per_step
     finally:
         conv_mod.Conv.forward = original  # type: ignore[method-assign]
+        conv_mod.BatchNorm2d.forward = original_bn  # type: ignore[method-assign]
         halves.clear()
 
 

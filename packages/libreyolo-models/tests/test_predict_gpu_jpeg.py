@@ -277,8 +277,19 @@ def test_nvjpeg_predict_is_close_to_the_cpu_decoders_and_graphs_once(tmp_path) -
     decoded = gpu_jpeg.decode_on_device(items, torch.device("cuda"))  # type: ignore[arg-type]
     for path, pixels in zip(paths, decoded):
         assert isinstance(pixels, torch.Tensor) and pixels.is_cuda
-        diff = (pixels.cpu().int() - torch.from_numpy(read_image(path).copy()).int()).abs().float()
-        assert diff.mean() < 1.0, (path, float(diff.mean()))
+        shown = torch.from_numpy(read_image(path).copy())
+        diff = (pixels.cpu().int() - shown.int()).abs().float().mean()
+        if path.parent.name != "turned":
+            assert diff < 1.0, (path, float(diff))
+            continue
+        # 96 x 160 pictures of flat blocks: nvJPEG and libjpeg differ by up to ~1 grey level on
+        # average at the block edges; the orientation is right when the nearest of the eight is the
+        # CPU decoder's, by a wide margin.
+        stored = torch.from_numpy(np.asarray(Image.open(path).convert("RGB")).copy())
+        others = [(pixels.cpu().int() - gpu_jpeg.oriented(stored, o).int()).abs().float().mean()
+                  for o in range(1, 9) if gpu_jpeg.oriented(stored, o).shape == pixels.shape
+                  and not torch.equal(gpu_jpeg.oriented(stored, o), shown)]
+        assert diff < 2.0 and all(diff * 4 < d for d in others), (path, float(diff), [float(d) for d in others])
     m = _confident(0)
     calls: list[int] = []
     real = predictor_module.decode_on_device

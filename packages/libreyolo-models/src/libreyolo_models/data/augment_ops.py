@@ -258,8 +258,8 @@ def render_images(tiles: Tensor, offsets: Tensor, hw: Tensor, canvas: int, theta
 
     Args:
         tiles: ``uint8 [B, K, S, S, 3]`` cached slots on the device that should do the work.
-        offsets: ``int64 [B, K, 2]`` tile positions on the canvas, on the CPU.
-        hw: ``int64 [B, K, 2]`` tile sizes, on the CPU.
+        offsets: ``int64 [B, K, 2]`` tile positions on the canvas, on the tiles' device (or the CPU).
+        hw: ``int64 [B, K, 2]`` tile sizes, likewise.
         canvas: side of the canvas (``2S`` mosaic, ``S`` letterbox).
         theta: ``float32 [B, 2, 3]`` from :func:`grid_theta`.
         hsv: ``[B, 3]`` HSV gains.

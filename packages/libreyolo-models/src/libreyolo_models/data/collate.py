@@ -138,8 +138,8 @@ class TileGroup:
             main image first.
         tiles: ``uint8 [G, K, S, S, 3]`` those cached slots; None until :meth:`TileBatch.gather`
             when the worker shipped indices only (images resident on the device).
-        offsets: ``int64 [G, K, 2]`` canvas ``(x, y)`` per tile; stays on the CPU.
-        hw: ``int64 [G, K, 2]`` used ``(h, w)`` per tile; stays on the CPU.
+        offsets: ``int64 [G, K, 2]`` canvas ``(x, y)`` per tile.
+        hw: ``int64 [G, K, 2]`` used ``(h, w)`` per tile.
         canvas: side of the canvas.
         theta: ``float32 [G, 2, 3]`` warp parameters (see ``augment_ops.grid_theta``).
         hsv: ``float32 [G, 3]`` HSV gains.
@@ -175,16 +175,17 @@ class TileGroup:
 
     def pin_memory(self) -> TileGroup:
         return replace(self, positions=self.positions.pin_memory(), cache_rows=self.cache_rows.pin_memory(),
-                       tiles=None if self.tiles is None else self.tiles.pin_memory(),
-                       theta=self.theta.pin_memory(), hsv=self.hsv.pin_memory(), flip=self.flip.pin_memory())
+                       tiles=None if self.tiles is None else self.tiles.pin_memory(), offsets=self.offsets.pin_memory(),
+                       hw=self.hw.pin_memory(), theta=self.theta.pin_memory(), hsv=self.hsv.pin_memory(),
+                       flip=self.flip.pin_memory())
 
     def to(self, device: torch.device, non_blocking: bool = False) -> TileGroup:
-        """Move what the device reads; ``offsets`` and ``hw`` stay on the CPU (they are sliced with)."""
+        """Move every tensor to ``device`` (a copy from pinned memory does not wait when ``non_blocking``)."""
         def move(t: Tensor) -> Tensor:
             return t.to(device, non_blocking=non_blocking)
         return replace(self, positions=move(self.positions), cache_rows=move(self.cache_rows),
-                       tiles=None if self.tiles is None else move(self.tiles), theta=move(self.theta),
-                       hsv=move(self.hsv), flip=move(self.flip))
+                       tiles=None if self.tiles is None else move(self.tiles), offsets=move(self.offsets),
+                       hw=move(self.hw), theta=move(self.theta), hsv=move(self.hsv), flip=move(self.flip))
 
 
 @dataclass
@@ -208,13 +209,7 @@ class TileBatch:
 
     def render(self, imgsz: int) -> Tensor:
         """Every sample's augmented pixels in batch order: ``float32 [B, 3, S, S]`` in [0, 255]."""
-        if len(self.groups) == 1:  # groups partition the batch in order: one group is rows 0..B-1
-            return self.groups[0].render(imgsz)
-        device = self.groups[0].theta.device
-        out = torch.empty((len(self), 3, imgsz, imgsz), device=device)
-        for group in self.groups:
-            out[group.positions] = group.render(imgsz)
-        return out
+        return render_groups(self.groups, len(self), imgsz)
 
     def pin_memory(self) -> TileBatch:
         return replace(self, groups=[g.pin_memory() for g in self.groups], targets=self.targets.pin_memory())
@@ -227,6 +222,19 @@ class TileBatch:
         """Fill each group's tiles from ``resident`` (``uint8 [N, S, S, 3]``, row ``i`` = cache index
         ``i``) on its device: one indexing kernel per group instead of shipping the pixels."""
         return replace(self, groups=[replace(g, tiles=resident[g.cache_rows.to(resident.device)]) for g in self.groups])
+
+
+def render_groups(groups: Sequence[TileGroup], batch_size: int, imgsz: int) -> Tensor:
+    """The groups' augmented pixels in batch order: ``float32 [batch_size, 3, S, S]`` in [0, 255].
+
+    Groups partition the batch's rows (``positions``); one group alone is rows ``0 .. B-1`` in order.
+    """
+    if len(groups) == 1:
+        return groups[0].render(imgsz)
+    out = torch.empty((batch_size, 3, imgsz, imgsz), device=groups[0].theta.device)
+    for group in groups:
+        out[group.positions] = group.render(imgsz)
+    return out
 
 
 def collate_tiles(cache: ImageCache, labels: Sequence[np.ndarray], draws: Sequence[SampleDraws],

@@ -61,7 +61,7 @@ def place_tiles(tiles: Tensor, offsets: Tensor, hw: Tensor, canvas: int, fill: i
         offsets: ``int64 [B, K, 2]`` canvas ``(x, y)`` of each tile's top-left corner; may be
             negative or run past the canvas (the tile is then cropped). On the CPU: it is read
             into Python ints to slice with.
-        hw: ``int64 [B, K, 2]`` used ``(h, w)`` of each tile, on the CPU.
+        hw: ``int64 [B, K, 2]`` used ``(h, w)`` of each tile (read into Python ints on the CPU).
         canvas: side of the square canvas in pixels.
         fill: value of canvas pixels no tile covers.
 

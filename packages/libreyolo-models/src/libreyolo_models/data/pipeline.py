@@ -11,7 +11,9 @@
   one batch ahead on a side stream, so rendering batch ``k + 1`` overlaps the training step of
   batch ``k``. When the split's images are resident on the device (``device_cache``: ``cache="auto"``
   when they fit, or ``"gpu"``), workers ship tile indices instead of tiles and the main process
-  gathers the same pixels there; the batches are bit-identical either way.
+  gathers the same pixels there; the batches are bit-identical either way. On CUDA the rendering
+  replays from CUDA graphs (``render_graph``), one per batch structure: the same kernels, launched
+  once instead of about a hundred times from the training loop's thread.
 
 Mosaic partners are shipped by the workers (drawn from the whole split), in both paths.
 ``ValPipeline`` only letterboxes, deterministically, sharded over ranks when distributed.
@@ -47,6 +49,7 @@ from .letterbox import (
     to_network_input,
     to_targets,
 )
+from .render_graph import RenderGraphs, render_eagerly, wants_render_graphs
 from .split_index import SplitIndex
 
 __all__ = ["AugmentConfig", "Batch", "TrainPipeline", "ValPipeline"]
@@ -174,6 +177,7 @@ class TrainPipeline:
             (each was logged once); the trainer counts them in its epoch summary.
         resident: ``uint8 [N, S, S, 3]`` the split's images on ``device``, or None (see
             ``device_cache``); its bytes are part of this run's device memory.
+        render_graphs: the CUDA graphs the GPU path renders batches with, or None (eager).
 
     Raises:
         ConfigError: a bad argument, fewer images than one batch per rank, or ``cache="gpu"``
@@ -198,6 +202,9 @@ class TrainPipeline:
         index, self.cache, self.skipped = usable_part(index, self.cache)
         _warn_size_mismatch(index, self.cache)
         self.resident = self._keep_on_device(place)
+        # On CUDA the batch rendering replays from graphs (render_graph): same bytes, one launch.
+        self.render_graphs = (RenderGraphs(imgsz, self.resident)
+                              if self.gpu_augment and wants_render_graphs(self.device) else None)
         env = libreyolo_ddp.dist_env()
         self._seed, self._rank = seed, env.rank
         self._state = torch.tensor([0, 1], dtype=torch.int64).share_memory_()
@@ -267,9 +274,10 @@ class TrainPipeline:
     def _render(self, batch: TileBatch) -> Batch:
         with torch.no_grad():
             moved = batch.to(self.device, non_blocking=True)
-            if self.resident is not None:
-                moved = moved.gather(self.resident)
-            images = moved.render(self.imgsz).div_(255)
+            if self.render_graphs is not None:  # the graph's output buffer: divided into a tensor of its own
+                images = self.render_graphs(moved).div(255)
+            else:
+                images = render_eagerly(moved, self.imgsz, self.resident).div_(255)
         return Batch(images, batch.targets, batch.paths, batch.ori_sizes)
 
 

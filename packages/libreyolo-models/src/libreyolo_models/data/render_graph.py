@@ -1,0 +1,108 @@
+"""The GPU path's batch rendering replayed from a CUDA graph: the same kernels, one launch.
+
+Rendering a batch on the device (tile gathers, the warp's sampling grid and ``grid_sample``,
+HSV's elementwise passes, the flip) issues about a hundred small kernels from the training
+loop's thread, and an eager training step is bound by that thread's launching. Their shapes
+depend only on the batch's structure (each group's size and tile count, which colour and flip
+steps run), which repeats batch after batch, so ``libreyolo_cudagraph.GraphRunner`` captures one
+graph per structure the second time it is seen and replays it; the draws, tile indices (or tiles)
+and positions are copied into the graph's static inputs first. The replay runs the same kernels
+on the same values as :meth:`~libreyolo_models.data.collate.TileBatch.render`, so the batches are
+the same bytes (a ``cuda`` test compares them).
+
+At most :data:`MAX_GRAPHS` structures get a graph (a mosaic probability between 0 and 1 mixes
+group sizes from batch to batch); the others render eagerly. The graphs share one memory pool.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from libreyolo_cudagraph import GraphRunner, RunnerInfo
+
+from .collate import TileBatch, TileGroup, render_groups
+
+MAX_GRAPHS = 4
+"""Batch structures with a graph of their own; later new structures render eagerly."""
+
+_PER_GROUP = 7  # positions, cache rows or tiles, offsets, hw, theta, hsv, flip
+
+
+def wants_render_graphs(device: torch.device) -> bool:
+    """Whether a pipeline on ``device`` replays its rendering from graphs: on CUDA devices.
+
+    A function, so that a benchmark can turn the graphs off to measure what they save.
+    """
+    return device.type == "cuda"
+
+
+class RenderGraphs:
+    """``batch -> float32 [B, 3, S, S]`` pixels in [0, 255], as ``TileBatch.render`` (after
+    ``TileBatch.gather`` when ``resident`` is given) computes them, replayed from CUDA graphs.
+
+    Args:
+        imgsz: output side ``S``.
+        resident: ``uint8 [N, S, S, 3]`` the split's images on the device when the workers ship
+            tile indices only (the graph gathers from it); None when they ship the tiles.
+    """
+
+    def __init__(self, imgsz: int, resident: Tensor | None) -> None:
+        self.imgsz, self.resident = imgsz, resident
+        self._markers: dict[tuple[torch.device, int], Tensor] = {}
+        self.runner = GraphRunner(self._render_flat, mode="auto", max_graphs=MAX_GRAPHS, evict=False,
+                                  copy_outputs=False, name="batch rendering")
+
+    def __call__(self, batch: TileBatch) -> Tensor:
+        """Render ``batch`` (already on the device, :meth:`TileBatch.to`).
+
+        The result is the graph's own output buffer, valid until the next call: read it (the
+        pipeline divides it by 255 into a tensor of its own) before rendering the next batch.
+        """
+        flat: list[Tensor] = []
+        flags = 0
+        for i, group in enumerate(batch.groups):
+            pixels = group.cache_rows if self.resident is not None else group.tiles
+            if pixels is None:
+                raise ValueError("this batch carries tile indices only, but no resident images were given")
+            flat += [group.positions, pixels, group.offsets, group.hw, group.theta, group.hsv, group.flip]
+            flags |= (int(group.has_hsv) | int(group.has_flip) << 1) << (2 * i)
+        flat.append(self._marker(batch.groups[0].theta.device, flags))
+        return self.runner(*flat)
+
+    def info(self) -> RunnerInfo:
+        """Graphs, replays and eager calls so far (see ``GraphRunner.info``)."""
+        return self.runner.info()
+
+    def release(self) -> None:
+        """Free the graphs and their memory pool."""
+        self.runner.release()
+
+    def _marker(self, device: torch.device, flags: int) -> Tensor:
+        # The colour and flip steps run or not per group; the graph must be keyed by that, and a
+        # GraphRunner keys by tensor shapes: an empty tensor whose width carries the flags.
+        key = (device, flags)
+        if key not in self._markers:
+            self._markers[key] = torch.empty((0, flags), device=device)
+        return self._markers[key]
+
+    def _render_flat(self, *flat: Tensor) -> Tensor:
+        flags = flat[-1].shape[1]
+        groups: list[TileGroup] = []
+        for i in range(0, len(flat) - 1, _PER_GROUP):
+            positions, pixels, offsets, hw, theta, hsv, flip = flat[i:i + _PER_GROUP]
+            bits = flags >> (2 * (i // _PER_GROUP))
+            tiles = self.resident[pixels] if self.resident is not None else pixels
+            groups.append(TileGroup(
+                positions=positions, cache_rows=pixels, tiles=tiles, offsets=offsets, hw=hw,
+                canvas=2 * self.imgsz if pixels.shape[1] == 4 else self.imgsz, theta=theta, hsv=hsv, flip=flip,
+                has_hsv=bool(bits & 1), has_flip=bool(bits & 2)))
+        return render_groups(groups, sum(len(g.positions) for g in groups), self.imgsz)
+
+
+def render_eagerly(batch: TileBatch, imgsz: int, resident: Tensor | None) -> Tensor:
+    """What :class:`RenderGraphs` replays, without graphs: gather (when resident), then render."""
+    if resident is not None:
+        batch = batch.gather(resident)
+    return batch.render(imgsz)
+

@@ -1,0 +1,97 @@
+"""The GPU path's rendering replayed from CUDA graphs: the same bytes as the eager rendering.
+
+On the CPU the runner renders eagerly (CUDA graphs need CUDA tensors), which still runs the
+graph's function: the flattened inputs, the flags carried by the marker's shape and the groups
+rebuilt from them must give exactly ``TileBatch.render``. The ``cuda`` test replays real graphs
+inside the training pipeline against the eager pipeline, batch by batch.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from test_device_cache import IMGSZ, STRONG, _assert_bit_identical, _epochs, noisy_split
+
+import libreyolo_models.data.pipeline as pipeline_module
+from libreyolo_models.data import render_graph
+from libreyolo_models.data.augment_draws import AugmentConfig, draw_sample
+from libreyolo_models.data.collate import collate_tiles
+from libreyolo_models.data.device_cache import upload_images
+from libreyolo_models.data.image_cache import open_image_cache
+from libreyolo_models.data.pipeline import TrainPipeline
+from libreyolo_models.data.render_graph import RenderGraphs, render_eagerly
+
+
+@pytest.fixture(autouse=True)
+def _private_cache_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "shm").mkdir()
+    monkeypatch.setenv("LIBREYOLO_SHM_DIR", str(tmp_path / "shm"))
+    monkeypatch.setenv("LIBREYOLO_CACHE_DIR", str(tmp_path / "cache"))
+
+
+@pytest.mark.parametrize("resident", [False, True])
+def test_the_graphs_function_renders_what_the_batch_renders(tmp_path: Path, resident: bool) -> None:
+    index = noisy_split(tmp_path / "img", n=8)
+    cache = open_image_cache(index.images, IMGSZ)
+    images = upload_images(cache, torch.device("cpu")) if resident else None
+    graphs = RenderGraphs(IMGSZ, images)
+    seen_flags = set()
+    for seed, augment in enumerate((STRONG, AugmentConfig(mosaic=0.5, hsv_h=0.0, hsv_s=0.0, hsv_v=0.0, fliplr=0.0),
+                                    AugmentConfig(mosaic=1.0, fliplr=1.0), AugmentConfig(mosaic=0.0))):
+        draws = [draw_sample(augment, index=i, n_images=8, imgsz=IMGSZ, seed=seed, rank=0, epoch=0, mosaic=True)
+                 for i in range(8)]
+        batch = collate_tiles(cache, index.labels, draws, index.images, pixels=not resident)
+        seen_flags.add(tuple((g.cache_rows.shape[1], g.has_hsv, g.has_flip) for g in batch.groups))
+        assert torch.equal(graphs(batch), render_eagerly(batch, IMGSZ, images))
+    assert len(seen_flags) == 4  # mixed groups, colour and flip off, every image flipped, letterbox only
+    info = graphs.info()
+    assert info.graphs == () and info.eager_calls == 4  # on the CPU: the function runs eagerly
+
+
+def test_a_batch_of_indices_without_resident_images_is_refused(tmp_path: Path) -> None:
+    index = noisy_split(tmp_path / "img", n=4)
+    cache = open_image_cache(index.images, IMGSZ)
+    draws = [draw_sample(STRONG, index=i, n_images=4, imgsz=IMGSZ, seed=0, rank=0, epoch=0, mosaic=True)
+             for i in range(4)]
+    with pytest.raises(ValueError, match="tile indices only"):
+        RenderGraphs(IMGSZ, None)(collate_tiles(cache, index.labels, draws, index.images, pixels=False))
+
+
+def test_only_cuda_pipelines_render_from_graphs(tmp_path: Path) -> None:
+    assert render_graph.wants_render_graphs(torch.device("cuda", 0))
+    assert not render_graph.wants_render_graphs(torch.device("cpu"))
+    pipeline = TrainPipeline(noisy_split(tmp_path / "img", n=4), imgsz=IMGSZ, batch_size=2, device="cpu",
+                             augment=STRONG, workers=0, seed=0, gpu_augment=True)
+    assert pipeline.render_graphs is None
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("cache", ["gpu", "ram"])
+def test_graphed_rendering_gives_the_eager_pipelines_batches(tmp_path: Path, cache: str,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mosaic always on (and every image flipped: one structure per canvas, replayed from its second batch on) and mixed (many
+    structures: up to four graphs, the rest eager); images resident on the GPU and shipped."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    index = noisy_split(tmp_path / "img", n=40)
+    device = torch.device("cuda", torch.cuda.current_device())
+    for augment in (AugmentConfig(mosaic=1.0, degrees=20.0, translate=0.2, scale=0.5, shear=6.0, hsv_h=0.05,
+                                  hsv_s=0.7, hsv_v=0.4, fliplr=1.0), STRONG):
+        def pipeline(graphs: bool, augment: AugmentConfig = augment) -> TrainPipeline:
+            monkeypatch.setattr(pipeline_module, "wants_render_graphs", lambda device: graphs)
+            return TrainPipeline(index, imgsz=IMGSZ, batch_size=4, device=device, augment=augment, workers=2,
+                                 seed=5, gpu_augment=True, cache=cache)
+
+        graphed, eager = pipeline(True), pipeline(False)
+        assert graphed.render_graphs is not None and eager.render_graphs is None
+        _assert_bit_identical(_epochs(graphed), _epochs(eager))
+        info = graphed.render_graphs.info()
+        replays = sum(g.replays for g in info.graphs)
+        assert 1 <= len(info.graphs) <= render_graph.MAX_GRAPHS
+        if augment.mosaic == 1.0:  # 20 mosaic batches, then 10 letterboxed: two structures
+            assert len(info.graphs) == 2 and replays == 30 - 2, info
+        else:
+            assert replays > 0, info
+        graphed.render_graphs.release()
