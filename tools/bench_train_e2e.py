@@ -69,6 +69,7 @@ class ArmResult:
     peak_reserved: int = 0
     pool_bytes: int = 0
     graph_note: str = ""
+    render_note: str = ""
     extra: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -121,7 +122,15 @@ def run_arm(data: Path, project: Path, *, size: str, batch: int, arm: str, args:
     from libreyolo_models.data import pipeline
     from libreyolo_models.train import half_weights
 
-    applies, wants_render_graphs = half_weights.applies, pipeline.wants_render_graphs
+    applies, wants_render_graphs, render_graphs = half_weights.applies, pipeline.wants_render_graphs, pipeline.RenderGraphs
+    made: list[Any] = []
+
+    class CountedRenderGraphs(render_graphs):  # type: ignore[misc,valid-type]  # keeps each instance to report on
+        def __init__(self, *a: Any, **k: Any) -> None:
+            super().__init__(*a, **k)
+            made.append(self)
+
+    pipeline.RenderGraphs = CountedRenderGraphs  # type: ignore[misc]
     if "casts" in suffixes:  # autocast casts every weight on every forward (no fp16 weight copies)
         half_weights.applies = lambda **_: False  # type: ignore[assignment]
     if "rendereager" in suffixes:  # batches rendered by eager kernel launches, not graph replays
@@ -132,6 +141,13 @@ def run_arm(data: Path, project: Path, *, size: str, batch: int, arm: str, args:
     finally:
         half_weights.applies = applies  # type: ignore[assignment]
         pipeline.wants_render_graphs = wants_render_graphs  # type: ignore[assignment]
+        pipeline.RenderGraphs = render_graphs  # type: ignore[misc]
+    for graphs in made:
+        info = graphs.info()
+        result.render_note = (f"batch rendering: {len(info.graphs)} graph(s), "
+                              f"{sum(g.replays for g in info.graphs)} replays, {info.eager_calls} eager calls, "
+                              f"pool {sum(g.pool_bytes for g in info.graphs) / GIB:.2f} GiB")
+        graphs.release()
     result.rows = read_rows(outcome.run_dir)
     result.peak_allocated = torch.cuda.max_memory_allocated()
     result.peak_reserved = torch.cuda.max_memory_reserved()
@@ -178,6 +194,8 @@ def throughput_table(size: str, batch: int, results: dict[str, ArmResult], peer:
     for arm, res in results.items():
         if res.graph_note:
             lines.append(f"\n{arm}: {res.graph_note}")
+        if res.render_note:
+            lines.append(f"\n{arm}: {res.render_note}")
     for arm, res in results.items():
         twin_name = eager_twin(arm)
         if not arm.startswith("graph") or twin_name not in results:

@@ -7,14 +7,14 @@ probe answers two questions in one process, so the answers are comparable:
 1. **Per-operation host cost** at a tiny shape (batch 1, 20 px, so the GPU never makes the host
    wait): how many microseconds the host spends issuing one convolution (3x3, 1x1), the same 1x1
    as a matrix multiply over the channels_last layout, batch norm in training mode, SiLU and a
-   weight cast, forward and forward + backward.
+   weight cast, forward and forward + backward; batch norm also through aten's own kernels
+   instead of cuDNN's.
 2. **The bare step with each cheaper form** (YOLOv9 ``--size``, ``--batch``, ``--imgsz``, AMP with
    the trainer's cache-off autocast, channels_last, cuDNN autotune, fused SGD, no data pipeline),
    patched in turn on the ``Conv`` unit: 1x1 convolutions as matrix multiplies (``mm1x1``), the
    weights cast to fp16 in one multi-tensor op per step instead of one cast per convolution
    (``cast1``), the unit's conv / BN / activation called as functions instead of three submodule
-   calls (``func``), and all three; and batch norm through aten's own kernels instead of
-   cuDNN's (``nativebn``, not part of ``all``). Each variant's step time is the median of ``--steps``
+   calls (``func``), and all three. Each variant's step time is the median of ``--steps``
    synchronised steps; the baseline runs first and last (its drift bounds what a difference means).
 
     python tools/probe_step_variants.py --batch 32 --out probe-step-variants.md
@@ -176,22 +176,12 @@ def patched_units(variant: str, net: nn.Module) -> Iterator[Callable[[], None]]:
             cast = _CastAll.apply(*(u.conv.weight for u in units))
             halves.update((id(u), h) for u, h in zip(units, cast, strict=True))
 
-    def native_bn(self: Any, x: Tensor) -> Tensor:  # aten's batch norm kernels instead of cuDNN's
-        if not self.training:
-            return original_bn(self, x)
-        return torch.native_batch_norm(x, self.weight, self.bias, self.running_mean, self.running_var, True,
-                                       self.momentum, self.eps)[0]
-
-    original_bn = conv_mod.BatchNorm2d.forward
-    if variant == "nativebn":
-        conv_mod.BatchNorm2d.forward = native_bn  # type: ignore[method-assign]
-    elif variant != "base":
+    if variant != "base":
         conv_mod.Conv.forward = forward  # type: ignore[method-assign]
     try:
         yield per_step
     finally:
         conv_mod.Conv.forward = original  # type: ignore[method-assign]
-        conv_mod.BatchNorm2d.forward = original_bn  # type: ignore[method-assign]
         halves.clear()
 
 

@@ -216,3 +216,25 @@ def test_gathered_placement_equals_the_per_tile_copies_byte_for_byte() -> None:
     hw = torch.randint(6, 17, (3, 4, 2), generator=gen)
     offsets = mosaic_offsets(torch.tensor([[12, 20], [16, 16], [25, 9]]), hw)
     assert torch.equal(place_tiles_gathered(tiles, offsets, hw, 32), place_tiles(tiles, offsets, hw, 32))
+
+
+def test_scattered_placement_equals_the_per_tile_copies_byte_for_byte() -> None:
+    """Tiles that do not overlap, as mosaic and letterbox place them: one tile cropped at any edge
+    or empty, and real mosaic layouts with tiles hanging off the canvas; the result may be a view."""
+    from libreyolo_models.data.augment_ops import mosaic_offsets
+    from libreyolo_models.data.letterbox import place_tiles_scattered
+
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(40):
+        b, side = int(torch.randint(1, 5, (1,), generator=gen)), int(torch.randint(2, 10, (1,), generator=gen))
+        canvas = int(torch.randint(2, 2 * side + 3, (1,), generator=gen))
+        tiles = torch.randint(0, 256, (b, 1, side, side, 3), generator=gen, dtype=torch.uint8)
+        offsets = torch.randint(-side, canvas + 2, (b, 1, 2), generator=gen)
+        hw = torch.randint(0, side + 1, (b, 1, 2), generator=gen)
+        assert torch.equal(place_tiles_scattered(tiles, offsets, hw, canvas), place_tiles(tiles, offsets, hw, canvas))
+    for _ in range(20):
+        tiles = torch.randint(0, 256, (3, 4, 16, 16, 3), generator=gen, dtype=torch.uint8)
+        hw = torch.randint(0, 17, (3, 4, 2), generator=gen)
+        centre = torch.randint(0, 33, (3, 2), generator=gen)
+        offsets = mosaic_offsets(centre, hw)
+        assert torch.equal(place_tiles_scattered(tiles, offsets, hw, 32), place_tiles(tiles, offsets, hw, 32))
