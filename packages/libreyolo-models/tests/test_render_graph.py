@@ -95,3 +95,37 @@ def test_graphed_rendering_gives_the_eager_pipelines_batches(tmp_path: Path, cac
         else:
             assert replays > 0, info
         graphed.render_graphs.release()
+
+
+def test_the_graphs_hold_the_resident_images_no_longer_than_their_owner(tmp_path: Path) -> None:
+    """No reference cycle: dropping the graphs frees what they read without waiting for the collector."""
+    import gc
+    import weakref
+
+    resident = upload_images(open_image_cache(noisy_split(tmp_path / "img", n=4).images, IMGSZ), torch.device("cpu"))
+    seen = weakref.ref(resident)
+    graphs = RenderGraphs(IMGSZ, resident)
+    del resident
+    gc.disable()
+    try:
+        del graphs
+        assert seen() is None
+    finally:
+        gc.enable()
+
+
+def test_closing_mosaic_restarts_the_graph_count_and_close_frees_the_pipeline(tmp_path: Path) -> None:
+    pipeline = TrainPipeline(noisy_split(tmp_path / "img", n=4), imgsz=IMGSZ, batch_size=2, device="cpu",
+                             augment=STRONG, workers=0, seed=0, gpu_augment=True, cache="gpu")
+    resets: list[str] = []
+    released: list[bool] = []
+    pipeline.render_graphs = type("Fake", (), {"reset": lambda self, reason: resets.append(reason),
+                                               "release": lambda self: released.append(True)})()
+    pipeline.set_epoch(0, mosaic=True)
+    pipeline.set_epoch(1, mosaic=True)
+    assert resets == []
+    pipeline.set_epoch(2, mosaic=False)
+    assert resets == ["mosaic closes at epoch 2: new batch structures"]
+    assert pipeline.resident is not None
+    pipeline.close()
+    assert released == [True] and pipeline.render_graphs is None and pipeline.resident is None

@@ -126,7 +126,8 @@ def warp_canvas(canvas: Tensor, theta: Tensor, out_size: int, fill: float = FILL
     Returns:
         ``float32 [B, 3, S, S]``, values in [0, 255].
     """
-    images = canvas.permute(0, 3, 1, 2).sub(float(fill))
+    # A float32 scalar tensor, not a Python float: uint8 - float would follow the default dtype.
+    images = canvas.permute(0, 3, 1, 2).sub(torch.tensor(float(fill), dtype=torch.float32))
     grid = sampling_grid(theta.to(images.device), out_size)
     return F.grid_sample(images, grid, mode="bilinear", padding_mode="zeros", align_corners=False).add_(fill)
 

@@ -112,12 +112,15 @@ def place_tiles_gathered(tiles: Tensor, offsets: Tensor, hw: Tensor, canvas: int
 def place_tiles_scattered(tiles: Tensor, offsets: Tensor, hw: Tensor, canvas: int, fill: int = FILL) -> Tensor:
     """:func:`place_tiles` for tiles that do not overlap, in one indexed copy of the tiles.
 
-    Each tile row goes to one canvas row and each tile column to one canvas column, so two small
-    index tensors (``[B, K, T]`` each) say where every pixel of every slot lands. Pixels outside a
-    tile's used ``h x w`` or off the canvas land in one spare row or column past the canvas's
-    edge, which the returned view leaves out. Less than half the GPU time of the gathers of
-    :func:`place_tiles_gathered`, which read and write the whole canvas once per tile slot (2.6
-    against 5.7 ms for a batch of 32 mosaics at 640 px on an H200, ``tools/probe_render.py``).
+    Each tile row goes to one canvas row and each tile column to one canvas column, so a pixel's
+    place on the canvas is its row's offset plus its column's: one index tensor of the tiles'
+    ``[B, K, T, T]`` shape, built by one broadcast add (one tensor rather than three, which is what
+    separate sample, row and column indices would become on a GPU, where indexing makes broadcast
+    index tensors of unlike strides contiguous). Pixels outside a tile's used ``h x w`` or off the
+    canvas land in a spare row or column past the canvas's edge, which the returned view leaves out.
+    The gathers of :func:`place_tiles_gathered`, which read and write the whole canvas once per tile
+    slot, took 5.7 ms for a batch of 32 mosaics at 640 px on an H200, this copy with three index
+    tensors 2.6 ms (``tools/probe_render.py``; the one-tensor form not yet measured there).
     Pure copies: the same bytes as the loop.
     """
     batch, side, channels, device = tiles.shape[0], tiles.shape[2], tiles.shape[-1], tiles.device
@@ -127,9 +130,11 @@ def place_tiles_scattered(tiles: Tensor, offsets: Tensor, hw: Tensor, canvas: in
     cols = offsets[..., 0:1] + steps                                # [B, K, T] canvas column of each tile column
     rows = torch.where((steps < hw[..., 0:1]) & (rows >= 0) & (rows < canvas), rows, canvas)
     cols = torch.where((steps < hw[..., 1:2]) & (cols >= 0) & (cols < canvas), cols, canvas)
-    out = torch.full((batch, canvas + 1, canvas + 1, channels), fill, dtype=tiles.dtype, device=device)
-    sample = torch.arange(batch, device=device).view(batch, 1, 1, 1)
-    out[sample, rows[..., :, None], cols[..., None, :]] = tiles
+    width = canvas + 1                                              # the spare column
+    first = torch.arange(batch, device=device).view(batch, 1, 1) * (width * width)
+    where = (rows * width + first)[..., :, None] + cols[..., None, :]  # [B, K, T, T] pixel of the canvas
+    out = torch.full((batch, width, width, channels), fill, dtype=tiles.dtype, device=device)
+    out.view(-1, channels)[where] = tiles
     return out[:, :canvas, :canvas]
 
 

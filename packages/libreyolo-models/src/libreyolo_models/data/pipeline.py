@@ -208,6 +208,9 @@ class TrainPipeline:
         env = libreyolo_ddp.dist_env()
         self._seed, self._rank = seed, env.rank
         self._state = torch.tensor([0, 1], dtype=torch.int64).share_memory_()
+        # One side stream for the run: the rendering graphs' static buffers are reused batch after
+        # batch, and a stream per epoch would leave two epochs' replays unordered against each other.
+        self._side_stream = torch.cuda.Stream(device=self.device) if self.device.type == "cuda" else None
         kind = _RawTiles if self.gpu_augment else _AugmentedSamples
         dataset = kind(self.cache, index, augment, seed=seed, rank=env.rank, state=self._state)
         if isinstance(dataset, _RawTiles):  # the only path that can read a resident copy
@@ -252,6 +255,8 @@ class TrainPipeline:
         """Start ``epoch``: reshuffle, reseed the draws, and open or close mosaic."""
         if epoch < 0:
             raise ConfigError(f"epoch={epoch} must be >= 0")
+        if self.render_graphs is not None and bool(self._state[1]) != mosaic:
+            self.render_graphs.reset(f"mosaic {'opens' if mosaic else 'closes'} at epoch {epoch}: new batch structures")
         self._state.copy_(torch.tensor([epoch, int(mosaic)]))
         self._shuffle.manual_seed(_shuffle_seed(self._seed, self._rank, epoch))
         libreyolo_ddp.set_loader_epoch(self._loader, epoch)
@@ -263,9 +268,20 @@ class TrainPipeline:
     def __iter__(self) -> Iterator[Batch]:
         if not self.gpu_augment:
             return map(self._upload, self._loader)
-        if self.device.type == "cuda":
-            return _one_ahead_on_side_stream(self._loader, self._render, self.device)
+        if self._side_stream is not None:
+            return _one_ahead_on_side_stream(self._loader, self._render, self.device, self._side_stream)
         return map(self._render, self._loader)
+
+    def close(self) -> None:
+        """Free the rendering graphs' memory and the resident images now, not when collected.
+
+        The pipeline is unusable afterwards. The trainer calls it when a run ends, so a second run
+        in the same process finds the device memory free.
+        """
+        if self.render_graphs is not None:
+            self.render_graphs.release()
+            self.render_graphs = None
+        self.resident = None
 
     def _upload(self, batch: ImageBatch) -> Batch:
         images = batch.images.to(self.device, non_blocking=True).float().div_(255)
@@ -344,14 +360,14 @@ def _warn_size_mismatch(index: SplitIndex, cache: ImageCache) -> None:
 
 
 def _one_ahead_on_side_stream(batches: Iterable[T], prepare: Callable[[T], Batch],
-                              device: torch.device) -> Iterator[Batch]:
-    """Prepare batch ``k + 1`` on a side stream before handing out batch ``k``.
+                              device: torch.device, stream: torch.cuda.Stream | None = None) -> Iterator[Batch]:
+    """Prepare batch ``k + 1`` on ``stream`` (a new side stream if None) before handing out batch ``k``.
 
     The copy and rendering of the next batch then overlap the caller's step on its own stream.
     The caller's stream waits on an event before it touches a batch, and ``record_stream`` keeps
     the allocator from reusing the batch's memory until that stream is done with it.
     """
-    stream = torch.cuda.Stream(device=device)
+    stream = stream if stream is not None else torch.cuda.Stream(device=device)
     pending: tuple[Batch, torch.cuda.Event] | None = None
     for raw in batches:
         with torch.cuda.stream(stream):

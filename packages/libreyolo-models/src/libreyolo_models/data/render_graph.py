@@ -11,10 +11,14 @@ on the same values as :meth:`~libreyolo_models.data.collate.TileBatch.render`, s
 the same bytes (a ``cuda`` test compares them).
 
 At most :data:`MAX_GRAPHS` structures get a graph (a mosaic probability between 0 and 1 mixes
-group sizes from batch to batch); the others render eagerly. The graphs share one memory pool.
+group sizes from batch to batch); the others render eagerly, and closing mosaic starts the count
+afresh (:meth:`RenderGraphs.reset`). The graphs share one memory pool, held until the pipeline
+closes (``TrainPipeline.close``).
 """
 
 from __future__ import annotations
+
+import functools
 
 import torch
 from torch import Tensor
@@ -50,8 +54,10 @@ class RenderGraphs:
     def __init__(self, imgsz: int, resident: Tensor | None) -> None:
         self.imgsz, self.resident = imgsz, resident
         self._markers: dict[tuple[torch.device, int], Tensor] = {}
-        self.runner = GraphRunner(self._render_flat, mode="auto", max_graphs=MAX_GRAPHS, evict=False,
-                                  copy_outputs=False, name="batch rendering")
+        # A function of its own, not a bound method: no reference cycle keeps the runner's pool
+        # (and the resident images it reads) alive past the pipeline until a full collection.
+        self.runner = GraphRunner(functools.partial(_render_flat, imgsz, resident), mode="auto",
+                                  max_graphs=MAX_GRAPHS, evict=False, copy_outputs=False, name="batch rendering")
 
     def __call__(self, batch: TileBatch) -> Tensor:
         """Render ``batch`` (already on the device, :meth:`TileBatch.to`).
@@ -78,6 +84,11 @@ class RenderGraphs:
         """Free the graphs and their memory pool."""
         self.runner.release()
 
+    def reset(self, reason: str) -> None:
+        """Drop every graph (their pool stays, for the next captures): the batch structures change,
+        e.g. when mosaic closes, and the new ones should not find the graph slots taken."""
+        self.runner.invalidate(reason)
+
     def _marker(self, device: torch.device, flags: int) -> Tensor:
         # The colour and flip steps run or not per group; the graph must be keyed by that, and a
         # GraphRunner keys by tensor shapes: an empty tensor whose width carries the flags.
@@ -86,18 +97,21 @@ class RenderGraphs:
             self._markers[key] = torch.empty((0, flags), device=device)
         return self._markers[key]
 
-    def _render_flat(self, *flat: Tensor) -> Tensor:
-        flags = flat[-1].shape[1]
-        groups: list[TileGroup] = []
-        for i in range(0, len(flat) - 1, _PER_GROUP):
-            positions, pixels, offsets, hw, theta, hsv, flip = flat[i:i + _PER_GROUP]
-            bits = flags >> (2 * (i // _PER_GROUP))
-            tiles = self.resident[pixels] if self.resident is not None else pixels
-            groups.append(TileGroup(
-                positions=positions, cache_rows=pixels, tiles=tiles, offsets=offsets, hw=hw,
-                canvas=2 * self.imgsz if pixels.shape[1] == 4 else self.imgsz, theta=theta, hsv=hsv, flip=flip,
-                has_hsv=bool(bits & 1), has_flip=bool(bits & 2)))
-        return render_groups(groups, sum(len(g.positions) for g in groups), self.imgsz)
+
+def _render_flat(imgsz: int, resident: Tensor | None, *flat: Tensor) -> Tensor:
+    """What a graph captures: the groups rebuilt from :meth:`RenderGraphs.__call__`'s flat inputs,
+    gathered from ``resident`` when given, rendered by ``collate.render_groups``."""
+    flags = flat[-1].shape[1]
+    groups: list[TileGroup] = []
+    for i in range(0, len(flat) - 1, _PER_GROUP):
+        positions, pixels, offsets, hw, theta, hsv, flip = flat[i:i + _PER_GROUP]
+        bits = flags >> (2 * (i // _PER_GROUP))
+        tiles = resident[pixels] if resident is not None else pixels
+        groups.append(TileGroup(
+            positions=positions, cache_rows=pixels, tiles=tiles, offsets=offsets, hw=hw,
+            canvas=2 * imgsz if pixels.shape[1] == 4 else imgsz, theta=theta, hsv=hsv, flip=flip,
+            has_hsv=bool(bits & 1), has_flip=bool(bits & 2)))
+    return render_groups(groups, sum(len(g.positions) for g in groups), imgsz)
 
 
 def render_eagerly(batch: TileBatch, imgsz: int, resident: Tensor | None) -> Tensor:

@@ -263,6 +263,9 @@ class Trainer:
                 return self._run()
             finally:
                 self.model.graphs.release_training()
+                close = getattr(getattr(self, "train_data", None), "close", None)
+                if close is not None:  # the rendering graphs' pool and resident images: free now
+                    close()
 
     def _run(self) -> TrainOutcome:
         epoch, stopped_early, last, metrics = 0, False, None, {}
