@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from bench_predict import median_ms
 from report import emit_report, log
 from torch import Tensor
 
@@ -63,17 +64,8 @@ def mosaic_batch(batch: int, imgsz: int, n_images: int, device: torch.device) ->
 
 
 def gpu_ms(fn: Callable[[], Any], reps: int) -> float:
-    """Median GPU milliseconds of ``fn`` (CUDA events around each call)."""
-    fn()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+    """Median GPU milliseconds of ``fn`` (CUDA events around each call, one warm-up call)."""
+    return median_ms(fn, reps, warmup=1)
 
 
 def host_ms(fn: Callable[[], Any], reps: int) -> float:
