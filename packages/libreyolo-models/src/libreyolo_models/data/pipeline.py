@@ -12,8 +12,8 @@
   batch ``k``. When the split's images are resident on the device (``device_cache``: ``cache="auto"``
   when they fit, or ``"gpu"``), workers ship tile indices instead of tiles and the main process
   gathers the same pixels there; the batches are bit-identical either way. On CUDA the rendering
-  replays from CUDA graphs (``render_graph``), one per batch structure: the same kernels, launched
-  once instead of about a hundred times from the training loop's thread.
+  replays from CUDA graphs (``render_graph``), one per batch structure: the same kernels, one replay
+  and a few input copies instead of about a hundred launches from the training loop's thread.
 
 Mosaic partners are shipped by the workers (drawn from the whole split), in both paths.
 ``ValPipeline`` only letterboxes, deterministically, sharded over ranks when distributed.
@@ -202,7 +202,7 @@ class TrainPipeline:
         index, self.cache, self.skipped = usable_part(index, self.cache)
         _warn_size_mismatch(index, self.cache)
         self.resident = self._keep_on_device(place)
-        # On CUDA the batch rendering replays from graphs (render_graph): same bytes, one launch.
+        # On CUDA the batch rendering replays from graphs (render_graph): same bytes, one replay.
         self.render_graphs = (RenderGraphs(imgsz, self.resident)
                               if self.gpu_augment and wants_render_graphs(self.device) else None)
         env = libreyolo_ddp.dist_env()

@@ -1,4 +1,4 @@
-"""The GPU path's batch rendering replayed from a CUDA graph: the same kernels, one launch.
+"""The GPU path's batch rendering replayed from a CUDA graph: the same kernels, one replay.
 
 Rendering a batch on the device (tile gathers, the warp's sampling grid and ``grid_sample``,
 HSV's elementwise passes, the flip) issues about a hundred small kernels from the training
