@@ -12,7 +12,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_device_cache import IMGSZ, STRONG, _assert_bit_identical, _epochs, noisy_split
+from test_device_cache import (  # _private_cache_dirs: its autouse fixture, active here too
+    IMGSZ,
+    STRONG,
+    _assert_bit_identical,
+    _epochs,
+    _private_cache_dirs,  # noqa: F401
+    noisy_split,
+)
 
 import libreyolo_models.data.pipeline as pipeline_module
 from libreyolo_models.data import render_graph
@@ -22,13 +29,6 @@ from libreyolo_models.data.device_cache import upload_images
 from libreyolo_models.data.image_cache import open_image_cache
 from libreyolo_models.data.pipeline import TrainPipeline
 from libreyolo_models.data.render_graph import RenderGraphs, render_eagerly
-
-
-@pytest.fixture(autouse=True)
-def _private_cache_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    (tmp_path / "shm").mkdir()
-    monkeypatch.setenv("LIBREYOLO_SHM_DIR", str(tmp_path / "shm"))
-    monkeypatch.setenv("LIBREYOLO_CACHE_DIR", str(tmp_path / "cache"))
 
 
 @pytest.mark.parametrize("resident", [False, True])

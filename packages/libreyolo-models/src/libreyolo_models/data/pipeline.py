@@ -210,7 +210,8 @@ class TrainPipeline:
         self._state = torch.tensor([0, 1], dtype=torch.int64).share_memory_()
         # One side stream for the run: the rendering graphs' static buffers are reused batch after
         # batch, and a stream per epoch would leave two epochs' replays unordered against each other.
-        self._side_stream = torch.cuda.Stream(device=self.device) if self.device.type == "cuda" else None
+        self._side_stream = (torch.cuda.Stream(device=self.device)
+                             if self.gpu_augment and self.device.type == "cuda" else None)
         kind = _RawTiles if self.gpu_augment else _AugmentedSamples
         dataset = kind(self.cache, index, augment, seed=seed, rank=env.rank, state=self._state)
         if isinstance(dataset, _RawTiles):  # the only path that can read a resident copy
