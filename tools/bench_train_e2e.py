@@ -142,11 +142,11 @@ def run_arm(data: Path, project: Path, *, size: str, batch: int, arm: str, args:
         half_weights.applies = applies  # type: ignore[assignment]
         pipeline.wants_render_graphs = wants_render_graphs  # type: ignore[assignment]
         pipeline.RenderGraphs = render_graphs  # type: ignore[misc]
-    for graphs in made:
-        info = graphs.info()
-        result.render_note = (f"batch rendering: {len(info.graphs)} graph(s), "
-                              f"{sum(g.replays for g in info.graphs)} replays, {info.eager_calls} eager calls, "
-                              f"pool {sum(g.pool_bytes for g in info.graphs) / GIB:.2f} GiB")
+    for graphs in made:  # the trainer has closed its pipelines: totals, not what is held now
+        totals = graphs.totals()
+        if totals.graphs or totals.eager_calls:
+            result.render_note = (f"batch rendering: {totals.graphs} graph(s), {totals.replays} replays, "
+                                  f"{totals.eager_calls} eager calls, pool {totals.pool_bytes / GIB:.2f} GiB")
         graphs.release()
     result.rows = read_rows(outcome.run_dir)
     result.peak_allocated = torch.cuda.max_memory_allocated()

@@ -66,7 +66,8 @@ for what in "$@"; do
     bench_data) step bench_data 240 $PY tools/bench_data.py --workers 12 ;;
     bench_data_resident) step bench_data_resident 240 $PY tools/bench_data.py --workers 12 --images 1024 --arms gpu,resident ;;
     tests_gpucache) step tests_gpucache 180 $PY -m pytest -p no:cacheprovider --import-mode=importlib -m "cuda or multigpu" -q -rfE -o addopts="" \
-             packages/libreyolo-models/tests/test_device_cache.py packages/libreyolo-models/tests/test_augment_equivalence.py ;;
+             packages/libreyolo-models/tests/test_device_cache.py packages/libreyolo-models/tests/test_augment_equivalence.py \
+             packages/libreyolo-models/tests/test_render_graph.py packages/libreyolo-models/tests/test_augment_ops.py ;;
     tests_quick) step tests_quick 40 $PY -m pytest -p no:cacheprovider --import-mode=importlib -m cuda -q -rfE -o addopts="" \
              packages/libreyolo-models/tests/test_augment_equivalence.py ;;
     e2e) step e2e ${E2E_S:-300} $PY tools/bench_train_e2e.py --images 2048 --epochs 3 --batch 32 --deterministic --arms eager,graph,eager-cl-fast,graph-cl-fast --out "$OUT/bench-e2e.md" ;;

@@ -20,6 +20,7 @@ from PIL import Image
 
 import libreyolo_ddp
 from libreyolo_models import LibreYOLO9
+from libreyolo_models.data import render_graph
 from libreyolo_models.data.augment_draws import AugmentConfig, draw_sample
 from libreyolo_models.data.cache_store import CachePlace
 from libreyolo_models.data.collate import collate_tiles
@@ -181,6 +182,51 @@ def test_autobatch_probes_within_what_the_resident_images_leave(monkeypatch: pyt
     plan = TrainPlan(TrainConfig(data="shapes", batch=-1), devices, 64, {}, False, 1)  # type: ignore[arg-type]
     assert autobatch.resolve_batch(LibreYOLO9(size="t"), plan).global_batch == 16
     assert seen == [pytest.approx(MEMORY_FRACTION - 0.1)]
+
+
+def test_autobatch_holds_the_batch_renderings_memory_beside_each_probed_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Detection renders batches on the GPU by default there: each probed step at batch ``b``
+    runs beside ``b`` images' worth of the rendering's memory; the CPU path and classify hold none."""
+    def per_image(task: str, gpu_augment: bool | str = "auto", device: str = "cuda") -> int:
+        plan = SimpleNamespace(cfg=SimpleNamespace(gpu_augment=gpu_augment), imgsz=64)
+        return autobatch.rendering_bytes_per_image(SimpleNamespace(task_spec=TASKS[task]),  # type: ignore[arg-type]
+                                                   plan, torch.device(device))  # type: ignore[arg-type]
+
+    assert per_image("detect") == render_graph.BYTES_PER_PIXEL * 64 * 64
+    assert per_image("detect", gpu_augment=False) == per_image("detect", device="cpu") == 0
+    assert per_image("classify") == 0
+
+    held: list[int] = []
+
+    def probe(step, device, fraction):  # noqa: ANN001, ANN202 - libreyolo_ddp's signature
+        for b in (2, 3):
+            step(b)
+        return 3
+
+    monkeypatch.setattr(autobatch, "hold_bytes", lambda nbytes, device: held.append(nbytes))
+    monkeypatch.setattr(libreyolo_ddp, "probe_batch_size", probe)
+    model = LibreYOLO9(size="t")
+    assert autobatch.probe_training_batch(model, 32, torch.device("cpu"), False, held_per_image=1000) == 3
+    assert held == [2000, 3000]
+
+
+@pytest.mark.cuda
+def test_the_rendering_memory_autobatch_plans_for_is_what_the_graphs_hold(tmp_path: Path) -> None:
+    """``render_graph.BYTES_PER_PIXEL`` against a real pool: mosaics of resident images, 320 px."""
+    imgsz, batch = 320, 8
+    device = torch.device("cuda", torch.cuda.current_device())
+    pipeline = TrainPipeline(noisy_split(tmp_path / "img", n=16), imgsz=imgsz, batch_size=batch, device=device,
+                             augment=AugmentConfig(mosaic=1.0), workers=0, seed=0, gpu_augment=True, cache="gpu")
+    assert pipeline.resident is not None and pipeline.render_graphs is not None
+    graphs = pipeline.render_graphs
+    pipeline.set_epoch(0, mosaic=True)
+    for _ in pipeline:  # two batches of one structure: the second is captured
+        pass
+    pipeline.close()
+    totals = graphs.totals()
+    assert totals.graphs == 1, totals
+    planned = render_graph.BYTES_PER_PIXEL * batch * imgsz * imgsz
+    assert 0.6 * planned <= totals.pool_bytes <= 1.2 * planned, (totals.pool_bytes, planned)
 
 
 @pytest.mark.cuda

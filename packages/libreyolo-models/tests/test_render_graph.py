@@ -48,6 +48,7 @@ def test_the_graphs_function_renders_what_the_batch_renders(tmp_path: Path, resi
     assert len(seen_flags) == 4  # mixed groups, colour and flip off, every image flipped, letterbox only
     info = graphs.info()
     assert info.graphs == () and info.eager_calls == 4  # on the CPU: the function runs eagerly
+    assert graphs.totals() == render_graph.RenderTotals(graphs=0, replays=0, eager_calls=4, pool_bytes=0)
 
 
 def test_a_batch_of_indices_without_resident_images_is_refused(tmp_path: Path) -> None:
@@ -87,15 +88,20 @@ def test_graphed_rendering_gives_the_eager_pipelines_batches(tmp_path: Path, cac
 
         graphed, eager = pipeline(True), pipeline(False)
         assert graphed.render_graphs is not None and eager.render_graphs is None
-        _assert_bit_identical(_epochs(graphed), _epochs(eager))
+        batches = _epochs(graphed)
+        _assert_bit_identical(batches, _epochs(eager))
         info = graphed.render_graphs.info()
         # Mosaic closes for the third epoch: the graphs are dropped (one invalidation) and its ten
         # letterboxed batches get graphs of their own.
         assert info.invalidations == 1 and len(info.graphs) >= 1 and info.graphs[0].replays > 0, info
         if augment.mosaic == 1.0:  # every image flipped: one structure an epoch, replayed from its second batch
             assert len(info.graphs) == 1 and info.graphs[0].replays == 9 and info.eager_calls == 2, info
+        graphs = graphed.render_graphs
         graphed.close()
         assert graphed.render_graphs is None
+        totals = graphs.totals()  # the graphs dropped when mosaic closed and at close() still count
+        assert totals.replays + totals.eager_calls == len(batches) and totals.graphs > len(info.graphs), totals
+        assert totals.pool_bytes > 0
 
 
 def test_the_graphs_hold_the_resident_images_no_longer_than_their_owner(tmp_path: Path) -> None:

@@ -18,19 +18,47 @@ closes (``TrainPipeline.close``).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import torch
 from torch import Tensor
 
-from libreyolo_cudagraph import GraphRunner, RunnerInfo
+from libreyolo_cudagraph import GraphInfo, GraphRunner, RunnerInfo
 
 from .collate import TileBatch, TileGroup, render_groups
 
 MAX_GRAPHS = 4
 """Batch structures with a graph of their own; later new structures render eagerly."""
 
+BYTES_PER_PIXEL = 105
+"""Device memory the rendering holds beside the training step, per pixel of a batch image.
+
+The graphs' pool (or, rendering eagerly, the side stream's cached blocks, which the step's
+stream does not reuse) at its largest: mosaic samples gathered from resident images, the 2S
+canvas in uint8 and float32, the placement's index, the sampling grid, HSV's temporaries.
+``tools/probe_render.py`` measured 1.28 GiB for 32 mosaics at 640 px (2026-12-02, H200): 105
+bytes a pixel. Autobatch plans around it; a ``cuda`` test checks it against a real pool."""
+
 _PER_GROUP = 7  # positions, cache rows or tiles, offsets, hw, theta, hsv, flip
+
+
+@dataclasses.dataclass(frozen=True)
+class RenderTotals:
+    """A pipeline's rendering graphs over its whole life, the ones dropped by a reset or
+    released at the end included (a runner's own info forgets those).
+
+    Attributes:
+        graphs: graphs captured.
+        replays: batches rendered by a replay.
+        eager_calls: batches rendered eagerly (first sight of a structure, or no slot left).
+        pool_bytes: the largest memory pool the graphs held at one time.
+    """
+
+    graphs: int
+    replays: int
+    eager_calls: int
+    pool_bytes: int
 
 
 def wants_render_graphs(device: torch.device) -> bool:
@@ -58,6 +86,8 @@ class RenderGraphs:
         # (and the resident images it reads) alive past the pipeline until a full collection.
         self.runner = GraphRunner(functools.partial(_render_flat, imgsz, resident), mode="auto",
                                   max_graphs=MAX_GRAPHS, evict=False, copy_outputs=False, name="batch rendering")
+        self._dropped: list[GraphInfo] = []
+        self._pool_bytes = 0
 
     def __call__(self, batch: TileBatch) -> Tensor:
         """Render ``batch`` (already on the device, :meth:`TileBatch.to`).
@@ -77,17 +107,30 @@ class RenderGraphs:
         return self.runner(*flat)
 
     def info(self) -> RunnerInfo:
-        """Graphs, replays and eager calls so far (see ``GraphRunner.info``)."""
+        """The graphs held now, their replays, and eager calls so far (see ``GraphRunner.info``)."""
         return self.runner.info()
+
+    def totals(self) -> RenderTotals:
+        """Graphs, replays, eager calls and pool over the pipeline's life (see :class:`RenderTotals`)."""
+        info = self._keep_tally()
+        graphs = [*self._dropped, *info.graphs]
+        return RenderTotals(len(graphs), sum(g.replays for g in graphs), info.eager_calls, self._pool_bytes)
 
     def release(self) -> None:
         """Free the graphs and their memory pool."""
+        self._dropped += self._keep_tally().graphs
         self.runner.release()
 
     def reset(self, reason: str) -> None:
         """Drop every graph (their pool stays, for the next captures): the batch structures change,
         e.g. when mosaic closes, and the new ones should not find the graph slots taken."""
+        self._dropped += self._keep_tally().graphs
         self.runner.invalidate(reason)
+
+    def _keep_tally(self) -> RunnerInfo:
+        info = self.runner.info()
+        self._pool_bytes = max(self._pool_bytes, sum(g.pool_bytes for g in info.graphs))
+        return info
 
     def _marker(self, device: torch.device, flags: int) -> Tensor:
         # The colour and flip steps run or not per group; the graph must be keyed by that, and a

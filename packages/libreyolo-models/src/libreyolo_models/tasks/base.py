@@ -90,6 +90,9 @@ class Task(abc.ABC):
     # train_pipeline may keep the training split's images on the device (data.device_cache);
     # autobatch then leaves their bytes out of the batch's memory budget.
     images_on_device: ClassVar[bool] = False
+    # Device memory the GPU path's batch rendering holds beside the training step, per pixel of a
+    # batch image (0: none worth counting); autobatch leaves it out of the step's budget.
+    rendering_bytes_per_pixel: ClassVar[int] = 0
     augmentations: ClassVar[frozenset[str]] = frozenset()  # TrainConfig augmentation fields honoured
     # predict may hand prepare_batch a reduced decode of a large picture, with the picture's size
     # in orig_shapes (sources.read_image_for): true for the letterboxing tasks.

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..data import render_graph
 from ..data.augment_draws import AugmentConfig
 from ..data.datasets import load_split, resolve_dataset
 from ..data.pipeline import TrainPipeline, ValPipeline
@@ -48,6 +49,7 @@ class DetectTask(Task):
     results_field: ClassVar[str] = "boxes"
     supports_multi_scale: ClassVar[bool] = True
     images_on_device: ClassVar[bool] = True
+    rendering_bytes_per_pixel: ClassVar[int] = render_graph.BYTES_PER_PIXEL
     augmentations: ClassVar[frozenset[str]] = frozenset(AugmentConfig.__dataclass_fields__)
 
     def load_data(self, data: Any) -> Any:

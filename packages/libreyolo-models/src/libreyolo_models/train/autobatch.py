@@ -4,7 +4,9 @@ Called by every rank before training: in one process it probes here; with a proc
 (spawned workers or torchrun) rank 0 probes and broadcasts (``libreyolo_ddp.resolve_autobatch``).
 
 The training images the data pipeline will keep on the device (``data.device_cache``) are asked
-about here with the same rule the pipeline applies, and their bytes come out of the budget.
+about here with the same rule the pipeline applies, and their bytes come out of the budget; the
+memory its batch rendering holds beside the step (``data.render_graph``) is held during each probed
+step, since it grows with the batch.
 """
 
 from __future__ import annotations
@@ -42,7 +44,8 @@ def resolve_batch(model: LibreYOLO, plan: TrainPlan) -> TrainPlan:
         resident = planned_resident_bytes(model, plan, device)
         share = resident / torch.cuda.get_device_properties(device).total_memory if resident else 0.0
         fraction = memory_fraction(graphed=bool(plan.cfg.cuda_graph), resident_share=share)
-        return probe_training_batch(model, plan.imgsz, device, plan.cfg.amp, fraction=fraction)
+        return probe_training_batch(model, plan.imgsz, device, plan.cfg.amp, fraction=fraction,
+                                    held_per_image=rendering_bytes_per_image(model, plan, device))
 
     batch = libreyolo_ddp.resolve_autobatch(probe, world_size=plan.world_size, nbs=plan.cfg.nbs)
     return plan.with_batch(batch)
@@ -62,6 +65,15 @@ def planned_resident_bytes(model: LibreYOLO, plan: TrainPlan, device: torch.devi
         return 0
     log.info("autobatch: planning around the training images kept on the device (%s)", residency.reason)
     return residency.nbytes
+
+
+def rendering_bytes_per_image(model: LibreYOLO, plan: TrainPlan, device: torch.device) -> int:
+    """Device memory the data pipeline's batch rendering holds per batch image beside the training
+    step (the task's ``rendering_bytes_per_pixel``), or 0 when the workers render on the CPU."""
+    per_pixel = model.task_spec.rendering_bytes_per_pixel
+    if not per_pixel or not _resolve_gpu_augment(plan.cfg.gpu_augment, device):
+        return 0
+    return per_pixel * plan.imgsz * plan.imgsz
 
 
 MEMORY_FRACTION = 0.6
@@ -99,12 +111,13 @@ def memory_fraction(*, graphed: bool, resident_share: float = 0.0) -> float:
 
 
 def probe_training_batch(model: LibreYOLO, imgsz: int, device: torch.device, amp: bool, *,
-                         fraction: float = MEMORY_FRACTION) -> int:
+                         fraction: float = MEMORY_FRACTION, held_per_image: int = 0) -> int:
     """Images per step that fit on ``device`` for a forward+backward at ``imgsz`` within
-    ``fraction`` of its memory."""
+    ``fraction`` of its memory, with ``held_per_image`` bytes per image held beside each step."""
     net = model.net.to(device).train()
 
     def step(batch: int) -> None:
+        held = hold_bytes(held_per_image * batch, device)  # noqa: F841 - alive for the step
         images = torch.rand(batch, 3, imgsz, imgsz, device=device)
         with torch.autocast("cuda", dtype=torch.float16, enabled=amp):
             outputs = model.training_forward(images)
@@ -118,6 +131,11 @@ def probe_training_batch(model: LibreYOLO, imgsz: int, device: torch.device, amp
         return libreyolo_ddp.probe_batch_size(step, device, fraction=fraction)
     finally:
         net.zero_grad(set_to_none=True)
+
+
+def hold_bytes(nbytes: int, device: torch.device) -> torch.Tensor | None:
+    """A block of ``nbytes`` on ``device`` (None for 0): memory something else holds meanwhile."""
+    return torch.empty(nbytes, dtype=torch.uint8, device=device) if nbytes else None
 
 
 def _leaves(tree: object) -> list[torch.Tensor]:
