@@ -8,6 +8,7 @@ inside the training pipeline against the eager pipeline, batch by batch.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -70,8 +71,8 @@ def test_only_cuda_pipelines_render_from_graphs(tmp_path: Path) -> None:
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("cache", ["gpu", "ram"])
-def test_graphed_rendering_gives_the_eager_pipelines_batches(tmp_path: Path, cache: str,
-                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_graphed_rendering_gives_the_eager_pipelines_batches(tmp_path: Path, cache: str, monkeypatch: pytest.MonkeyPatch,
+                                                             caplog: pytest.LogCaptureFixture) -> None:
     """Mosaic always on (and every image flipped: one structure per canvas, replayed from its
     second batch on) and mixed (many structures: up to four graphs, the rest eager); images
     resident on the GPU and shipped; mosaic closing for the last epoch."""
@@ -97,7 +98,9 @@ def test_graphed_rendering_gives_the_eager_pipelines_batches(tmp_path: Path, cac
         if augment.mosaic == 1.0:  # every image flipped: one structure an epoch, replayed from its second batch
             assert len(info.graphs) == 1 and info.graphs[0].replays == 9 and info.eager_calls == 2, info
         graphs = graphed.render_graphs
-        graphed.close()
+        with caplog.at_level(logging.INFO, logger="libreyolo_models.data.pipeline"):
+            graphed.close()
+        assert f"{len(batches) - graphs.totals().eager_calls} batches replayed" in caplog.text
         assert graphed.render_graphs is None
         totals = graphs.totals()  # the graphs dropped when mosaic closed and at close() still count
         assert totals.replays + totals.eager_calls == len(batches) and totals.graphs > len(info.graphs), totals
@@ -121,18 +124,22 @@ def test_the_graphs_hold_the_resident_images_no_longer_than_their_owner(tmp_path
         gc.enable()
 
 
-def test_closing_mosaic_restarts_the_graph_count_and_close_frees_the_pipeline(tmp_path: Path) -> None:
+def test_closing_mosaic_restarts_the_graph_count_and_close_frees_the_pipeline(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """On the CPU the runner renders eagerly, but the pipeline's bookkeeping is the CUDA one's."""
+    monkeypatch.setattr(pipeline_module, "wants_render_graphs", lambda device: True)
     pipeline = TrainPipeline(noisy_split(tmp_path / "img", n=4), imgsz=IMGSZ, batch_size=2, device="cpu",
                              augment=STRONG, workers=0, seed=0, gpu_augment=True, cache="gpu")
+    graphs = pipeline.render_graphs
+    assert graphs is not None
     resets: list[str] = []
-    released: list[bool] = []
-    pipeline.render_graphs = type("Fake", (), {"reset": lambda self, reason: resets.append(reason),
-                                               "release": lambda self: released.append(True)})()
-    pipeline.set_epoch(0, mosaic=True)
-    pipeline.set_epoch(1, mosaic=True)
-    assert resets == []
-    pipeline.set_epoch(2, mosaic=False)
+    monkeypatch.setattr(graphs.runner, "invalidate", resets.append)
+    for epoch, mosaic in enumerate((True, True, False)):
+        pipeline.set_epoch(epoch, mosaic=mosaic)
+        assert len(list(pipeline)) == 2
     assert resets == ["mosaic closes at epoch 2: new batch structures"]
     assert pipeline.resident is not None
-    pipeline.close()
-    assert released == [True] and pipeline.render_graphs is None and pipeline.resident is None
+    with caplog.at_level(logging.INFO, logger="libreyolo_models.data.pipeline"):
+        pipeline.close()
+    assert pipeline.render_graphs is None and pipeline.resident is None
+    assert "batch rendering: 0 CUDA graph(s), 0 batches replayed, 6 rendered eagerly, pool 0.00 GiB" in caplog.text

@@ -281,6 +281,9 @@ class TrainPipeline:
         """
         if self.render_graphs is not None:
             self.render_graphs.release()
+            totals = self.render_graphs.totals()
+            log.info("batch rendering: %d CUDA graph(s), %d batches replayed, %d rendered eagerly, pool %.2f GiB",
+                     totals.graphs, totals.replays, totals.eager_calls, totals.pool_bytes / 2**30)
             self.render_graphs = None
         self.resident = None
 
