@@ -195,6 +195,42 @@ def run_ours(arm: str, args: argparse.Namespace, image: Path, folder: Path, vide
     return out
 
 
+def median_host_ms(fn: Callable[[], Any], reps: int) -> float:
+    """Median wall time of ``fn()`` followed by a device synchronisation."""
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def settle_machine(seconds: float, size: str = "t", imgsz: int = 640, device: str = "cuda:0") -> str:
+    """Run the eager fused forward at batch 1 for ``seconds`` before any arm; returns a note.
+
+    A host-bound eager call's time follows the machine's state: in one ``tools/probe_eager_host.py``
+    run both networks, ours and Ultralytics', took about 19 ms a call for the first 15 s of steady
+    work and 8.5 ms afterwards; in a settled bench run, 14.2 ms at first, 9.1-9.3 after 5 s and
+    11.7-12.4 after 20 s. Settling first keeps any arm from meeting a cold machine; it does not
+    remove the spread, so the note records the trace (per-call time every 5 s).
+    """
+    if seconds <= 0:
+        return "machine not settled before the arms (--settle-s 0)"
+    model = fresh_model(size, imgsz).to(device)
+    fused, x = model.fused_net(), torch.rand(1, 3, imgsz, imgsz, device=device)
+    trace: list[tuple[float, float]] = []  # (seconds since the start, median ms of 20 calls)
+    start = time.perf_counter()
+    with torch.inference_mode():
+        while (elapsed := time.perf_counter() - start) < seconds:
+            trace.append((elapsed, median_host_ms(lambda: model.inference_forward(x, fused), 20)))
+    marks = [p for i, p in enumerate(trace) if i == 0 or int(p[0] / 5) != int(trace[i - 1][0] / 5)]  # one per 5 s
+    return (f"machine settled for {seconds:.0f} s before the arms (eager fused forward, batch 1): "
+            f"{trace[0][1]:.1f} ms a call at first, {trace[-1][1]:.1f} at the end; "
+            + ", ".join(f"{ms:.1f} at {t:.0f} s" for t, ms in marks))
+
+
 # --------------------------------------------------------------------------- network only
 def median_ms(fn: Callable[[], Any], reps: int, warmup: int) -> float:
     for _ in range(warmup):
@@ -380,6 +416,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--video-s", type=int, default=30)
     p.add_argument("--reps", type=int, default=100)
     p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--settle-s", type=float, default=30.0,
+                   help="seconds of eager forwards before any arm, so no arm meets a cold machine (0: none)")
     p.add_argument("--arms", default="eager,eager-unfused,graph,half+fuse+graph,ultralytics")
     p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--net-dtypes", default="fp16,fp32", help="network-only table: dtypes (fp16,fp32)")
@@ -410,6 +448,8 @@ def main(argv: list[str] | None = None) -> int:
 
     notes.append("JPEGs decoded on the GPU (nvJPEG, TorchCodec) by the arms without -cpudecode: "
                  f"{'yes' if resolve_gpu_decode('auto', torch.device('cuda')) else 'no (TorchCodec does not load)'}")
+    notes.append(settle_machine(args.settle_s, args.size, args.imgsz))
+    log(notes[-1])
     results: dict[str, dict[str, Any]] = {}
     for arm in filter(None, args.arms.split(",")):
         key = arm if arm not in results else f"{arm} (again)"  # an arm named twice runs twice: the spread

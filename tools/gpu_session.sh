@@ -15,6 +15,7 @@
 #   tools/gpu_session.sh probe_memory        (where predict's peak GPU memory comes from, step by step)
 #   tools/gpu_session.sh probe_video         (a video's predict: the decoding side alone, then with the GPU)
 #   tools/gpu_session.sh probe_net           (the fused fp16 network's kernels and graph replay against torch.compile's; PROBE_NET_ARGS)
+#   tools/gpu_session.sh probe_eager_host    (eager batch-1 forward, ours vs Ultralytics' in one process, before and after our predicts)
 #   tools/gpu_session.sh probe_render        (one training batch's rendering on the GPU, stage by stage, eager and graphed)
 #   tools/gpu_session.sh probe_folder        (a folder's predict throughput against decoding threads and processes; PROBE_FOLDER_ARGS)
 #   tools/gpu_session.sh sweeps              (learning-recipe sweeps, SegFormer and RT-DETR: SEG_*/DETR_* override)
@@ -128,6 +129,7 @@ for what in "$@"; do
     probe_memory) step probe_memory ${PROBE_S:-200} $PY tools/probe_predict_memory.py --out "$OUT/probe-predict-memory.md" ;;
     probe_video) step probe_video ${PROBE_S:-200} $PY tools/probe_video.py --out "$OUT/probe-video.md" ;;
     probe_net) step probe_net ${PROBE_S:-420} $PY tools/probe_net_kernels.py ${PROBE_NET_ARGS:---batches 1,32} ;;
+    probe_eager_host) step probe_eager_host ${PROBE_S:-240} $PY tools/probe_eager_host.py --out "$OUT/probe-eager-host.md" ;;
     probe_render) step probe_render ${PROBE_S:-120} $PY tools/probe_render.py ${PROBE_RENDER_ARGS:-} --out "$OUT/probe-render.md" ;;
     probe_folder) step probe_folder ${PROBE_S:-200} $PY tools/probe_folder.py ${PROBE_FOLDER_ARGS:-} --out "$OUT/probe-folder.md" ;;
     bench_predict) step bench_predict ${BENCH_PREDICT_S:-540} $PY tools/bench_predict.py ${BENCH_PREDICT_ARGS:-} --out "$OUT/bench-predict.md" ;;
