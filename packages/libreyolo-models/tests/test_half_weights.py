@@ -14,35 +14,60 @@ import torch
 from op_counts import OpCounter
 from torch import nn
 
-from libreyolo_models import LibreYOLO9
+from libreyolo_models import LibreYOLO, LibreYOLO9
+from libreyolo_models.contract import has_training_head
+from libreyolo_models.registry import families
 from libreyolo_models.train import half_weights
 from libreyolo_models.train.half_weights import HalfWeights
 
+SMALL = {"yolox": ("n", 64), "resnet": ("18", 32), "mobilenetv4": ("small", 32), "efficientnetv2": ("b0", 32),
+         "convnext": ("tiny", 32), "segformer": ("b0", 64)}
+"""Each family that declares ``half_weights`` besides YOLOv9 (tested above with op counts), at a
+small size and image size for the bit-for-bit check."""
 
-def _train(half: bool, *, steps: int = 3, micro: int = 2, channels_last: bool = False) -> tuple[list[float], nn.Module,
-                                                                                                  Counter[str]]:
-    """``steps`` SGD steps of a YOLOv9-t training forward under CPU bf16 autocast (cache off, as the
-    trainer runs CUDA's), ``micro`` accumulated micro-batches each."""
+
+def _leaves(tree: Any) -> list[torch.Tensor]:
+    if isinstance(tree, torch.Tensor):
+        return [tree] if tree.is_floating_point() else []
+    if isinstance(tree, dict):
+        tree = list(tree.values())
+    return [leaf for item in tree for leaf in _leaves(item)] if isinstance(tree, list | tuple) else []
+
+
+def _forward(model: Any, net: nn.Module, x: torch.Tensor, step: int) -> Any:
+    """The training forward as the trainer runs it: the family's seam, then its eager head if any."""
+    outputs = model.family.training_forward(net, x)
+    if has_training_head(model.family):
+        targets = model.family.sample_targets(x.shape[0], x.shape[-1], torch.Generator().manual_seed(step))
+        outputs = model.family.training_head(net, outputs, targets)
+    return outputs
+
+
+def _train(half: bool, *, family: str = "yolo9", size: str = "t", imgsz: int = 64, steps: int = 3, micro: int = 2,
+           channels_last: bool = False, device: str = "cpu") -> tuple[list[float], nn.Module, Counter[str]]:
+    """``steps`` SGD steps of a training forward under autocast with its cache off (as the trainer
+    runs CUDA's): bf16 on the CPU, fp16 on CUDA; ``micro`` accumulated micro-batches each."""
     torch.manual_seed(0)
-    model = LibreYOLO9(size="t", nc=3, imgsz=64)
-    net = model.net.train()
+    model = LibreYOLO(family=family, size=size, nc=3, imgsz=imgsz)
+    net = model.net.to(device).train()
     if channels_last:
         net.to(memory_format=torch.channels_last)
+    dtype = torch.float16 if device != "cpu" else torch.bfloat16
     opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
-    copies = HalfWeights(net, torch.bfloat16) if half else None
+    copies = HalfWeights(net, dtype) if half else None
     g = torch.Generator().manual_seed(1)
     losses: list[float] = []
     ops: Counter[str] = Counter()
     for step in range(steps):
         for _ in range(micro):
-            x = torch.rand(2, 3, 64, 64, generator=g)
-            with torch.autocast("cpu", dtype=torch.bfloat16, cache_enabled=False):
+            x = torch.rand(2, 3, imgsz, imgsz, generator=g).to(device)
+            with torch.autocast(torch.device(device).type, dtype=dtype, cache_enabled=False):
                 counter = OpCounter() if step == 0 else contextlib.nullcontext()
                 with counter, copies.installed() if copies is not None else contextlib.nullcontext():
-                    outputs = model.family.training_forward(net, x)
+                    outputs = _forward(model, net, x, step)
                 if isinstance(counter, OpCounter):
                     ops = counter.seen
-                loss = sum(o.float().square().mean() for o in outputs)
+                loss = sum(o.float().square().mean() for o in _leaves(outputs))
             loss.backward()
             if copies is not None:
                 copies.grads_to_masters()
@@ -52,6 +77,28 @@ def _train(half: bool, *, steps: int = 3, micro: int = 2, channels_last: bool = 
         if copies is not None:
             copies.refresh()
     return losses, net, ops
+
+
+def _assert_same_training(family: str, size: str, imgsz: int, device: str = "cpu") -> None:
+    ref_losses, ref_net, _ = _train(False, family=family, size=size, imgsz=imgsz, steps=2, device=device)
+    losses, net, _ = _train(True, family=family, size=size, imgsz=imgsz, steps=2, device=device)
+    assert losses == ref_losses
+    for (name, a), b in zip(ref_net.state_dict().items(), net.state_dict().values()):
+        assert torch.equal(a, b), name
+
+
+def _calls_per_layer(family: str, size: str, imgsz: int) -> Counter[str]:
+    """How many times each convolution and linear layer runs in one training forward."""
+    model = LibreYOLO(family=family, size=size, nc=3, imgsz=imgsz)
+    net = model.net.train()
+    names = {id(m): name for name, m in net.named_modules()}
+    calls: Counter[str] = Counter()
+    hooks = [m.register_forward_hook(lambda m, i, o: calls.update([names[id(m)]]))
+             for m in net.modules() if isinstance(m, half_weights.CAST_MODULES)]
+    _forward(model, net, torch.rand(2, 3, imgsz, imgsz), 0)
+    for hook in hooks:
+        hook.remove()
+    return calls
 
 
 @pytest.mark.parametrize("channels_last", [False, True])
@@ -120,6 +167,38 @@ def test_applies_only_to_eager_single_process_cuda_amp_of_a_declaring_family() -
         kwargs: dict[str, Any] = {"amp": True, "device": cuda, "graphed": False, "world": 1, "declared": True, **change}
         assert not half_weights.applies(**kwargs), change
     assert LibreYOLO9(size="t", nc=3).spec.task("detect").half_weights
+
+
+def test_the_declaring_families_are_the_ones_checked_here() -> None:
+    declaring = {name for name, spec in families().items() if any(t.half_weights for t in spec.tasks.values())}
+    assert declaring == {"yolo9", *SMALL}
+
+
+@pytest.mark.parametrize("family", sorted(SMALL))
+def test_each_declaring_family_runs_a_layer_once_and_trains_bit_identically_on_copies(family: str) -> None:
+    size, imgsz = SMALL[family]
+    calls = _calls_per_layer(family, size, imgsz)
+    assert calls and max(calls.values()) == 1, [name for name, n in calls.items() if n > 1]
+    _assert_same_training(family, size, imgsz)
+
+
+@pytest.mark.parametrize(("family", "size", "imgsz", "shared"), [
+    ("rtmdet", "t", 64, "head.cls_convs.0.0.conv"),  # one head conv stack serves the three levels
+    ("rtdetr", "r18", 128, "decoder.query_pos_head.layers.0"),  # once per decoder layer
+])
+def test_families_running_a_layer_more_than_once_do_not_declare(family: str, size: str, imgsz: int,
+                                                                 shared: str) -> None:
+    assert _calls_per_layer(family, size, imgsz)[shared] > 1
+    assert not any(t.half_weights for t in families()[family].tasks.values())
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("family", sorted(SMALL))
+def test_each_declaring_family_trains_bit_identically_on_cuda_copies(family: str) -> None:
+    """The CUDA form of the check above: fp16 autocast, fp16 copies."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    _assert_same_training(family, *SMALL[family], device="cuda")
 
 
 @pytest.mark.cuda

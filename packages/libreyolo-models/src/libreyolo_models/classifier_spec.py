@@ -24,11 +24,13 @@ CLASSIFY_RECIPE: Mapping[str, object] = {
 
 
 def classify_task(*, default_imgsz: int = 224, imgsz_by_size: Mapping[str, int] | None = None,
-                  recipe: Mapping[str, object] | None = None) -> TaskDecl:
+                  recipe: Mapping[str, object] | None = None, half_weights: bool = True) -> TaskDecl:
     """The ``classify`` declaration: one loss term ``cls`` (soft-target cross-entropy), 1000
     ImageNet classes when none are given. Graph capture is verified: on an H200 (torch 2.11,
     2026-12-01) the parity rows of ResNet 18/50, EfficientNetV2-b0, ConvNeXt-tiny and
-    MobileNetV4-small are green (docs/parity-matrix.md)."""
+    MobileNetV4-small are green (docs/parity-matrix.md). fp16 weight copies: each of the four
+    runs every convolution and linear layer once a forward, and ``tests/test_half_weights.py``
+    holds their AMP steps bit-identical with and without the copies."""
     return TaskDecl(loss_names=("cls",), loss_gains={"cls": 1.0}, default_imgsz=default_imgsz,
                     imgsz_by_size=dict(imgsz_by_size or {}), inference_capture=True, train_capture=True,
-                    recipe={**CLASSIFY_RECIPE, **(recipe or {})}, default_nc=1000)
+                    half_weights=half_weights, recipe={**CLASSIFY_RECIPE, **(recipe or {})}, default_nc=1000)

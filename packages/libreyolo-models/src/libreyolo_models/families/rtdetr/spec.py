@@ -43,6 +43,9 @@ SPEC = FamilySpec(
             # no mismatching gradient), and graphed predict equals eager (tests-integration).
             inference_capture=True,
             train_capture=True,
+            # No fp16 weight copies: the decoder's query_pos_head runs once per decoder layer, and
+            # a copy's fp16 gradients would add in fp16 (test_half_weights).
+            half_weights=False,
             recipe=RECIPE,
             dynamic_imgsz=False,
             # flatten_memory reads the level sizes as ints (split sizes, per-level sampling grids).

@@ -45,6 +45,9 @@ SPEC = FamilySpec(
             # until libreyolo-cudagraph stopped leaving stand-ins in the head's shared convs.
             inference_capture=True,
             train_capture=True,
+            # No fp16 weight copies: the head's cls/reg convs serve every level (three calls a
+            # forward), and a copy's three fp16 gradients would add in fp16 (test_half_weights).
+            half_weights=False,
             recipe=RECIPE,
             recipe_shares=SHORT_RUN_SHARES,
         ),

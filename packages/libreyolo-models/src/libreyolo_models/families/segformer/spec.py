@@ -48,6 +48,9 @@ SPEC = FamilySpec(
             # no mismatching gradient; drop path and dropout draw from the graph's own stream).
             inference_capture=True,
             train_capture=True,
+            # Every conv and linear layer runs once per training forward (test_half_weights:
+            # bit-identical AMP steps, drop path included).
+            half_weights=True,
             recipe=RECIPE,
         ),
     },

@@ -62,6 +62,8 @@ SPEC = FamilySpec(
             inference_capture=True,
             train_capture=True,
             inference_fuse=True,  # test_yolox_family: fused detections equal unfused ones to rounding
+            # Every conv runs once per training forward (test_half_weights: bit-identical AMP steps).
+            half_weights=True,
             recipe=RECIPE,
             recipe_shares=SHORT_RUN_SHARES,
         ),
