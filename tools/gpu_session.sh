@@ -15,6 +15,7 @@
 #   tools/gpu_session.sh probe_memory        (where predict's peak GPU memory comes from, step by step)
 #   tools/gpu_session.sh probe_video         (a video's predict: the decoding side alone, then with the GPU)
 #   tools/gpu_session.sh probe_net           (the fused fp16 network's kernels and graph replay against torch.compile's; PROBE_NET_ARGS)
+#   tools/gpu_session.sh tests_half_weights probe_half_weights   (fp16 weight copies: bit-identity per family on CUDA; the step time they save)
 #   tools/gpu_session.sh probe_eager_host    (eager batch-1 forward, ours vs Ultralytics' in one process, before and after our predicts)
 #   tools/gpu_session.sh probe_render        (one training batch's rendering on the GPU, stage by stage, eager and graphed)
 #   tools/gpu_session.sh probe_folder        (a folder's predict throughput against decoding threads and processes; PROBE_FOLDER_ARGS)
@@ -129,6 +130,9 @@ for what in "$@"; do
     probe_memory) step probe_memory ${PROBE_S:-200} $PY tools/probe_predict_memory.py --out "$OUT/probe-predict-memory.md" ;;
     probe_video) step probe_video ${PROBE_S:-200} $PY tools/probe_video.py --out "$OUT/probe-video.md" ;;
     probe_net) step probe_net ${PROBE_S:-420} $PY tools/probe_net_kernels.py ${PROBE_NET_ARGS:---batches 1,32} ;;
+    probe_half_weights) step probe_half_weights ${PROBE_S:-240} $PY tools/probe_half_weights.py ${PROBE_HW_ARGS:-} --out "$OUT/probe-half-weights.md" ;;
+    tests_half_weights) step tests_half_weights 180 $PY -m pytest -p no:cacheprovider --import-mode=importlib -m cuda -q -rfE \
+             -o addopts="" packages/libreyolo-models/tests/test_half_weights.py ;;
     probe_eager_host) step probe_eager_host ${PROBE_S:-240} $PY tools/probe_eager_host.py --out "$OUT/probe-eager-host.md" ;;
     probe_render) step probe_render ${PROBE_S:-120} $PY tools/probe_render.py ${PROBE_RENDER_ARGS:-} --out "$OUT/probe-render.md" ;;
     probe_folder) step probe_folder ${PROBE_S:-200} $PY tools/probe_folder.py ${PROBE_FOLDER_ARGS:-} --out "$OUT/probe-folder.md" ;;
