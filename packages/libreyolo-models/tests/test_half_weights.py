@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import math
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -82,6 +83,7 @@ def _train(half: bool, *, family: str = "yolo9", size: str = "t", imgsz: int = 6
 def _assert_same_training(family: str, size: str, imgsz: int, device: str = "cpu") -> None:
     ref_losses, ref_net, _ = _train(False, family=family, size=size, imgsz=imgsz, steps=2, device=device)
     losses, net, _ = _train(True, family=family, size=size, imgsz=imgsz, steps=2, device=device)
+    assert all(map(math.isfinite, ref_losses)), ref_losses  # else both sides would compare NaN to NaN
     assert losses == ref_losses
     for (name, a), b in zip(ref_net.state_dict().items(), net.state_dict().values()):
         assert torch.equal(a, b), name
@@ -195,10 +197,13 @@ def test_families_running_a_layer_more_than_once_do_not_declare(family: str, siz
 @pytest.mark.cuda
 @pytest.mark.parametrize("family", sorted(SMALL))
 def test_each_declaring_family_trains_bit_identically_on_cuda_copies(family: str) -> None:
-    """The CUDA form of the check above: fp16 autocast, fp16 copies."""
+    """The CUDA form of the check above: fp16 autocast, fp16 copies. At least 64 px: at 32 px,
+    batch 2, the last maps of EfficientNetV2 and MobileNetV4 are 1x1, and BatchNorm's gradients
+    over two values overflow fp16 without a loss scale (copies or not)."""
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
-    _assert_same_training(family, *SMALL[family], device="cuda")
+    size, imgsz = SMALL[family]
+    _assert_same_training(family, size, max(imgsz, 64), device="cuda")
 
 
 @pytest.mark.cuda
