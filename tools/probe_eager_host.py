@@ -12,8 +12,8 @@ each, median of ``--reps``, the two alternating) in three states of one process:
 2. after ``--predicts`` one-image predicts (ours, defaults);
 3. after a folder predict at batch 32 (decoding threads or processes).
 
-For each it prints the Python threads alive and, for the fresh state, the host time per ATen
-operator (``torch.profiler``) of each side.
+For each it prints the Python threads alive; at the end, the host time per ATen operator
+(``torch.profiler``, five calls) of each side.
 
     PYTHONPATH=... python tools/probe_eager_host.py --out probe-eager-host.md
 """
@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         for _ in model.predict(str(folder), batch=32, stream=True, device=str(device)):
             pass
         measure("after a folder predict at batch 32")
-    lines += ["", "Host time by operator, fresh process state, five calls each:", ""]
+    lines += ["", "Host time by operator, after the three states, five calls each:", ""]
     with torch.inference_mode():
         for side, fn in sides.items():
             lines += [f"**{side}**", "", "```", op_table(fn, 14), "```", ""]

@@ -24,6 +24,7 @@ from report import emit_report, log
 
 from libreyolo_models import LibreYOLO
 from libreyolo_models.contract import has_training_head
+from libreyolo_models.tensor_trees import tensor_leaves
 from libreyolo_models.train.half_weights import HalfWeights
 
 DEVICE = "cuda:0"  # a dry run elsewhere: probe_half_weights.DEVICE = "cpu"
@@ -50,8 +51,7 @@ def step_ms(family: str, size: str, imgsz: int, batch: int, steps: int, rounds: 
                 out = model.family.training_forward(net, x)
                 if targets is not None:
                     out = model.family.training_head(net, out, targets)
-            leaves = [out] if isinstance(out, torch.Tensor) else list(out.values()) if isinstance(out, dict) else out
-            loss = sum(t.float().square().mean() for t in leaves if isinstance(t, torch.Tensor))
+            loss = sum(t.float().square().mean() for t in tensor_leaves(out) if t.is_floating_point())
         loss.backward()
         if half:
             copies.grads_to_masters()

@@ -18,6 +18,7 @@ from torch import nn
 from libreyolo_models import LibreYOLO, LibreYOLO9
 from libreyolo_models.contract import has_training_head
 from libreyolo_models.registry import families
+from libreyolo_models.tensor_trees import tensor_leaves
 from libreyolo_models.train import half_weights
 from libreyolo_models.train.half_weights import HalfWeights
 
@@ -25,14 +26,6 @@ SMALL = {"yolox": ("n", 64), "resnet": ("18", 32), "mobilenetv4": ("small", 32),
          "convnext": ("tiny", 32), "segformer": ("b0", 64)}
 """Each family that declares ``half_weights`` besides YOLOv9 (tested above with op counts), at a
 small size and image size for the bit-for-bit check."""
-
-
-def _leaves(tree: Any) -> list[torch.Tensor]:
-    if isinstance(tree, torch.Tensor):
-        return [tree] if tree.is_floating_point() else []
-    if isinstance(tree, dict):
-        tree = list(tree.values())
-    return [leaf for item in tree for leaf in _leaves(item)] if isinstance(tree, list | tuple) else []
 
 
 def _forward(model: Any, net: nn.Module, x: torch.Tensor, step: int) -> Any:
@@ -68,7 +61,7 @@ def _train(half: bool, *, family: str = "yolo9", size: str = "t", imgsz: int = 6
                     outputs = _forward(model, net, x, step)
                 if isinstance(counter, OpCounter):
                     ops = counter.seen
-                loss = sum(o.float().square().mean() for o in _leaves(outputs))
+                loss = sum(o.float().square().mean() for o in tensor_leaves(outputs) if o.is_floating_point())
             loss.backward()
             if copies is not None:
                 copies.grads_to_masters()

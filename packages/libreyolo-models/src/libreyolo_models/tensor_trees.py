@@ -73,7 +73,8 @@ def _flat_on_host(tensors: list[Tensor]) -> tuple[dict[tuple[torch.device, torch
     return flats, offsets
 
 
-def _collect(tree: Any) -> list[Tensor]:
+def tensor_leaves(tree: Any) -> list[Tensor]:
+    """Every tensor of ``tree`` (dicts, lists, tuples), depth first."""
     found: list[Tensor] = []
     _map(tree, found.append)
     return found
@@ -82,7 +83,7 @@ def _collect(tree: Any) -> list[Tensor]:
 def host_copies(tree: Any) -> Any:
     """``tree`` with every tensor replaced by a detached CPU copy of its own, in the standard
     memory layout. Later changes to the originals (training goes on) never reach the copies."""
-    tensors = _collect(tree)
+    tensors = tensor_leaves(tree)
     flats, offsets = _flat_on_host(tensors)
     order = iter(range(len(tensors)))
 
@@ -98,7 +99,7 @@ def pack_tensors(tree: Any) -> dict[str, Any]:
     """``tree`` as a packed record: its structure with each tensor replaced by a small place marker,
     and the values in one flat CPU tensor per dtype. ``unpack_tensors`` reverses it exactly
     (values, dtypes and shapes; the layout comes back standard). Loads with ``weights_only=True``."""
-    tensors = _collect(tree)
+    tensors = tensor_leaves(tree)
     flats, offsets = _flat_on_host(tensors)
     data: dict[str, Tensor] = {}
     bases: dict[tuple[torch.device, torch.dtype], int] = {}  # where each group starts in its dtype's buffer

@@ -23,6 +23,7 @@ from ..data.cache_store import parse_cache_setting
 from ..data.device_cache import may_be_resident, plan_residency
 from ..data.pipeline import _resolve_gpu_augment
 from ..errors import ConfigError
+from ..tensor_trees import tensor_leaves
 
 if TYPE_CHECKING:
     from ..facade import LibreYOLO
@@ -124,7 +125,7 @@ def probe_training_batch(model: LibreYOLO, imgsz: int, device: torch.device, amp
             if has_training_head(model.family):  # split capture: the eager head's memory counts too
                 targets = model.family.sample_targets(batch, imgsz, torch.Generator().manual_seed(0))
                 outputs = model.family.training_head(net, outputs, targets)
-        sum(leaf.float().mean() for leaf in _leaves(outputs)).backward()  # type: ignore[union-attr]
+        sum(leaf.float().mean() for leaf in tensor_leaves(outputs) if leaf.is_floating_point()).backward()  # type: ignore[union-attr]
         net.zero_grad(set_to_none=True)
 
     try:
@@ -136,13 +137,3 @@ def probe_training_batch(model: LibreYOLO, imgsz: int, device: torch.device, amp
 def hold_bytes(nbytes: int, device: torch.device) -> torch.Tensor | None:
     """A block of ``nbytes`` on ``device`` (None for 0): memory something else holds meanwhile."""
     return torch.empty(nbytes, dtype=torch.uint8, device=device) if nbytes else None
-
-
-def _leaves(tree: object) -> list[torch.Tensor]:
-    if isinstance(tree, torch.Tensor):
-        return [tree] if tree.is_floating_point() else []
-    if isinstance(tree, dict):
-        return [t for v in tree.values() for t in _leaves(v)]
-    if isinstance(tree, list | tuple):
-        return [t for v in tree for t in _leaves(v)]
-    return []
