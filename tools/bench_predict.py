@@ -3,6 +3,10 @@
 
 Scenarios, each for every arm:
 
+- ``image, interleaved`` (first): the same JPEG at batch 1 with our arms and Ultralytics' predict
+  (in this process) taking turns, ``--interleave-rounds`` rounds of ``--interleave-calls`` calls
+  each, the ratio to the peer taken within each round, so the machine's drift between arms'
+  moments drops out;
 - ``image``: one 1280x720 JPEG at batch 1, median of ``--reps`` calls (after warmup);
 - ``folder``: ``--images`` 1280x720 JPEGs streamed at ``--batch``, images/s;
 - ``video``: a ``--video-s`` second 720p 30 fps H.264 video the script writes (PyAV, else
@@ -146,9 +150,6 @@ def fresh_model(size: str, imgsz: int, *, prior_scores: bool = True) -> Any:
     return model
 
 
-
-
-
 def phase_means(results: Iterable[Any]) -> tuple[int, dict[str, float]]:
     """Images seen and mean ms per phase; ``dets`` is the mean detections per image (the
     post-processing workload, which random weights make far larger than a trained model's)."""
@@ -193,6 +194,78 @@ def run_ours(arm: str, args: argparse.Namespace, image: Path, folder: Path, vide
     del model
     torch.cuda.empty_cache()
     return out
+
+
+def peer_predictor(args: argparse.Namespace) -> tuple[Callable[[Path], Any] | None, str]:
+    """Ultralytics' ``YOLO.predict`` in this process (for the interleaved scenario), or why not."""
+    import os
+
+    os.environ.setdefault("YOLO_OFFLINE", "1")
+    try:
+        from ultralytics import YOLO
+    except ImportError as err:
+        return None, f"Ultralytics not importable in this process ({err})"
+    torch.manual_seed(0)
+    peer = YOLO(f"yolov9{args.size}.yaml")
+    kw = {"imgsz": args.imgsz, "device": 0, "verbose": False, "conf": args.conf}
+    return (lambda path: peer.predict(str(path), **kw)), "in this process"
+
+
+def interleaved_image(arms: list[str], args: argparse.Namespace, image: Path) -> list[str]:
+    """Batch-1 file-to-``Results`` latency with every arm, the peer's included, taking turns in one process.
+
+    The separate ``image`` scenario runs each arm once, at its own moment, and the peer in a fresh
+    child process: a host-bound call's time follows the machine's state, which moved 2x within one
+    run (``tools/probe_eager_host.py``), so those ratios carry the drift between the arms'
+    moments. Here each round runs ``--interleave-calls`` calls of each arm, the order rotating
+    round to round, and the ratio is taken within each round: arms that share a moment share
+    the machine's state.
+    """
+    ours = [a for a in dict.fromkeys(arms) if a in ARMS]
+    callers: dict[str, Callable[[], Any]] = {}
+    models = []
+    for arm in ours:
+        model = fresh_model(args.size, args.imgsz, prior_scores=not args.busy_scores)
+        options = {"device": 0, "imgsz": args.imgsz, "conf": args.conf, **ARMS[arm]}
+        models.append(model)
+        callers[arm] = lambda model=model, options=options: model.predict(image, **options)
+    peer, why = peer_predictor(args) if "ultralytics" in arms else (None, "not in --arms")
+    if peer is not None:
+        callers["ultralytics"] = lambda: peer(image)
+    if len(callers) < 2 or args.interleave_rounds <= 0:
+        return [f"Interleaved scenario not run: {len(callers)} arm(s) (Ultralytics: {why}), "
+                f"--interleave-rounds {args.interleave_rounds}."]
+    names = list(callers)
+    for fn in callers.values():
+        for _ in range(args.warmup):
+            fn()
+    rounds: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(args.interleave_rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            times = []
+            for _ in range(args.interleave_calls):
+                t0 = time.perf_counter()
+                callers[name]()
+                times.append((time.perf_counter() - t0) * 1e3)
+            rounds[name].append(statistics.median(times))
+    lines = ["", f"Batch 1, file to `Results`, arms taking turns in one process ({args.interleave_rounds} rounds of "
+             f"{args.interleave_calls} calls per arm, the order rotating; Ultralytics {why}; ms, median of each "
+             "round's median):", "",
+             "| arm | ms | per round | vs Ultralytics (median of the rounds' ratios) | rounds at or under the peer |",
+             "|---|---:|---|---:|---:|"]
+    peer_rounds = rounds.get("ultralytics")
+    for name in names:
+        per = rounds[name]
+        vs, wins = "-", "-"
+        if peer_rounds and name != "ultralytics":
+            ratios = [p / o for p, o in zip(peer_rounds, per)]
+            vs, wins = f"{statistics.median(ratios):.2f}x", f"{sum(x >= 1.0 for x in ratios)} of {len(ratios)}"
+        lines.append(f"| {name} | {statistics.median(per):.2f} | {', '.join(f'{v:.1f}' for v in per)} | {vs} | {wins} |")
+    for model in models:
+        model.release_graphs()
+    del models, callers
+    torch.cuda.empty_cache()
+    return lines
 
 
 def median_host_ms(fn: Callable[[], Any], reps: int) -> float:
@@ -363,7 +436,7 @@ def _fmt(v: Any, spec: str = ".2f") -> str:
 
 
 def report(results: dict[str, dict[str, Any]], net_rows: list[str], notes: list[str],
-           args: argparse.Namespace) -> list[str]:
+           args: argparse.Namespace, interleaved: list[str]) -> list[str]:
     gpu = torch.cuda.get_device_name(0)
     lines = [f"## Predict end to end ({datetime.date.today()}, {gpu}, torch {torch.__version__})", "",
              f"YOLOv9-{args.size} random weights, imgsz {args.imgsz}, conf {args.conf}; image: batch 1, median of "
@@ -398,6 +471,7 @@ def report(results: dict[str, dict[str, Any]], net_rows: list[str], notes: list[
                 ratio = r[key] / ref[key] if higher else ref[key] / r[key]
                 parts.append(f"{key.split('_')[0]} {ratio:.2f}x vs {ref_name}")
         lines.append(f"- {arm}: " + (", ".join(parts) or "-"))
+    lines += interleaved
     lines += ["", "Network only (fused; CUDA events, medians):", "", *net_rows]
     if notes:
         lines += ["", *[f"- {n}" for n in notes]]
@@ -419,6 +493,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--settle-s", type=float, default=30.0,
                    help="seconds of eager forwards before any arm, so no arm meets a cold machine (0: none)")
     p.add_argument("--arms", default="eager,eager-unfused,graph,half+fuse+graph,ultralytics")
+    p.add_argument("--interleave-rounds", type=int, default=8,
+                   help="rounds of the one-image scenario with the arms taking turns in one process (0: skip)")
+    p.add_argument("--interleave-calls", type=int, default=10, help="calls of each arm per interleaved round")
     p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--net-dtypes", default="fp16,fp32", help="network-only table: dtypes (fp16,fp32)")
     p.add_argument("--net-batches", default="", help="network-only table: batches (default: 1 and --batch)")
@@ -450,8 +527,12 @@ def main(argv: list[str] | None = None) -> int:
                  f"{'yes' if resolve_gpu_decode('auto', torch.device('cuda')) else 'no (TorchCodec does not load)'}")
     notes.append(settle_machine(args.settle_s, args.size, args.imgsz))
     log(notes[-1])
+    arms = [a for a in args.arms.split(",") if a]
+    log("interleaved one-image scenario")
+    interleaved = interleaved_image(arms, args, image)
+    log("\n".join(interleaved))
     results: dict[str, dict[str, Any]] = {}
-    for arm in filter(None, args.arms.split(",")):
+    for arm in arms:
         key = arm if arm not in results else f"{arm} (again)"  # an arm named twice runs twice: the spread
         log(f"arm {key}")
         if arm == "ultralytics":
@@ -472,9 +553,10 @@ def main(argv: list[str] | None = None) -> int:
         else:
             sys.exit(f"unknown arm {arm!r}; known: {', '.join([*ARMS, 'ultralytics'])}")
         if args.out is not None:  # a partial report after every arm: a timeout keeps what finished
-            emit_report(report(results, [], [*notes, "partial: network-only rows not run yet"], args), args.out)
+            emit_report(report(results, [], [*notes, "partial: network-only rows not run yet"], args, interleaved),
+                        args.out)
     net_rows = network_only(args)
-    emit_report(report(results, net_rows, notes, args), args.out)
+    emit_report(report(results, net_rows, notes, args, interleaved), args.out)
     return 0
 
 

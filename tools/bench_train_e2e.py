@@ -10,7 +10,10 @@ ratios to eager and to the peer, and whether eager and graphed per-epoch losses 
 The peer, Ultralytics' YOLOv9 of the same size, trains on the same data with the same batch, image
 size, AMP and epoch count in the same invocation (``tools/peer_ultralytics.py``, a subprocess;
 ``--no-peer`` skips it); a ratio to a figure from another run would be noise (the same Ultralytics
-run measured 161 and 327 img/s).
+run measured 161 and 327 img/s). The peer trains after our arms unless ``--arms`` names
+``ultralytics`` where it should train; naming it twice (``ultralytics,eager-cl-fast,graph-cl-fast,
+ultralytics``) brackets our arms between two peer runs and the ratios use their mean, so a machine
+drifting during the run moves both sides alike. Any arm named twice runs twice (``(run 2)``).
 
     python tools/bench_train_e2e.py --images 2048 --epochs 3 --batches 32
     python tools/bench_train_e2e.py --profile --batches 8,32,64 --images 512 --epochs 2 --no-peer
@@ -38,10 +41,12 @@ weight on every forward and autograd casts every gradient back, as before those 
 from __future__ import annotations
 
 import argparse
+import collections
 import csv
 import datetime
 import gc
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -93,7 +98,9 @@ def read_rows(run_dir: Path) -> list[dict[str, float]]:
         return [{k: float(v) for k, v in row.items() if v} for row in csv.DictReader(fh)]
 
 
-def run_arm(data: Path, project: Path, *, size: str, batch: int, arm: str, args: argparse.Namespace) -> ArmResult:
+def run_arm(data: Path, project: Path, *, size: str, batch: int, arm: str, args: argparse.Namespace,
+            run: int = 1) -> ArmResult:
+    """Train one arm; ``run`` numbers an arm named more than once in ``--arms`` (its own run folder)."""
     from libreyolo_models import LibreYOLO9
 
     kind, *suffixes = arm.split("-")
@@ -136,8 +143,8 @@ def run_arm(data: Path, project: Path, *, size: str, batch: int, arm: str, args:
     if "rendereager" in suffixes:  # batches rendered by eager kernel launches, not graph replays
         pipeline.wants_render_graphs = lambda device: False  # type: ignore[assignment]
     try:
-        outcome = _train(model, data, project, size=size, batch=batch, arm=arm, args=args, graph=graph,
-                         deterministic=deterministic, suffixes=suffixes, report=report)
+        outcome = _train(model, data, project, size=size, batch=batch, arm=arm if run == 1 else f"{arm}-run{run}",
+                         args=args, graph=graph, deterministic=deterministic, suffixes=suffixes, report=report)
     finally:
         half_weights.applies = applies  # type: ignore[assignment]
         pipeline.wants_render_graphs = wants_render_graphs  # type: ignore[assignment]
@@ -168,8 +175,11 @@ def _train(model: Any, data: Path, project: Path, *, size: str, batch: int, arm:
                        name=f"{size}-b{batch}-{arm}", verbose=False, callbacks=[report])
 
 
-def throughput_table(size: str, batch: int, results: dict[str, ArmResult], peer: dict) -> list[str]:
-    peer_ips = peer.get("images_per_s")
+def throughput_table(size: str, batch: int, results: dict[str, ArmResult], peers: dict[str, dict]) -> list[str]:
+    """One row per arm and per peer run; ratios to the peer are against the mean of its readings
+    (with the peer named twice in ``--arms``, before and after ours, the drift between them cancels)."""
+    readings = [p["images_per_s"] for p in peers.values() if p.get("images_per_s")]
+    peer_ips = statistics.fmean(readings) if readings else None
     lines = [f"### YOLOv9-{size}, batch {batch}", "",
              "| arm | images/s | data wait | first step s | setup s | first epoch s | peak alloc GiB | "
              "peak reserved GiB | graph pool GiB | vs eager (same settings) | vs Ultralytics (same run) |",
@@ -184,13 +194,17 @@ def throughput_table(size: str, batch: int, results: dict[str, ArmResult], peer:
         lines.append(f"| {arm} | {ips:.0f} | {res.data_wait():.0%} | {res.first_step_s():.1f} | {res.setup_s:.1f} | "
                      f"{res.rows[0]['train/epoch_s']:.1f} | {res.peak_allocated / GIB:.2f} | "
                      f"{res.peak_reserved / GIB:.2f} | {pool} | {ratio} | {vs_peer} |")
-    if peer_ips:
-        first = peer.get("first_step_s")
-        lines.append(f"| Ultralytics yolov9{size} | {peer_ips:.0f} | - | {first:.1f} | - | - | - | - | - | "
-                     f"{peer_ips / eager.images_per_s():.2f}x | 1.00x |" if first and eager else
-                     f"| Ultralytics yolov9{size} | {peer_ips:.0f} | | | | | | | | | 1.00x |")
-    else:
-        lines.append(f"| Ultralytics | not run: {peer.get('skipped') or peer.get('error')} | | | | | | | | | |")
+    for name, peer in peers.items():
+        ips, first = peer.get("images_per_s"), peer.get("first_step_s")
+        if not ips:
+            lines.append(f"| {name} | not run: {peer.get('skipped') or peer.get('error')} | | | | | | | | | |")
+            continue
+        vs_eager = f"{ips / eager.images_per_s():.2f}x" if eager else "-"
+        lines.append(f"| {name}, yolov9{size} | {ips:.0f} | - | {_fmt(first, '.1f')} | - | - | - | - | - | "
+                     f"{vs_eager} | {ips / peer_ips:.2f}x |")
+    if len(readings) > 1:
+        lines.append(f"\nUltralytics read {', '.join(f'{r:.0f}' for r in readings)} images/s in this run; "
+                     f"ratios to it are against their mean, {peer_ips:.0f}.")
     for arm, res in results.items():
         if res.graph_note:
             lines.append(f"\n{arm}: {res.graph_note}")
@@ -214,6 +228,10 @@ def throughput_table(size: str, batch: int, results: dict[str, ArmResult], peer:
     return lines
 
 
+def _fmt(v: Any, spec: str) -> str:
+    return "-" if v is None else format(v, spec)
+
+
 def eager_twin(arm: str) -> str:
     """The eager arm with the same suffixes (``graph-cl-fast`` -> ``eager-cl-fast``)."""
     return "eager" + arm[len("graph"):] if arm.startswith("graph") else arm
@@ -232,6 +250,16 @@ def phase_table(results: dict[str, ArmResult]) -> list[str]:
         ms = [1000 * sum(r[f"profile/{p}_s"] for r in timed) / steps for p in PHASES]
         lines.append(f"| {arm} | " + " | ".join(f"{v:.2f}" for v in ms) + f" | {sum(ms):.1f} | {ms[0] / sum(ms):.0%} |")
     return lines
+
+
+def arm_order(arms: str, *, peer: bool) -> list[str]:
+    """``--arms`` in order; ``ultralytics`` marks where the peer trains (at the end when not named,
+    dropped with ``--no-peer``). Any arm may be named more than once: ``ultralytics,eager-cl-fast,
+    graph-cl-fast,ultralytics`` brackets ours between two peer runs."""
+    order = [a for a in arms.split(",") if a]
+    if not peer:
+        return [a for a in order if a != "ultralytics"]
+    return order if "ultralytics" in order else [*order, "ultralytics"]
 
 
 def main() -> int:
@@ -267,18 +295,24 @@ def main() -> int:
         for size in sizes:
             for batch in batches:
                 results: dict[str, ArmResult] = {}
-                for arm in args.arms.split(","):
-                    log(f"YOLOv9-{size} batch {batch} arm {arm}: {args.epochs} epochs ...")
-                    results[arm] = run_arm(data, Path(tmp) / "runs", size=size, batch=batch, arm=arm, args=args)
-                    log(f"    {[round(r['train/images_per_s'], 1) for r in results[arm].rows]} images/s per epoch")
-                peer: dict = {"skipped": "--no-peer"}
-                if args.peer:
-                    log(f"peer: Ultralytics yolov9{size} batch {batch} ...")
-                    peer = run_peer("train", data=str(data), model=f"yolov9{size}.yaml", imgsz=args.imgsz,
-                                    batch=batch, epochs=max(args.epochs, 3), device="0", workers=args.workers,
-                                    images=args.images)
-                    log(f"    {peer}")
-                lines += throughput_table(size, batch, results, peer)
+                peers: dict[str, dict] = {}
+                runs: collections.Counter[str] = collections.Counter()
+                for arm in arm_order(args.arms, peer=args.peer):
+                    runs[arm] += 1
+                    key = arm if runs[arm] == 1 else f"{arm} (run {runs[arm]})"
+                    log(f"YOLOv9-{size} batch {batch} arm {key}: {args.epochs} epochs ...")
+                    if arm == "ultralytics":
+                        peers[key] = run_peer("train", data=str(data), model=f"yolov9{size}.yaml", imgsz=args.imgsz,
+                                              batch=batch, epochs=max(args.epochs, 3), device="0",
+                                              workers=args.workers, images=args.images)
+                        log(f"    {peers[key]}")
+                        continue
+                    results[key] = run_arm(data, Path(tmp) / "runs", size=size, batch=batch, arm=arm, args=args,
+                                           run=runs[arm])
+                    log(f"    {[round(r['train/images_per_s'], 1) for r in results[key].rows]} images/s per epoch")
+                if not peers:
+                    peers["Ultralytics"] = {"skipped": "--no-peer"}
+                lines += throughput_table(size, batch, results, peers)
                 if args.profile:
                     lines += phase_table(results)
                 lines.append("")
