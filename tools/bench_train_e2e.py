@@ -205,6 +205,12 @@ def throughput_table(size: str, batch: int, results: dict[str, ArmResult], peers
     if len(readings) > 1:
         lines.append(f"\nUltralytics read {', '.join(f'{r:.0f}' for r in readings)} images/s in this run; "
                      f"ratios to it are against their mean, {peer_ips:.0f}.")
+    for arm in dict.fromkeys(a.split(" (run ")[0] for a in results):
+        runs = [r.images_per_s() for a, r in results.items() if a.split(" (run ")[0] == arm]
+        if len(runs) > 1 and peer_ips:
+            mean = statistics.fmean(runs)
+            lines.append(f"\n{arm}, mean of its {len(runs)} runs: {mean:.0f} images/s, {mean / peer_ips:.2f}x "
+                         "Ultralytics' mean")
     for arm, res in results.items():
         if res.graph_note:
             lines.append(f"\n{arm}: {res.graph_note}")
