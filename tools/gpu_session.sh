@@ -17,6 +17,7 @@
 #   tools/gpu_session.sh probe_net           (the fused fp16 network's kernels and graph replay against torch.compile's; PROBE_NET_ARGS)
 #   tools/gpu_session.sh tests_half_weights probe_half_weights   (fp16 weight copies: bit-identity per family on CUDA; the step time they save)
 #   tools/gpu_session.sh probe_eager_host    (eager batch-1 forward, ours vs Ultralytics' in one process, before and after our predicts)
+#   tools/gpu_session.sh probe_interleave    (bench_predict's interleaved scenario: does sharing a process slow either side?)
 #   tools/gpu_session.sh probe_render        (one training batch's rendering on the GPU, stage by stage, eager and graphed)
 #   tools/gpu_session.sh probe_folder        (a folder's predict throughput against decoding threads and processes; PROBE_FOLDER_ARGS)
 #   tools/gpu_session.sh sweeps              (learning-recipe sweeps, SegFormer and RT-DETR: SEG_*/DETR_* override)
@@ -127,6 +128,7 @@ for what in "$@"; do
     probe_checkpoint) step probe_checkpoint 120 $PY tools/probe_checkpoint.py --out "$OUT/probe-checkpoint.md" ;;
     probe_decode) step probe_decode 120 $PY tools/probe_decode.py --out "$OUT/probe-decode.md" ;;
     probe_predict) step probe_predict ${PROBE_S:-200} $PY tools/probe_predict.py --wide --out "$OUT/probe-predict.md" ;;
+    probe_interleave) step probe_interleave ${PROBE_S:-150} $PY tools/probe_interleave.py --out "$OUT/probe-interleave.md" ;;
     probe_memory) step probe_memory ${PROBE_S:-200} $PY tools/probe_predict_memory.py --out "$OUT/probe-predict-memory.md" ;;
     probe_video) step probe_video ${PROBE_S:-200} $PY tools/probe_video.py --out "$OUT/probe-video.md" ;;
     probe_net) step probe_net ${PROBE_S:-420} $PY tools/probe_net_kernels.py ${PROBE_NET_ARGS:---batches 1,32} ;;
