@@ -50,7 +50,7 @@ from typing import Any
 import numpy as np
 import torch
 from PIL import Image
-from report import emit_report, log
+from report import emit_report, fmt, log, median_call_ms
 
 ARMS = {"eager": {}, "eager-unfused": {"fuse": False}, "graph": {"cuda_graph": True},
         "half+fuse+graph": {"half": True, "fuse": True, "cuda_graph": True},
@@ -242,12 +242,7 @@ def interleaved_image(arms: list[str], args: argparse.Namespace, image: Path) ->
     rounds: dict[str, list[float]] = {n: [] for n in names}
     for r in range(args.interleave_rounds):
         for name in names[r % len(names):] + names[:r % len(names)]:
-            times = []
-            for _ in range(args.interleave_calls):
-                t0 = time.perf_counter()
-                callers[name]()
-                times.append((time.perf_counter() - t0) * 1e3)
-            rounds[name].append(statistics.median(times))
+            rounds[name].append(median_call_ms(callers[name], args.interleave_calls))
     lines = ["", f"Batch 1, file to `Results`, arms taking turns in one process ({args.interleave_rounds} rounds of "
              f"{args.interleave_calls} calls per arm, the order rotating; Ultralytics {why}; ms, median of each "
              "round's median):", "",
@@ -431,10 +426,6 @@ def _equal(a: Any, b: Any) -> bool:
 
 
 # --------------------------------------------------------------------------- report
-def _fmt(v: Any, spec: str = ".2f") -> str:
-    return "-" if v is None else format(v, spec)
-
-
 def report(results: dict[str, dict[str, Any]], net_rows: list[str], notes: list[str],
            args: argparse.Namespace, interleaved: list[str]) -> list[str]:
     gpu = torch.cuda.get_device_name(0)
@@ -446,9 +437,9 @@ def report(results: dict[str, dict[str, Any]], net_rows: list[str], notes: list[
              "| graph pool MiB |",
              "|---|---:|---:|---:|---:|---:|---:|"]
     for arm, r in results.items():
-        lines.append(f"| {arm} | {_fmt(r.get('image_ms'))} | {_fmt(r.get('folder_per_s'), '.0f')} | "
-                     f"{_fmt(r.get('video_per_s'), '.0f')} | {_fmt(r.get('peak_mib'), '.0f')} | "
-                     f"{_fmt(r.get('reserved_mib'), '.0f')} | {_fmt(r.get('pool_mib'), '.0f')} |")
+        lines.append(f"| {arm} | {fmt(r.get('image_ms'))} | {fmt(r.get('folder_per_s'), '.0f')} | "
+                     f"{fmt(r.get('video_per_s'), '.0f')} | {fmt(r.get('peak_mib'), '.0f')} | "
+                     f"{fmt(r.get('reserved_mib'), '.0f')} | {fmt(r.get('pool_mib'), '.0f')} |")
     lines += ["", "Per-phase ms per image (decode runs on the prefetch thread, overlapping the GPU):", "",
               "| arm | scenario | decode | preprocess | network | postprocess | detections per image |",
               "|---|---|---:|---:|---:|---:|---:|"]
@@ -456,8 +447,8 @@ def report(results: dict[str, dict[str, Any]], net_rows: list[str], notes: list[
         for scenario in ("image", "folder", "video"):
             ph = r.get(f"{scenario}_phases")
             if ph:
-                lines.append(f"| {arm} | {scenario} | " + " | ".join(_fmt(ph.get(k), ".3f") for k in PHASES)
-                             + f" | {_fmt(ph.get('dets'), '.0f')} |")
+                lines.append(f"| {arm} | {scenario} | " + " | ".join(fmt(ph.get(k), ".3f") for k in PHASES)
+                             + f" | {fmt(ph.get('dets'), '.0f')} |")
     lines += ["", "Ratios (speed, higher is better for ours):", ""]
     base, peer = results.get("eager", {}), results.get("ultralytics", {})
     for arm, r in results.items():

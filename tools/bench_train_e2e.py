@@ -56,7 +56,7 @@ from typing import Any
 
 import torch
 from peer_ultralytics import run_peer
-from report import emit_report, log
+from report import emit_report, fmt, log
 from synthetic_set import write_yolo_dataset
 
 PHASES = ("data", "forward", "loss", "backward", "sync", "optimizer", "ema", "log")
@@ -200,7 +200,7 @@ def throughput_table(size: str, batch: int, results: dict[str, ArmResult], peers
             lines.append(f"| {name} | not run: {peer.get('skipped') or peer.get('error')} | | | | | | | | | |")
             continue
         vs_eager = f"{ips / eager.images_per_s():.2f}x" if eager else "-"
-        lines.append(f"| {name}, yolov9{size} | {ips:.0f} | - | {_fmt(first, '.1f')} | - | - | - | - | - | "
+        lines.append(f"| {name}, yolov9{size} | {ips:.0f} | - | {fmt(first, '.1f')} | - | - | - | - | - | "
                      f"{vs_eager} | {ips / peer_ips:.2f}x |")
     if len(readings) > 1:
         lines.append(f"\nUltralytics read {', '.join(f'{r:.0f}' for r in readings)} images/s in this run; "
@@ -232,10 +232,6 @@ def throughput_table(size: str, batch: int, results: dict[str, ArmResult], peers
         for a, b in zip(a_rows, b_rows):
             lines.append(f"- epoch {int(a['epoch'])}: eager {[a[k] for k in LOSS_KEYS]} / graph {[b[k] for k in LOSS_KEYS]}")
     return lines
-
-
-def _fmt(v: Any, spec: str) -> str:
-    return "-" if v is None else format(v, spec)
 
 
 def eager_twin(arm: str) -> str:

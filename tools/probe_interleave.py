@@ -24,22 +24,11 @@ import gc
 import statistics
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import torch
 from bench_predict import ARMS, fresh_model, parse_args, peer_predictor, write_images
-from report import emit_report, log
-
-
-def block(fn: Callable[[], Any], calls: int) -> float:
-    times = []
-    for _ in range(calls):
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
+from report import emit_report, log, median_call_ms
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -77,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
 
     for cycle in range(own.cycles):
         record(f"cycle {cycle + 1}: peer alone, none of ours loaded", "ultralytics",
-               [block(lambda: peer(image), own.calls) for _ in range(own.blocks)])
+               [median_call_ms(lambda: peer(image), own.calls) for _ in range(own.blocks)])
         models = {arm: fresh_model(args.size, args.imgsz) for arm in ("eager", "graph")}
         ours = {arm: (lambda m=m, o={"device": 0, "imgsz": args.imgsz, "conf": args.conf, **ARMS[arm]}:
                       m.predict(image, **o)) for arm, m in models.items()}
@@ -85,18 +74,18 @@ def main(argv: list[str] | None = None) -> int:
             for _ in range(args.warmup):
                 fn()
         record(f"cycle {cycle + 1}: peer alone, ours loaded and idle", "ultralytics",
-               [block(lambda: peer(image), own.calls) for _ in range(own.blocks)])
+               [median_call_ms(lambda: peer(image), own.calls) for _ in range(own.blocks)])
         for arm, fn in ours.items():
-            record(f"cycle {cycle + 1}: {arm} alone", arm, [block(fn, own.calls) for _ in range(own.blocks)])
+            record(f"cycle {cycle + 1}: {arm} alone", arm, [median_call_ms(fn, own.calls) for _ in range(own.blocks)])
         turns: dict[str, list[float]] = {"ultralytics": [], **{a: [] for a in ours}}
         for _ in range(own.blocks):
-            turns["ultralytics"].append(block(lambda: peer(image), own.calls))
+            turns["ultralytics"].append(median_call_ms(lambda: peer(image), own.calls))
             for arm, fn in ours.items():
-                turns[arm].append(block(fn, own.calls))
+                turns[arm].append(median_call_ms(fn, own.calls))
         for side, values in turns.items():
             record(f"cycle {cycle + 1}: taking turns", side, values)
         record(f"cycle {cycle + 1}: peer alone after the turns", "ultralytics",
-               [block(lambda: peer(image), own.calls) for _ in range(own.blocks)])
+               [median_call_ms(lambda: peer(image), own.calls) for _ in range(own.blocks)])
         for m in models.values():
             m.release_graphs()
         del models, ours

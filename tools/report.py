@@ -3,8 +3,12 @@ optionally to a file (so a GPU session can bring it back)."""
 
 from __future__ import annotations
 
+import statistics
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 
 def log(message: str) -> None:
@@ -17,3 +21,19 @@ def emit_report(lines: list[str], out: Path | None) -> None:
     if out is not None:
         out.write_text(text + "\n")
         log(f"wrote {out}")
+
+
+def fmt(value: Any, spec: str = ".2f") -> str:
+    """A table cell: ``value`` formatted with ``spec``, or "-" when there is none."""
+    return "-" if value is None else format(value, spec)
+
+
+def median_call_ms(fn: Callable[[], Any], calls: int) -> float:
+    """Median wall time in ms of ``calls`` calls of ``fn`` (for calls that end synchronised, such as
+    a predict returning results on the host)."""
+    times = []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
