@@ -19,24 +19,12 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import statistics
 import sys
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from report import emit_report
-
-
-def _median_ms(fn: Callable[[], object], reps: int) -> float:
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
+from report import emit_report, median_call_ms
 
 
 def _one_by_one(tree: object) -> object:
@@ -88,11 +76,11 @@ def main() -> int:
         return {**model.state_for_checkpoint(weights=weights), "ema": weights,
                 "train_model": _one_by_one(net.state_dict()), "optimizer": _one_by_one(opt.state_dict())}
 
-    rows = [("build, packed (now)", _median_ms(build, args.reps)),
-            ("build, one tensor at a time (before)", _median_ms(build_one_by_one, args.reps))]
+    rows = [("build, packed (now)", median_call_ms(build, args.reps)),
+            ("build, one tensor at a time (before)", median_call_ms(build_one_by_one, args.reps))]
     packed, plain = build(), build_one_by_one()
-    rows += [("serialize packed", _median_ms(lambda: serialized(packed), args.reps)),
-             ("serialize one tensor at a time", _median_ms(lambda: serialized(plain), args.reps))]
+    rows += [("serialize packed", median_call_ms(lambda: serialized(packed), args.reps)),
+             ("serialize one tensor at a time", median_call_ms(lambda: serialized(plain), args.reps))]
     data = serialized(packed)
     args.dir.mkdir(parents=True, exist_ok=True)
     folders = [args.dir, *([Path("/dev/shm")] if Path("/dev/shm").is_dir() else [])]
@@ -100,13 +88,13 @@ def main() -> int:
         with tempfile.TemporaryDirectory(dir=folder) as tmp:
             target = Path(tmp) / "last.pt"
             rows.append((f"write + fsync ({folder})",
-                         _median_ms(lambda target=target: atomic_write(target, lambda fh: fh.write(data)), args.reps)))
+                         median_call_ms(lambda target=target: atomic_write(target, lambda fh: fh.write(data)), args.reps)))
 
             def plain_write(target: Path = target) -> None:
                 part = target.with_suffix(".tmp")
                 part.write_bytes(data)
                 os.replace(part, target)
-            rows.append((f"write, no fsync ({folder})", _median_ms(plain_write, args.reps)))
+            rows.append((f"write, no fsync ({folder})", median_call_ms(plain_write, args.reps)))
     lines = [f"Checkpoint of a YOLOv9-{args.size} training state ({len(data) / 1e6:.1f} MB), medians of {args.reps}; "
              f"{datetime.date.today()}, torch {torch.__version__}, "
              f"{torch.cuda.get_device_name(0) if device.type == 'cuda' else 'CPU'}", "",
