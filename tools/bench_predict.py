@@ -265,14 +265,12 @@ def interleaved_image(arms: list[str], args: argparse.Namespace, image: Path) ->
 
 def median_host_ms(fn: Callable[[], Any], reps: int) -> float:
     """Median wall time of ``fn()`` followed by a device synchronisation."""
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
+    def synced() -> None:
         fn()
         if torch.cuda.is_available():
             torch.cuda.synchronize()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
+
+    return median_call_ms(synced, reps)
 
 
 def settle_machine(seconds: float, size: str = "t", imgsz: int = 640, device: str = "cuda:0") -> str:
