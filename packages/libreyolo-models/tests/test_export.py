@@ -298,3 +298,17 @@ def test_a_cpu_trace_stays_on_the_cpu_when_no_device_is_asked(exported: dict[str
     assert default_device(None, torch.device("cpu"), runtime.runs_only_on) == torch.device("cpu")
     assert default_device(None, torch.device("cpu"), None) == torch.device("cuda", 0)
     assert default_device("cpu", torch.device("cpu"), "cuda") == torch.device("cpu")
+
+
+def test_openvino_computes_in_float32_on_any_cpu(exported: dict[str, Path],
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """OpenVINO's CPU plugin would pick bf16 on a CPU with AVX512-BF16 or AMX (outputs drifting from
+    ONNX's); the backend pins the precision of the export, and an explicit request is honoured."""
+    runtime = LibreYOLO(exported["openvino"]).runtime
+    assert runtime is not None and runtime.describe()["inference_precision"] == "f32"
+    monkeypatch.setenv("LIBREYOLO_OPENVINO_PRECISION", "bf16")
+    asked = LibreYOLO(exported["openvino"]).runtime
+    assert asked is not None and asked.describe()["inference_precision"] == "bf16"
+    monkeypatch.setenv("LIBREYOLO_OPENVINO_PRECISION", "double")
+    with pytest.raises(ConfigError, match="LIBREYOLO_OPENVINO_PRECISION='double'.*f32"):
+        LibreYOLO(exported["openvino"])

@@ -16,6 +16,7 @@ caller asks, checked by ``LibreYOLO.resolve_imgsz`` before any image is read.
 from __future__ import annotations
 
 import logging
+import os
 import warnings
 from pathlib import Path
 from typing import Any
@@ -195,8 +196,27 @@ class TorchScriptNetwork(RuntimeNetwork):
         return list(out) if isinstance(out, tuple | list) else [out]
 
 
+OPENVINO_PRECISION_ENV = "LIBREYOLO_OPENVINO_PRECISION"
+"""Environment variable that picks OpenVINO's inference precision (``f32`` when unset)."""
+
+OPENVINO_PRECISIONS = ("f32", "bf16", "f16")
+
+
+def openvino_precision() -> str:
+    """The inference precision OpenVINO's CPU plugin is compiled with: ``f32``, the precision of
+    the exported graph, unless ``LIBREYOLO_OPENVINO_PRECISION`` asks for another. Left to itself
+    the plugin picks by CPU feature (bf16 on CPUs with AVX512-BF16 or AMX), and outputs then drift
+    silently from ONNX's (0.12 px boxes, 4e-4 scores measured on such a CPU)."""
+    value = os.environ.get(OPENVINO_PRECISION_ENV, "f32").strip().lower() or "f32"
+    if value not in OPENVINO_PRECISIONS:
+        raise ConfigError(f"{OPENVINO_PRECISION_ENV}={value!r} is not an OpenVINO inference precision; use one of "
+                          f"{', '.join(OPENVINO_PRECISIONS)} (or leave it unset for f32)")
+    return value
+
+
 class OpenVINONetwork(RuntimeNetwork):
-    """An OpenVINO IR folder on the OpenVINO CPU plugin (outputs moved to the model's device)."""
+    """An OpenVINO IR folder on the OpenVINO CPU plugin (outputs moved to the model's device),
+    computing at ``openvino_precision()`` whatever the CPU."""
 
     kind = "openvino"
 
@@ -207,7 +227,16 @@ class OpenVINONetwork(RuntimeNetwork):
             raise CheckpointError(f"{folder}: an OpenVINO model folder needs model.xml and {METADATA_FILE}, as "
                                   "model.export(format='openvino') writes them")
         super().__init__(folder, ExportMetadata.from_json(meta_file.read_text(), str(meta_file)))
-        self._compiled = ov.Core().compile_model(str(xml), "CPU")
+        self.precision = openvino_precision()
+        self._compiled = ov.Core().compile_model(str(xml), "CPU", {"INFERENCE_PRECISION_HINT": self.precision})
+
+    @property
+    def inference_precision(self) -> str:
+        """What the compiled model reports it computes in (``f32`` unless asked otherwise)."""
+        return str(self._compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name())
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "inference_precision": self.inference_precision}
 
     def run(self, images: Tensor) -> list[Tensor]:
         result = self._compiled(_numpy_input(images, self.meta.input_dtype))
