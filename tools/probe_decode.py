@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """What decoding one JPEG costs, per decoder, and how far each decoder's pixels are from ours.
 
-Decoders: ours (``predict.sources.read_image``: PIL, EXIF orientation applied; and
+Decoders: ours (``data.image_files.read_image``: PIL, EXIF orientation applied; and
 ``read_image_for``, the reduced decode predict runs for a letterbox), PIL alone,
 ``torchvision.io.decode_jpeg`` on the CPU, OpenCV's ``imdecode`` (when installed), TorchCodec's
 ``decode_jpeg`` (when installed) and, with a GPU, both libraries' nvJPEG decoders (file bytes read
@@ -56,7 +56,7 @@ def decoders(path: Path, imgsz: int) -> dict[str, tuple[Any, ...]]:
     per call])."""
     import torchvision.io as tvio
 
-    from libreyolo_models.predict.sources import read_image, read_image_for
+    from libreyolo_models.data.image_files import read_image, read_image_for
 
     data = path.read_bytes()
     raw = torch.frombuffer(bytearray(data), dtype=torch.uint8)
@@ -93,7 +93,7 @@ def decoders(path: Path, imgsz: int) -> dict[str, tuple[Any, ...]]:
 
 def probe(path: Path, imgsz: int, reps: int) -> list[str]:
     from libreyolo_models.predict.letterbox import letterbox_batch
-    from libreyolo_models.predict.sources import read_image
+    from libreyolo_models.data.image_files import read_image
 
     ref = read_image(path)
     device = "cuda" if torch.cuda.is_available() else "cpu"

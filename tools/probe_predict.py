@@ -99,7 +99,7 @@ def decoders(path: Path, reps: int) -> list[tuple[str, float]]:
     from libreyolo_models.data.decode import read_image_file
 
     rows = []
-    from libreyolo_models.predict.sources import read_image_for
+    from libreyolo_models.data.image_files import read_image_for
 
     rows.append(("read_image_file (PIL, EXIF, mode)", timed(lambda: read_image_file(path), reps, sync=False)[0]))
     rows.append(("read_image_for(640): reduced DCT scale when large", timed(lambda: read_image_for(path, 640), reps,

@@ -17,7 +17,7 @@ from libreyolo_models.data.mask_pipeline import MaskTrainPipeline, MaskValPipeli
 from libreyolo_models.data.masks import mask_path_for
 from libreyolo_models.data.shapes_seg import generate_shapes_seg
 from libreyolo_models.predict.letterbox import letterbox, letterbox_batch
-from libreyolo_models.predict.sources import read_image
+from libreyolo_models.data.image_files import read_image
 from libreyolo_models.tasks import get_task
 
 TASK = get_task("semantic")

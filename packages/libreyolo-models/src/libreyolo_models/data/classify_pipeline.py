@@ -34,7 +34,7 @@ from .collate import batch_tensor, pass_through
 from .decode import read_image_file
 from .folder_reader import ClassSplit
 from .image_cache import CacheSetting, ImageCache, open_image_cache
-from .pipeline import _one_ahead_on_side_stream, _resolve_gpu_augment, _shuffle_seed
+from .loading import one_ahead_on_side_stream, resolve_gpu_augment, shuffle_seed
 
 log = logging.getLogger(__name__)
 
@@ -160,7 +160,7 @@ class ClassifyTrainPipeline:
                  gpu_augment: bool | Literal["auto"] = "auto", cache: CacheSetting = "auto",
                  cache_dir: Path | None = None, label_smoothing: float = 0.0) -> None:
         self.device = torch.device(device)
-        self.gpu_augment = _resolve_gpu_augment(gpu_augment, self.device)
+        self.gpu_augment = resolve_gpu_augment(gpu_augment, self.device)
         self.label_smoothing = label_smoothing
         self.imgsz, self.nc, self.augment, self._seed = imgsz, split.nc, augment, seed
         self.cache = open_image_cache(split.images, train_cache_side(imgsz), mode=cache, cache_dir=cache_dir)
@@ -170,7 +170,7 @@ class ClassifyTrainPipeline:
         kind = _TrainSlots if self.gpu_augment else _TrainCrops
         dataset = kind(self.cache, split, augment, imgsz=imgsz, seed=seed, rank=env.rank, state=self._state)
         self._shuffle = torch.Generator()
-        self._shuffle.manual_seed(_shuffle_seed(seed, env.rank, 0))
+        self._shuffle.manual_seed(shuffle_seed(seed, env.rank, 0))
         self._mix_rng = _mix_rng(seed, env.rank, 0)
         distributed = libreyolo_ddp.is_dist_initialized() and env.world_size > 1
         self._loader = libreyolo_ddp.build_dataloader(
@@ -191,7 +191,7 @@ class ClassifyTrainPipeline:
         if epoch < 0:
             raise ConfigError(f"epoch={epoch} must be >= 0")
         self._state.fill_(epoch)
-        self._shuffle.manual_seed(_shuffle_seed(self._seed, self._rank, epoch))
+        self._shuffle.manual_seed(shuffle_seed(self._seed, self._rank, epoch))
         self._mix_rng = _mix_rng(self._seed, self._rank, epoch)
         libreyolo_ddp.set_loader_epoch(self._loader, epoch)
 
@@ -200,7 +200,7 @@ class ClassifyTrainPipeline:
 
     def __iter__(self) -> Iterator[ClassifyBatch]:
         if self.gpu_augment and self.device.type == "cuda":
-            return _one_ahead_on_side_stream(self._loader, self._finish, self.device)  # type: ignore[arg-type,return-value]
+            return one_ahead_on_side_stream(self._loader, self._finish, self.device)
         return map(self._finish, self._loader)
 
     def _finish(self, crops: _Crops) -> ClassifyBatch:

@@ -32,13 +32,13 @@ import libreyolo_ddp
 
 from ..errors import ConfigError, SourceError
 from ..predict.letterbox import LetterboxInfo, letterbox_batch
-from ..predict.sources import read_image
 from .augment_draws import AugmentConfig
 from .collate import batch_tensor, pass_through
 from .image_cache import CacheSetting, ImageCache, cache_failures, open_image_cache
+from .image_files import read_image
+from .loading import one_ahead_on_side_stream, resolve_gpu_augment, shuffle_seed
 from .mask_augment import PARAMS, draw_mask_params, render_pairs
 from .mask_reader import MaskSplit, load_mask
-from .pipeline import _one_ahead_on_side_stream, _resolve_gpu_augment, _shuffle_seed
 from .split_index import DataProblem
 
 log = logging.getLogger(__name__)
@@ -170,7 +170,7 @@ class MaskTrainPipeline:
                  augment: AugmentConfig, workers: int, seed: int, gpu_augment: bool | Literal["auto"] = "auto",
                  cache: CacheSetting = "auto", cache_dir: Path | None = None) -> None:
         self.device = torch.device(device)
-        self.gpu_augment = _resolve_gpu_augment(gpu_augment, self.device)
+        self.gpu_augment = resolve_gpu_augment(gpu_augment, self.device)
         self.imgsz = imgsz
         if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
             raise ConfigError(f"seed={seed!r} must be a non-negative integer (e.g. seed=0)")
@@ -182,7 +182,7 @@ class MaskTrainPipeline:
         kind = _RawPairs if self.gpu_augment else _RenderedPairs
         dataset = kind(self.cache, split, augment, seed=seed, rank=env.rank, state=self._state)
         self._shuffle = torch.Generator()
-        self._shuffle.manual_seed(_shuffle_seed(seed, env.rank, 0))
+        self._shuffle.manual_seed(shuffle_seed(seed, env.rank, 0))
         distributed = libreyolo_ddp.is_dist_initialized() and env.world_size > 1
         self._loader = libreyolo_ddp.build_dataloader(
             dataset, batch_size=batch_size, shuffle=True, workers=workers, seed=seed,
@@ -202,7 +202,7 @@ class MaskTrainPipeline:
         if epoch < 0:
             raise ConfigError(f"epoch={epoch} must be >= 0")
         self._state.fill_(epoch)
-        self._shuffle.manual_seed(_shuffle_seed(self._seed, self._rank, epoch))
+        self._shuffle.manual_seed(shuffle_seed(self._seed, self._rank, epoch))
         libreyolo_ddp.set_loader_epoch(self._loader, epoch)
 
     def __len__(self) -> int:
@@ -212,7 +212,7 @@ class MaskTrainPipeline:
         if not self.gpu_augment:
             return map(self._upload, self._loader)
         if self.device.type == "cuda":
-            return self._masks_used_here(_one_ahead_on_side_stream(self._loader, self._render,  # type: ignore[arg-type]
+            return self._masks_used_here(one_ahead_on_side_stream(self._loader, self._render,
                                                                    self.device))
         return map(self._render, self._loader)
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, TypeVar
@@ -49,6 +49,7 @@ from .letterbox import (
     to_network_input,
     to_targets,
 )
+from .loading import one_ahead_on_side_stream, resolve_gpu_augment, shuffle_seed
 from .render_graph import RenderGraphs, render_eagerly, wants_render_graphs
 from .split_index import SplitIndex
 
@@ -191,7 +192,7 @@ class TrainPipeline:
                  gpu_augment: bool | Literal["auto"] = "auto", cache: CacheSetting = "auto",
                  cache_dir: Path | None = None) -> None:
         self.device = torch.device(device)
-        self.gpu_augment: bool = _resolve_gpu_augment(gpu_augment, self.device)
+        self.gpu_augment: bool = resolve_gpu_augment(gpu_augment, self.device)
         self.imgsz = imgsz
         if not isinstance(augment, AugmentConfig):
             raise ConfigError(f"augment={augment!r} must be an AugmentConfig (e.g. AugmentConfig(mosaic=0.5))")
@@ -221,7 +222,7 @@ class TrainPipeline:
         # (a resumed run repeats it) and does not depend on whether workers persist, which changes
         # how the DataLoader consumes its own generator.
         self._shuffle = torch.Generator()
-        self._shuffle.manual_seed(_shuffle_seed(seed, env.rank, 0))
+        self._shuffle.manual_seed(shuffle_seed(seed, env.rank, 0))
         distributed = libreyolo_ddp.is_dist_initialized() and env.world_size > 1
         self._loader = libreyolo_ddp.build_dataloader(
             dataset, batch_size=batch_size, shuffle=True, workers=workers, seed=seed,
@@ -259,7 +260,7 @@ class TrainPipeline:
         if self.render_graphs is not None and bool(self._state[1]) != mosaic:
             self.render_graphs.reset(f"mosaic {'opens' if mosaic else 'closes'} at epoch {epoch}: new batch structures")
         self._state.copy_(torch.tensor([epoch, int(mosaic)]))
-        self._shuffle.manual_seed(_shuffle_seed(self._seed, self._rank, epoch))
+        self._shuffle.manual_seed(shuffle_seed(self._seed, self._rank, epoch))
         libreyolo_ddp.set_loader_epoch(self._loader, epoch)
 
     def __len__(self) -> int:
@@ -270,7 +271,7 @@ class TrainPipeline:
         if not self.gpu_augment:
             return map(self._upload, self._loader)
         if self._side_stream is not None:
-            return _one_ahead_on_side_stream(self._loader, self._render, self.device, self._side_stream)
+            return one_ahead_on_side_stream(self._loader, self._render, self.device, self._side_stream)
         return map(self._render, self._loader)
 
     def close(self) -> None:
@@ -339,18 +340,6 @@ class ValPipeline:
                         batch.ori_sizes, batch.ratio_pad)
 
 
-def _resolve_gpu_augment(value: bool | str, device: torch.device) -> bool:
-    if value == "auto":
-        return device.type == "cuda"
-    if isinstance(value, bool):
-        return value
-    raise ConfigError(f"gpu_augment={value!r} must be True, False or 'auto' (True on CUDA devices)")
-
-
-def _shuffle_seed(seed: int, rank: int, epoch: int) -> int:
-    return int(np.random.SeedSequence([seed, rank, epoch]).generate_state(1)[0])
-
-
 def _warn_size_mismatch(index: SplitIndex, cache: ImageCache) -> None:
     if len(index.sizes) != len(cache):
         return
@@ -361,32 +350,3 @@ def _warn_size_mismatch(index: SplitIndex, cache: ImageCache) -> None:
         log.warning("%d image(s) decode to another size than the dataset scan recorded (first: %s, scan "
                     "%s, decoded %s); labels are normalized, so they still fit, but re-scan the split "
                     "if files changed", len(differ), index.images[i], tuple(scanned[i]), tuple(cache.ori_hw[i]))
-
-
-def _one_ahead_on_side_stream(batches: Iterable[T], prepare: Callable[[T], Batch],
-                              device: torch.device, stream: torch.cuda.Stream | None = None) -> Iterator[Batch]:
-    """Prepare batch ``k + 1`` on ``stream`` (a new side stream if None) before handing out batch ``k``.
-
-    The copy and rendering of the next batch then overlap the caller's step on its own stream.
-    The caller's stream waits on an event before it touches a batch, and ``record_stream`` keeps
-    the allocator from reusing the batch's memory until that stream is done with it.
-    """
-    stream = stream if stream is not None else torch.cuda.Stream(device=device)
-    pending: tuple[Batch, torch.cuda.Event] | None = None
-    for raw in batches:
-        with torch.cuda.stream(stream):
-            batch = prepare(raw)
-            ready = torch.cuda.Event()
-            ready.record(stream)
-        if pending is not None:
-            yield _hand_over(*pending, device)
-        pending = (batch, ready)
-    if pending is not None:
-        yield _hand_over(*pending, device)
-
-
-def _hand_over(batch: Batch, ready: torch.cuda.Event, device: torch.device) -> Batch:
-    current = torch.cuda.current_stream(device)
-    current.wait_event(ready)
-    batch.images.record_stream(current)
-    return batch

@@ -38,10 +38,10 @@ import numpy as np
 from torch.utils.data import DataLoader, Dataset
 
 from ..data.decode import ImageDecodeError
+from ..data.image_files import ShrunkImage
 from ..workers import usable_cores
 from . import sources
 from .gpu_jpeg import EncodedJpeg
-from .sources import ShrunkImage
 
 log = logging.getLogger(__name__)
 

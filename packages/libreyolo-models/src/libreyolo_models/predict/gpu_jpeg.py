@@ -1,7 +1,7 @@
 """JPEG files decoded on the GPU (nvJPEG, through TorchCodec) for predict on CUDA.
 
 Decoding is what is left of a graphed predict call on the host: a 1280x720 JPEG took 2.5 ms to
-decode for the letterbox on the H200 machine's CPU (reduced DCT scale, ``sources.read_image_for``)
+decode for the letterbox on the H200 machine's CPU (reduced DCT scale, ``data.image_files.read_image_for``)
 against 0.63 ms for nvJPEG, and 0.10 ms an image when 32 decode in one call
 (``tools/probe_decode.py``, docs/benchmarks.md). So on CUDA, with the optional extra installed
 (``pip install 'libreyolo[nvjpeg]'``), predict reads JPEG files as bytes on its decoding threads and

@@ -100,7 +100,7 @@ def letterbox_pixels(images: Sequence[Tensor], imgsz: int, orig_shapes: Sequence
         images: ``uint8 [H, W, 3]`` RGB tensors, all on one device; sizes may differ.
         imgsz: side of the square canvas.
         orig_shapes: per image, the ``(h, w)`` of the picture it shows when it is a reduced
-            decode (``sources.read_image_for``); the geometry and the mapping back are the
+            decode (``data.image_files.read_image_for``); the geometry and the mapping back are the
             picture's, and an image already at its letterbox size is pasted as it is (the
             image cache's pixels, so predict and validation see the same input). None: each
             image is its own picture.

@@ -33,6 +33,7 @@ import torch
 from torch import Tensor
 
 from ..compiled import compile_mode
+from ..data.image_files import ShrunkImage
 from ..devices import default_device, describe_device
 from ..errors import ConfigError, SourceError
 from ..graphs import forward_for_predict
@@ -43,7 +44,7 @@ from .gpu_jpeg import decode_on_device, resolve_gpu_decode
 from .outputs import PredictOutputs, wants_run_dir
 from .prefetch import Prefetcher
 from .results import Results, ResultsList
-from .sources import ShrunkImage, SourceReport
+from .sources import SourceReport
 from .staging import PinnedStaging, Slot, host_tensors
 from .streams import Frame, SourcePlan, open_source
 from .timing import PhaseClock

@@ -19,7 +19,7 @@ from .plotting import draw_detections, draw_top_classes
 from .probs import Probs
 
 if TYPE_CHECKING:
-    from .sources import ShrunkImage
+    from ..data.image_files import ShrunkImage
 
 log = logging.getLogger(__name__)
 
@@ -137,7 +137,7 @@ class Results:
 
     def defer_orig_img(self, full: ShrunkImage) -> None:
         """Make ``orig_img`` the full picture of ``full``, decoded on first access: predict read a
-        reduced copy for the network (``sources.read_image_for``), and most callers only read the
+        reduced copy for the network (``data.image_files.read_image_for``), and most callers only read the
         boxes; plotting, saving and crops decode it then (once)."""
         self._full = full
         del self.orig_img  # now found by __getattr__ until it is decoded

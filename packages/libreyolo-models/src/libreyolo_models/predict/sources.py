@@ -33,7 +33,6 @@ from ..data.decode import (
     ImageDecodeError,
     Notes,
     array_to_rgb8,
-    describe_read_error,
     pil_to_rgb8,
     read_image_file,
     tensor_to_rgb8,
@@ -41,8 +40,7 @@ from ..data.decode import (
 from ..errors import SourceError
 from ..workers import usable_cores
 
-__all__ = ["IMAGE_SUFFIXES", "ShrunkImage", "SourceImage", "SourceReport", "expand_paths", "iter_sources", "read_file_bytes",
-           "read_image", "read_image_for"]
+__all__ = ["IMAGE_SUFFIXES", "SourceImage", "SourceReport", "expand_paths", "iter_sources"]
 
 log = logging.getLogger(__name__)
 
@@ -94,66 +92,6 @@ class SourceReport:
     def skip(self, name: str, reason: str) -> None:
         self.skipped.append((name, reason))
         log.warning("skipped %s: %s", name, reason)
-
-
-def read_image(path: str | Path) -> np.ndarray:
-    """Decode an image file to RGB uint8 ``[H, W, 3]`` as a viewer shows it (EXIF, 16-bit, alpha)."""
-    return read_image_file(_checked_path(path))[0]
-
-
-@dataclass(frozen=True)
-class ShrunkImage:
-    """A file decoded for a network input of a known size (``read_image_for``).
-
-    Attributes:
-        pixels: RGB uint8 ``[h, w, 3]``: the full picture, or a JPEG decoded at a reduced DCT
-            scale straight to its letterbox size (then exactly the image cache's pixels).
-        orig_shape: the full picture's ``(h, w)`` after EXIF orientation.
-        data: the file's bytes when ``pixels`` is reduced (the full picture decodes from them
-            when asked for, not before); None when ``pixels`` is the full picture.
-    """
-
-    pixels: np.ndarray
-    orig_shape: tuple[int, int]
-    name: str
-    data: bytes | None = None
-
-    def full(self) -> np.ndarray:
-        """The full-size picture (decoded now from the kept bytes when ``pixels`` is reduced)."""
-        if self.data is None:
-            return self.pixels
-        return read_image_file(self.name, data=self.data)[0]
-
-
-def read_image_for(path: str | Path, imgsz: int, data: bytes | None = None) -> ShrunkImage:
-    """Decode an image file for an ``imgsz`` letterbox: a JPEG at least twice the letterbox size
-    decodes at a reduced DCT scale (several times faster, a fraction of the bytes to move), other
-    files at full size. The full picture stays available (``ShrunkImage.full``). ``data``: the
-    file's bytes, when already read (``read_file_bytes``)."""
-    resolved = _checked_path(path)
-    if data is None:
-        data = read_file_bytes(resolved)
-    pixels, orig_shape = read_image_file(resolved, max_side=imgsz, draft_only=True, data=data)
-    return ShrunkImage(pixels, orig_shape, str(resolved), data if pixels.shape[:2] != orig_shape else None)
-
-
-def read_file_bytes(path: Path) -> bytes:
-    """The bytes of an image file, or ``ImageDecodeError`` naming it and why they cannot be read."""
-    try:
-        return path.read_bytes()
-    except OSError as err:
-        raise ImageDecodeError(str(path), describe_read_error(err)) from None
-
-
-def _checked_path(path: str | Path) -> Path:
-    text = str(path)
-    if "://" in text:
-        raise ImageDecodeError(text, "unsupported source: URLs are not downloaded; download the file and pass "
-                                     "its path")
-    resolved = Path(text).expanduser()
-    if not resolved.exists():
-        raise ImageDecodeError(text, "does not exist (expected an image file, a folder or a glob)")
-    return resolved
 
 
 def expand_paths(source: str | Path) -> list[Path]:

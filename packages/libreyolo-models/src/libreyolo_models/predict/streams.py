@@ -43,20 +43,11 @@ import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from ..data.decode import ImageDecodeError
+from ..data.image_files import ShrunkImage, read_file_bytes, read_image, read_image_for
 from ..errors import ConfigError, SourceError
 from .decode_procs import decode_in_processes, decode_processes
 from .gpu_jpeg import NO_PIXELS, EncodedJpeg, read_encoded
-from .sources import (
-    IMAGE_SUFFIXES,
-    ShrunkImage,
-    SourceReport,
-    decode_in_order,
-    expand_paths,
-    iter_sources,
-    read_file_bytes,
-    read_image,
-    read_image_for,
-)
+from .sources import IMAGE_SUFFIXES, SourceReport, decode_in_order, expand_paths, iter_sources
 from .video import STREAM_SCHEMES, VIDEO_SUFFIXES, is_video_path, iter_video, webcam_target
 
 URL_TIMEOUT_S = 10.0
@@ -76,7 +67,7 @@ class Frame:
         frame: index within a video or stream; None for a still image.
         name: file name used when saving (a path or a label with a suffix).
         fps: frame rate of the video it belongs to (None for still images or unknown).
-        full: when ``image`` is a reduced decode of a larger picture (``sources.read_image_for``),
+        full: when ``image`` is a reduced decode of a larger picture (``data.image_files.read_image_for``),
             that picture's full size and a way to decode it; None when ``image`` is the picture.
         encoded: a JPEG file left for the device to decode (``predict.gpu_jpeg``); ``image`` is
             then empty (``gpu_jpeg.NO_PIXELS``).
@@ -112,7 +103,7 @@ def open_source(source: object, *, vid_stride: int = 1, report: SourceReport | N
     """Classify ``source`` now (so a missing file fails at the call) and decode it lazily.
 
     ``shrink_to``: the letterbox size the frames are for; image files that can decode smaller
-    (large JPEGs, ``sources.read_image_for``) then do, keeping their full picture on ``Frame.full``.
+    (large JPEGs, ``data.image_files.read_image_for``) then do, keeping their full picture on ``Frame.full``.
     ``gpu_jpeg``: JPEG files are read, not decoded (``Frame.encoded``): the predictor decodes
     them on its device (``predict.gpu_jpeg``).
 

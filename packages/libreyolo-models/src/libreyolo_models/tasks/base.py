@@ -95,7 +95,7 @@ class Task(abc.ABC):
     rendering_bytes_per_pixel: ClassVar[int] = 0
     augmentations: ClassVar[frozenset[str]] = frozenset()  # TrainConfig augmentation fields honoured
     # predict may hand prepare_batch a reduced decode of a large picture, with the picture's size
-    # in orig_shapes (sources.read_image_for): true for the letterboxing tasks.
+    # in orig_shapes (data.image_files.read_image_for): true for the letterboxing tasks.
     reduced_decode: ClassVar[bool] = True
 
     # ------------------------------------------------------------------ data

@@ -21,7 +21,7 @@ import libreyolo_ddp
 from ..contract import has_training_head
 from ..data.cache_store import parse_cache_setting
 from ..data.device_cache import may_be_resident, plan_residency
-from ..data.pipeline import _resolve_gpu_augment
+from ..data.loading import resolve_gpu_augment
 from ..errors import ConfigError
 from ..tensor_trees import tensor_leaves
 
@@ -57,7 +57,7 @@ def planned_resident_bytes(model: LibreYOLO, plan: TrainPlan, device: torch.devi
     ``device_cache.plan_residency`` as the pipeline decides it (it counts the training split)."""
     task = model.task_spec
     place = parse_cache_setting(plan.cfg.cache)
-    gpu_augment = _resolve_gpu_augment(plan.cfg.gpu_augment, device)
+    gpu_augment = resolve_gpu_augment(plan.cfg.gpu_augment, device)
     if not task.images_on_device or not may_be_resident(place, device, gpu_augment=gpu_augment):
         return 0
     n_images = len(task.load_split(task.load_data(plan.cfg.data), "train"))
@@ -72,7 +72,7 @@ def rendering_bytes_per_image(model: LibreYOLO, plan: TrainPlan, device: torch.d
     """Device memory the data pipeline's batch rendering holds per batch image beside the training
     step (the task's ``rendering_bytes_per_pixel``), or 0 when the workers render on the CPU."""
     per_pixel = model.task_spec.rendering_bytes_per_pixel
-    if not per_pixel or not _resolve_gpu_augment(plan.cfg.gpu_augment, device):
+    if not per_pixel or not resolve_gpu_augment(plan.cfg.gpu_augment, device):
         return 0
     return per_pixel * plan.imgsz * plan.imgsz
 
