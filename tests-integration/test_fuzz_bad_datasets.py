@@ -34,9 +34,9 @@ from PIL import Image
 
 from libreyolo_models import LibreYOLO9, SourceError
 from libreyolo_models.data.augment_draws import AugmentConfig
-from libreyolo_models.data.datasets import load_split
 from libreyolo_models.data.errors import EmptySplitError
-from libreyolo_models.data.pipeline import TrainPipeline
+from libreyolo_models.tasks.detect.datasets import load_split
+from libreyolo_models.tasks.detect.pipeline import TrainPipeline
 
 CASES = int(os.environ.get("LIBREYOLO_FUZZ_CASES", "10"))
 CASE_TIMEOUT_S = 120

@@ -68,9 +68,9 @@ def test_graphed_fp16_batch_of_four_equals_eager(family: str, size: str) -> None
 
 
 def test_batched_augmentation_on_the_gpu_matches_the_cpu_path(mini_shapes_cls: Path, tmp_path: Path) -> None:
-    from libreyolo_models.data.classify_augment import ClassifyAugment
-    from libreyolo_models.data.classify_pipeline import ClassifyTrainPipeline
-    from libreyolo_models.data.folder_reader import load_class_split
+    from libreyolo_models.tasks.classify.augment import ClassifyAugment
+    from libreyolo_models.tasks.classify.folder_reader import load_class_split
+    from libreyolo_models.tasks.classify.pipeline import ClassifyTrainPipeline
 
     split = load_class_split(mini_shapes_cls, "train")
     runs = {}

@@ -18,14 +18,14 @@ import pytest
 import torch
 
 from libreyolo_models import LibreYOLO, LossContext, register_family, unregister_family
-from libreyolo_models.registry import get_family
+from libreyolo_models.zoo.registry import get_family
 
 pytestmark = pytest.mark.cuda
 
 
 @pytest.fixture(scope="module")
 def mini_seg(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from libreyolo_models.data.shapes_seg import generate_shapes_seg
+    from libreyolo_models.tasks.semantic.shapes_seg import generate_shapes_seg
 
     root = tmp_path_factory.mktemp("gpu-mini-shapes-seg")
     generate_shapes_seg(root, split_sizes={"train": 16, "val": 4})
@@ -143,7 +143,7 @@ GRAD_NOISE = 1e-4
 
 def test_device_augmentation_equals_the_worker_path() -> None:
     from libreyolo_models.data.augment_draws import AugmentConfig
-    from libreyolo_models.data.mask_augment import draw_mask_params, render_pairs
+    from libreyolo_models.tasks.semantic.augment import draw_mask_params, render_pairs
 
     torch.manual_seed(0)
     slots = torch.randint(0, 256, (8, 96, 96, 3), dtype=torch.uint8)

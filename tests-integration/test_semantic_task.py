@@ -13,7 +13,7 @@ import yaml
 from PIL import Image
 
 from libreyolo_models import ConfigError, LibreYOLO
-from libreyolo_models.val.semantic_metrics import SemanticMetrics
+from libreyolo_models.tasks.semantic.metrics import SemanticMetrics
 
 FAST = {"epochs": 2, "imgsz": 64, "batch": 4, "workers": 0, "device": "cpu", "verbose": False, "plots": False,
         "lr0": 1e-3}
@@ -21,7 +21,7 @@ FAST = {"epochs": 2, "imgsz": 64, "batch": 4, "workers": 0, "device": "cpu", "ve
 
 @pytest.fixture(scope="module")
 def mini_seg(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from libreyolo_models.data.shapes_seg import generate_shapes_seg
+    from libreyolo_models.tasks.semantic.shapes_seg import generate_shapes_seg
 
     root = tmp_path_factory.mktemp("mini-shapes-seg")
     generate_shapes_seg(root, split_sizes={"train": 8, "val": 4})

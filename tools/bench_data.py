@@ -38,8 +38,8 @@ import torch
 from synthetic_set import write_images
 
 from libreyolo_models.data import collate
-from libreyolo_models.data.pipeline import AugmentConfig, TrainPipeline
 from libreyolo_models.data.split_index import SplitIndex
+from libreyolo_models.tasks.detect.pipeline import AugmentConfig, TrainPipeline
 
 
 def _log(message: str) -> None:

@@ -126,7 +126,7 @@ def run_arm(data: Path, project: Path, *, size: str, batch: int, arm: str, args:
             result.graph_note = (f"{len(info.graphs)} graph(s), {info.replays} replays, {info.eager_calls} eager calls"
                                  + (f", latched: {info.latched}" if info.latched else ""))
 
-    from libreyolo_models.data import pipeline
+    from libreyolo_models.tasks.detect import pipeline
     from libreyolo_models.train import half_weights
 
     applies, wants_render_graphs, render_graphs = half_weights.applies, pipeline.wants_render_graphs, pipeline.RenderGraphs

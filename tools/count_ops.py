@@ -55,7 +55,7 @@ def _count(fn: Callable[[], Any]) -> tuple[collections.Counter[str], Any]:
 
 def ours() -> dict[str, dict[str, int]]:
     from libreyolo_models import LibreYOLO9
-    from libreyolo_models.contract import LossContext
+    from libreyolo_models.contract.family import LossContext
 
     torch.manual_seed(0)
     model = LibreYOLO9(size="t")

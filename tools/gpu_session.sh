@@ -89,7 +89,7 @@ for what in "$@"; do
              [ -n "${SEG_GRID:-}" ] || SEG_GRID='{"imgsz": [128, 256], "lr0": [0.001, 0.003]}'
              [ -n "${DETR_BASE:-}" ] || DETR_BASE='{"epochs": 10, "imgsz": 128, "batch": 8, "nbs": 8, "device": 0, "workers": 2}'
              [ -n "${DETR_GRID:-}" ] || DETR_GRID='{"lr0": [0.0005, 0.001, 0.002]}'
-             $PY -c "from libreyolo_models.data.shapes import ensure_shapes; from libreyolo_models.data.shapes_seg import ensure_shapes_seg; ensure_shapes(); ensure_shapes_seg()"
+             $PY -c "from libreyolo_models.data.shapes import ensure_shapes; from libreyolo_models.tasks.semantic.shapes_seg import ensure_shapes_seg; ensure_shapes(); ensure_shapes_seg()"
              step sweep_seg ${SWEEP_S:-400} $PY tools/sweep_recipe.py --model LibreSegFormerb0.yaml --data shapes-seg \
                --metric metrics/mIoU --parallel 4 --timeout $(( ${SWEEP_S:-400} - 20 )) --base "$SEG_BASE" --grid "$SEG_GRID" \
                --out "$OUT/sweep-seg.md" &

@@ -63,7 +63,7 @@ def certify_one(family: str, size: str, task: str, imgsz: int | None, train_batc
 
     from libreyolo_cudagraph import compare_train_step, contrasting_probes, verify_parity
     from libreyolo_models import LibreYOLO, LossContext
-    from libreyolo_models.contract import has_training_head
+    from libreyolo_models.contract.family import has_training_head
 
     device = torch.device("cuda")
     torch.backends.cudnn.benchmark = False
@@ -193,7 +193,7 @@ def main() -> int:
         data = certify_one(args.one[0], args.one[1], args.one[2], args.imgsz, args.train_batch)
         print("RESULT " + json.dumps(data, default=str), flush=True)
         return 0
-    from libreyolo_models.registry import families
+    from libreyolo_models.zoo.registry import families
 
     chosen = args.families.split(",") if args.families else sorted(families())
     rows = []

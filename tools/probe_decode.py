@@ -92,8 +92,8 @@ def decoders(path: Path, imgsz: int) -> dict[str, tuple[Any, ...]]:
 
 
 def probe(path: Path, imgsz: int, reps: int) -> list[str]:
-    from libreyolo_models.predict.letterbox import letterbox_batch
     from libreyolo_models.data.image_files import read_image
+    from libreyolo_models.data.letterbox_images import letterbox_batch
 
     ref = read_image(path)
     device = "cuda" if torch.cuda.is_available() else "cpu"

@@ -23,7 +23,7 @@ import torch
 from report import emit_report, log
 
 from libreyolo_models import LibreYOLO
-from libreyolo_models.contract import has_training_head
+from libreyolo_models.contract.family import has_training_head
 from libreyolo_models.tensor_trees import tensor_leaves
 from libreyolo_models.train.half_weights import HalfWeights
 

@@ -33,7 +33,7 @@ def _frames(n: int, h: int, w: int, seed: int) -> list[torch.Tensor]:
 
 def probe(arm: str, scaled: bool, args: argparse.Namespace) -> list[list[str]]:
     """Rows ``[arm, input, batch, step, before MiB, peak MiB]`` for the sequence, and the arm's total."""
-    from libreyolo_models.predict.letterbox import letterbox_batch
+    from libreyolo_models.data.letterbox_images import letterbox_batch
     from libreyolo_models.predict.predictor import Predictor
     from libreyolo_models.settings import PredictConfig
 

@@ -38,7 +38,7 @@ from libreyolo_models.data.augment_draws import AugmentConfig, draw_sample
 from libreyolo_models.data.augment_ops import grid_theta, mosaic_offsets
 from libreyolo_models.data.collate import TileBatch, TileGroup
 from libreyolo_models.data.letterbox import FILL, place_tiles, place_tiles_gathered
-from libreyolo_models.data.render_graph import RenderGraphs, render_eagerly
+from libreyolo_models.tasks.detect.render_graph import RenderGraphs, render_eagerly
 
 
 def mosaic_batch(batch: int, imgsz: int, n_images: int, device: torch.device) -> tuple[TileBatch, Tensor]:

@@ -137,7 +137,7 @@ def bare_step_inputs(size: str, batch: int, imgsz: int) -> tuple[Any, torch.nn.M
     """The trainer's step settings without the trainer: (family, net, images, targets, loss
     context) for YOLOv9 ``size`` in training mode, channels_last, cuDNN autotune on."""
     from libreyolo_models import LibreYOLO9
-    from libreyolo_models.contract import LossContext
+    from libreyolo_models.contract.family import LossContext
 
     torch.backends.cudnn.benchmark = True
     model = LibreYOLO9(size=size).to(0)

@@ -22,7 +22,7 @@ def mini_shapes(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def mini_shapes_cls(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Crops of the first 16 + 8 ``shapes`` images (about 28 + 14 crops): the data.yaml path."""
-    from libreyolo_models.data.shapes_cls import generate_shapes_cls
+    from libreyolo_models.tasks.classify.shapes_cls import generate_shapes_cls
 
     root = tmp_path_factory.mktemp("mini-shapes-cls")
     generate_shapes_cls(root, split_sizes={"train": 16, "val": 8})

@@ -17,8 +17,8 @@ from PIL import Image
 from libreyolo_models.data.augment_draws import AugmentConfig, SampleDraws, draw_sample
 from libreyolo_models.data.collate import collate_tiles
 from libreyolo_models.data.image_cache import ImageCache, open_image_cache
-from libreyolo_models.data.pipeline import Batch, TrainPipeline
 from libreyolo_models.data.split_index import SplitIndex
+from libreyolo_models.tasks.detect.pipeline import Batch, TrainPipeline
 
 IMGSZ = 48
 STRONG = AugmentConfig(mosaic=0.6, degrees=20.0, translate=0.2, scale=0.5, shear=6.0,

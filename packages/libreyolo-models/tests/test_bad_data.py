@@ -15,9 +15,9 @@ import pytest
 from PIL import Image
 
 from libreyolo_models.data.data_config import DataConfig, load_data_config
-from libreyolo_models.data.datasets import load_split
 from libreyolo_models.data.errors import DataConfigError, EmptySplitError
 from libreyolo_models.data.split_index import DataProblem
+from libreyolo_models.tasks.detect.datasets import load_split
 
 GOOD_ROW = "0 0.5 0.5 0.25 0.25\n"
 

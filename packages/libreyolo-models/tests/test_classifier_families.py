@@ -16,8 +16,8 @@ import torch
 import torchvision
 
 from libreyolo_models import CheckpointError, LibreYOLO, LossContext
-from libreyolo_models.registry import get_family, parse_model_name
 from libreyolo_models.train.pretrained import load_pretrained
+from libreyolo_models.zoo.registry import get_family, parse_model_name
 
 REFERENCES = {
     ("resnet", "18"): lambda: torchvision.models.resnet18(),

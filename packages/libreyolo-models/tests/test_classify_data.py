@@ -11,16 +11,16 @@ import pytest
 import torch
 from PIL import Image
 
-from libreyolo_models.data.classify_augment import ClassifyAugment, draw_crop, draw_mix
-from libreyolo_models.data.classify_ops import centre_crop, mix_batch, render_crops
-from libreyolo_models.data.classify_pipeline import ClassifyTrainPipeline, ClassifyValPipeline
 from libreyolo_models.data.decode import read_image_file
 from libreyolo_models.data.errors import DataConfigError, EmptySplitError
-from libreyolo_models.data.folder_config import load_folder_data
-from libreyolo_models.data.folder_reader import load_class_split
 from libreyolo_models.data.shapes import CLASS_NAMES
-from libreyolo_models.data.shapes_cls import generate_shapes_cls
-from libreyolo_models.tasks.classify import ClassifyTask
+from libreyolo_models.tasks.classify.augment import ClassifyAugment, draw_crop, draw_mix
+from libreyolo_models.tasks.classify.folder_config import load_folder_data
+from libreyolo_models.tasks.classify.folder_reader import load_class_split
+from libreyolo_models.tasks.classify.ops import centre_crop, mix_batch, render_crops
+from libreyolo_models.tasks.classify.pipeline import ClassifyTrainPipeline, ClassifyValPipeline
+from libreyolo_models.tasks.classify.shapes_cls import generate_shapes_cls
+from libreyolo_models.tasks.classify.task import ClassifyTask
 
 
 def read_rgb8(path: Path) -> np.ndarray:

@@ -49,7 +49,7 @@ def test_resnet18_learns_shapes_cls_on_cpu_to_top1_over_90_percent(tmp_path) -> 
 @pytest.mark.ci
 @pytest.mark.timeout(900)
 def test_resnet18_learns_a_shapes_cls_slice_well_above_chance_in_ci_time(tmp_path) -> None:
-    from libreyolo_models.data.shapes_cls import generate_shapes_cls
+    from libreyolo_models.tasks.classify.shapes_cls import generate_shapes_cls
 
     started = time.process_time()
     generate_shapes_cls(tmp_path, split_sizes=CI_SLICE)

@@ -9,7 +9,7 @@ import pytest
 import torch
 from sklearn.metrics import balanced_accuracy_score, confusion_matrix, top_k_accuracy_score
 
-from libreyolo_models.val.classify_metrics import ClassifyCounter, truth_rank
+from libreyolo_models.tasks.classify.metrics import ClassifyCounter, truth_rank
 
 NAMES = {0: "cat", 1: "dog", 2: "fox", 3: "owl", 4: "yak", 5: "elk"}
 

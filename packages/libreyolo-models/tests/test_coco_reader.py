@@ -12,8 +12,8 @@ from PIL import Image
 
 from libreyolo_models.data import image_check
 from libreyolo_models.data.data_config import load_data_config
-from libreyolo_models.data.datasets import load_split
 from libreyolo_models.data.errors import DataConfigError, EmptySplitError
+from libreyolo_models.tasks.detect.datasets import load_split
 
 
 def _coco(root: Path, images: list[dict], annotations: list[dict], *, categories: list[dict] | None = None,

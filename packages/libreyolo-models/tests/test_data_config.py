@@ -12,9 +12,9 @@ from PIL import Image
 
 from libreyolo_models.data import image_check
 from libreyolo_models.data.data_config import load_data_config
-from libreyolo_models.data.datasets import load_split, resolve_dataset
 from libreyolo_models.data.errors import DataConfigError, EmptySplitError
 from libreyolo_models.data.yolo_reader import label_path_for
+from libreyolo_models.tasks.detect.datasets import load_split, resolve_dataset
 
 
 def _image(path: Path, size: tuple[int, int] = (32, 32)) -> Path:

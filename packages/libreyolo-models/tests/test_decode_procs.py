@@ -15,9 +15,9 @@ from PIL import Image
 from torch.utils.data import get_worker_info
 
 from libreyolo_models.data.decode import ImageDecodeError
+from libreyolo_models.data.image_files import ShrunkImage
 from libreyolo_models.predict import decode_procs, sources, streams
 from libreyolo_models.predict.gpu_jpeg import EncodedJpeg
-from libreyolo_models.data.image_files import ShrunkImage
 from libreyolo_models.predict.sources import SourceReport
 
 BAD = 4  # the unreadable file of _folder

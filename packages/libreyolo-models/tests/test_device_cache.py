@@ -20,16 +20,16 @@ from PIL import Image
 
 import libreyolo_ddp
 from libreyolo_models import LibreYOLO9
-from libreyolo_models.data import render_graph
 from libreyolo_models.data.augment_draws import AugmentConfig, draw_sample
 from libreyolo_models.data.cache_store import CachePlace
 from libreyolo_models.data.collate import collate_tiles
 from libreyolo_models.data.device_cache import DEVICE_SHARE, plan_residency, upload_images
 from libreyolo_models.data.image_cache import open_image_cache
-from libreyolo_models.data.pipeline import Batch, TrainPipeline
 from libreyolo_models.data.split_index import SplitIndex
 from libreyolo_models.errors import ConfigError
 from libreyolo_models.tasks import TASKS
+from libreyolo_models.tasks.detect import render_graph
+from libreyolo_models.tasks.detect.pipeline import Batch, TrainPipeline
 from libreyolo_models.train import autobatch
 from libreyolo_models.train.autobatch import MEMORY_FRACTION, memory_fraction, planned_resident_bytes
 from libreyolo_models.train.plan import TrainPlan
@@ -93,7 +93,7 @@ def test_resident_images_give_bit_identical_batches_to_shipped_tiles(tmp_path: P
                                                                      caplog: pytest.LogCaptureFixture) -> None:
     index = noisy_split(tmp_path / "img", broken=3)
     shipped = _pipeline(index, "cpu", "auto", workers)  # auto on the CPU: tiles shipped, as today
-    with caplog.at_level(logging.INFO, logger="libreyolo_models.data.pipeline"):
+    with caplog.at_level(logging.INFO, logger="libreyolo_models.tasks.detect.pipeline"):
         resident = _pipeline(index, "cpu", "gpu", workers)
     assert "image cache on the device: 9 images at 40 px = 0.00 GiB held on cpu (cache='gpu')" in caplog.text
     assert shipped.resident is None
@@ -235,7 +235,7 @@ def test_resident_images_on_the_gpu_give_bit_identical_batches(tmp_path: Path, w
                                                                caplog: pytest.LogCaptureFixture) -> None:
     index = noisy_split(tmp_path / "img", n=12, broken=5)
     device = torch.device("cuda", torch.cuda.current_device())
-    with caplog.at_level(logging.INFO, logger="libreyolo_models.data.pipeline"):
+    with caplog.at_level(logging.INFO, logger="libreyolo_models.tasks.detect.pipeline"):
         shipped = _pipeline(index, device, "ram", workers)  # "ram": never resident
         resident = _pipeline(index, device, "gpu", workers)
         auto = _pipeline(index, device, "auto", 0)  # a few KiB: well under a quarter of free memory
@@ -252,7 +252,7 @@ _RANK_SCRIPT = textwrap.dedent("""
     from pathlib import Path
     import numpy as np
     import torch, torch.distributed as dist
-    from libreyolo_models.data.pipeline import AugmentConfig, TrainPipeline
+    from libreyolo_models.tasks.detect.pipeline import AugmentConfig, TrainPipeline
     from libreyolo_models.data.split_index import SplitIndex
 
     rank, init_file, folder, out = int(sys.argv[1]), sys.argv[2], Path(sys.argv[3]), Path(sys.argv[4])

@@ -47,8 +47,8 @@ def datasets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Per task a small ``shapes`` set (data.yaml path): 20 detection images to predict on, and
     val slices of 20 / 8 / 8 images for detect / classify (their crops) / semantic."""
     from libreyolo_models.data.shapes import generate_shapes
-    from libreyolo_models.data.shapes_cls import generate_shapes_cls
-    from libreyolo_models.data.shapes_seg import generate_shapes_seg
+    from libreyolo_models.tasks.classify.shapes_cls import generate_shapes_cls
+    from libreyolo_models.tasks.semantic.shapes_seg import generate_shapes_seg
 
     root = tmp_path_factory.mktemp("export-data")
     for name, generate, val in (("detect", generate_shapes, 20), ("classify", generate_shapes_cls, 8),

@@ -138,7 +138,7 @@ def test_capture_ahead_records_the_input_predict_hands_over(monkeypatch) -> None
     (a detector's uint8 letterbox, a channels-first view), or predict would capture again."""
     from libreyolo_cudagraph import GraphRunner
     from libreyolo_models import graphs
-    from libreyolo_models.predict.letterbox import letterbox_pixels
+    from libreyolo_models.data.letterbox_images import letterbox_pixels
 
     seen: list[torch.Tensor] = []
     monkeypatch.setattr(graphs, "check_graph_support", lambda model, what: None)

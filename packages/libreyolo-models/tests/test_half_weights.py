@@ -16,11 +16,11 @@ from op_counts import OpCounter
 from torch import nn
 
 from libreyolo_models import LibreYOLO, LibreYOLO9
-from libreyolo_models.contract import has_training_head
-from libreyolo_models.registry import families
+from libreyolo_models.contract.family import has_training_head
 from libreyolo_models.tensor_trees import tensor_leaves
 from libreyolo_models.train import half_weights
 from libreyolo_models.train.half_weights import HalfWeights
+from libreyolo_models.zoo.registry import families
 
 SMALL = {"yolox": ("n", 64), "resnet": ("18", 32), "mobilenetv4": ("small", 32), "efficientnetv2": ("b0", 32),
          "convnext": ("tiny", 32), "segformer": ("b0", 64)}

@@ -20,7 +20,7 @@ import torch
 
 from libreyolo_models import LibreYOLO, LibreYOLO9, WeightsEntry, WeightsNotFoundError
 from libreyolo_models.hub import hub_url, parse_hub_url, resolve_weights
-from libreyolo_models.registry import get_family
+from libreyolo_models.zoo.registry import get_family
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 V9T = "/LibreYOLO/LibreYOLO9t/resolve/main/LibreYOLO9t.pt"

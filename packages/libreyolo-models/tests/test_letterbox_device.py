@@ -7,9 +7,9 @@ import pytest
 import torch
 from PIL import Image
 
+from libreyolo_models.data import letterbox_images as letterbox_module
 from libreyolo_models.data.letterbox import letterbox_offsets, place_tiles, to_network_input
-from libreyolo_models.predict import letterbox as letterbox_module
-from libreyolo_models.predict.letterbox import letterbox, letterbox_batch, letterbox_pixels
+from libreyolo_models.data.letterbox_images import letterbox, letterbox_batch, letterbox_pixels
 
 SIZES = [(90, 120), (480, 640), (37, 300), (64, 64), (20, 10), (128, 127)]
 ONE_LEVEL = 1 / 255 + 1e-6

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from libreyolo_models import LibreYOLOError
-from libreyolo_models.val.matching import IOU_THRESHOLDS, ImageStats, match_image, pairwise_iou
-from libreyolo_models.val.metrics import DetectionMetrics, MetricsResult
+from libreyolo_models.tasks.detect.matching import IOU_THRESHOLDS, ImageStats, match_image, pairwise_iou
+from libreyolo_models.tasks.detect.metrics import DetectionMetrics, MetricsResult
 
 T = len(IOU_THRESHOLDS)
 
@@ -292,7 +292,7 @@ def test_repeated_id_with_other_scores_counts_one_image_and_logs(caplog):
     rng = np.random.default_rng(9)
     first = _random_image(rng, 0)
     again = ImageStats(first.tp, first.conf * 0.99, first.pred_cls, first.gt_cls, 0)
-    with caplog.at_level(logging.INFO, logger="libreyolo_models.val.metrics"):
+    with caplog.at_level(logging.INFO, logger="libreyolo_models.tasks.detect.metrics"):
         result = _compute(4, first, again)
     assert result.n_images == 1 and result.n_gt == len(first.gt_cls)
     assert "repeated image ids" in caplog.text

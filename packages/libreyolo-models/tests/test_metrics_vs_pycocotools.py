@@ -16,8 +16,8 @@ import io
 import numpy as np
 import pytest
 
-from libreyolo_models.val.matching import match_image
-from libreyolo_models.val.metrics import DetectionMetrics
+from libreyolo_models.tasks.detect.matching import match_image
+from libreyolo_models.tasks.detect.metrics import DetectionMetrics
 
 pytest.importorskip("pycocotools")
 from pycocotools.coco import COCO  # noqa: E402

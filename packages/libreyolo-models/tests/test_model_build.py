@@ -8,7 +8,7 @@ import pytest
 
 import libreyolo_models
 from libreyolo_models import ConfigError, Family, LibreYOLO, LibreYOLO9, UnknownFamilyError
-from libreyolo_models.registry import BUILTIN, get_family, parse_model_name
+from libreyolo_models.zoo.registry import BUILTIN, get_family, parse_model_name
 
 
 def test_architecture_name_builds_an_untrained_model() -> None:

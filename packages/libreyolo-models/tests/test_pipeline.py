@@ -12,8 +12,8 @@ from gloo_ranks import run_two_ranks
 from PIL import Image
 
 from libreyolo_models.data.augment_draws import draw_sample
-from libreyolo_models.data.pipeline import AugmentConfig, Batch, TrainPipeline, ValPipeline
 from libreyolo_models.data.split_index import SplitIndex
+from libreyolo_models.tasks.detect.pipeline import AugmentConfig, Batch, TrainPipeline, ValPipeline
 
 IMGSZ = 32
 
@@ -205,7 +205,7 @@ _RANK_SCRIPT = textwrap.dedent("""
     import numpy as np
     import torch.distributed as dist
     from libreyolo_models.data import image_cache
-    from libreyolo_models.data.pipeline import AugmentConfig, TrainPipeline
+    from libreyolo_models.tasks.detect.pipeline import AugmentConfig, TrainPipeline
     from libreyolo_models.data.split_index import SplitIndex
 
     rank, world, init_file, folder, out = int(sys.argv[1]), 2, sys.argv[2], Path(sys.argv[3]), Path(sys.argv[4])

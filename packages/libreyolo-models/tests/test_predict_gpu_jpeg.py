@@ -16,9 +16,9 @@ from PIL import Image, ImageOps
 
 import libreyolo_models.predict.predictor as predictor_module
 from libreyolo_models import LibreYOLO9
+from libreyolo_models.data.image_files import read_image
 from libreyolo_models.errors import ConfigError, SourceError
 from libreyolo_models.predict import gpu_jpeg
-from libreyolo_models.data.image_files import read_image
 
 pytest.importorskip("torchcodec.decoders", reason="needs the [nvjpeg] extra (TorchCodec)")
 

@@ -14,7 +14,7 @@ import torch
 from PIL import Image
 
 from libreyolo_models import SAMPLE_IMAGE, LibreYOLO9
-from libreyolo_models.predict.results import Boxes, Results
+from libreyolo_models.tasks.results import Boxes, Results
 
 IMGSZ = 128
 NAMES = ["circle", "square", "triangle"]
@@ -133,7 +133,7 @@ def test_numpy_and_cpu_copies_keep_every_box_format() -> None:
 
 
 def test_semantic_results_convert_too() -> None:
-    from libreyolo_models.predict.masks import SemanticMask
+    from libreyolo_models.tasks.semantic.class_map import SemanticMask
 
     classes = torch.zeros(4, 6, dtype=torch.int64)
     classes[:, 3:] = 2

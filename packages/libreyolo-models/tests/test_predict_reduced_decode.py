@@ -14,9 +14,9 @@ from PIL import Image
 from libreyolo_models import LibreYOLO9
 from libreyolo_models.data.decode import read_image_file
 from libreyolo_models.data.image_cache import decode_image
-from libreyolo_models.data.letterbox import letterbox_offsets, place_tiles, to_network_input
-from libreyolo_models.predict.letterbox import letterbox_batch
 from libreyolo_models.data.image_files import read_image_for
+from libreyolo_models.data.letterbox import letterbox_offsets, place_tiles, to_network_input
+from libreyolo_models.data.letterbox_images import letterbox_batch
 from libreyolo_models.predict.streams import open_source
 
 IMGSZ = 64

@@ -22,14 +22,14 @@ from test_device_cache import (  # _private_cache_dirs: its autouse fixture, act
     noisy_split,
 )
 
-import libreyolo_models.data.pipeline as pipeline_module
-from libreyolo_models.data import render_graph
+import libreyolo_models.tasks.detect.pipeline as pipeline_module
 from libreyolo_models.data.augment_draws import AugmentConfig, draw_sample
 from libreyolo_models.data.collate import collate_tiles
 from libreyolo_models.data.device_cache import upload_images
 from libreyolo_models.data.image_cache import open_image_cache
-from libreyolo_models.data.pipeline import TrainPipeline
-from libreyolo_models.data.render_graph import RenderGraphs, render_eagerly
+from libreyolo_models.tasks.detect import render_graph
+from libreyolo_models.tasks.detect.pipeline import TrainPipeline
+from libreyolo_models.tasks.detect.render_graph import RenderGraphs, render_eagerly
 
 
 @pytest.mark.parametrize("resident", [False, True])
@@ -98,7 +98,7 @@ def test_graphed_rendering_gives_the_eager_pipelines_batches(tmp_path: Path, cac
         if augment.mosaic == 1.0:  # every image flipped: one structure an epoch, replayed from its second batch
             assert len(info.graphs) == 1 and info.graphs[0].replays == 9 and info.eager_calls == 2, info
         graphs = graphed.render_graphs
-        with caplog.at_level(logging.INFO, logger="libreyolo_models.data.pipeline"):
+        with caplog.at_level(logging.INFO, logger="libreyolo_models.tasks.detect.pipeline"):
             graphed.close()
         assert f"{len(batches) - graphs.totals().eager_calls} batches replayed" in caplog.text
         assert graphed.render_graphs is None
@@ -139,7 +139,7 @@ def test_closing_mosaic_restarts_the_graph_count_and_close_frees_the_pipeline(
         assert len(list(pipeline)) == 2
     assert resets == ["mosaic closes at epoch 2: new batch structures"]
     assert pipeline.resident is not None
-    with caplog.at_level(logging.INFO, logger="libreyolo_models.data.pipeline"):
+    with caplog.at_level(logging.INFO, logger="libreyolo_models.tasks.detect.pipeline"):
         pipeline.close()
     assert pipeline.render_graphs is None and pipeline.resident is None
     assert "batch rendering: 0 CUDA graph(s), 0 batches replayed, 6 rendered eagerly, pool 0.00 GiB" in caplog.text

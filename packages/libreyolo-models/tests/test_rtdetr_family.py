@@ -19,7 +19,7 @@ from libreyolo_models import (
     UnknownFamilyError,
 )
 from libreyolo_models.families.rtdetr.postprocess import postprocess
-from libreyolo_models.registry import parse_model_name
+from libreyolo_models.zoo.registry import parse_model_name
 
 
 @pytest.fixture(scope="module")

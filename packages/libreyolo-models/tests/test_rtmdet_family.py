@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 
 from libreyolo_models import SAMPLE_IMAGE, LibreRTMDet, LibreYOLO
-from libreyolo_models.registry import parse_model_name
+from libreyolo_models.zoo.registry import parse_model_name
 
 
 def test_weight_names_resolve_to_the_family_and_size() -> None:

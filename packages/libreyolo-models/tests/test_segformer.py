@@ -11,7 +11,7 @@ from libreyolo_models.families.segformer.family import HEAD_LR_SCALE, SegFormerF
 from libreyolo_models.families.segformer.loss import pixel_cross_entropy
 from libreyolo_models.families.segformer.nn import ARCHS, SegFormerNet
 from libreyolo_models.layers.drop_path import DropPath, drop_path
-from libreyolo_models.registry import get_family, parse_model_name
+from libreyolo_models.zoo.registry import get_family, parse_model_name
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 

@@ -52,7 +52,7 @@ def test_segformer_b0_fits_a_16_image_slice_in_ci_time(tmp_path) -> None:
     16 shapes-seg images at 64 px in 80 optimizer steps, validated on the same images. Predicting
     only the background scores mIoU 0.15 here (1 of 6 classes); the run reached 0.35 on the
     machine it was tuned on, with circle, square and cross above IoU 0.2."""
-    from libreyolo_models.data.shapes_seg import generate_shapes_seg
+    from libreyolo_models.tasks.semantic.shapes_seg import generate_shapes_seg
 
     generate_shapes_seg(tmp_path / "data", split_sizes={"train": 16, "val": 1})
     text = (tmp_path / "data" / "data.yaml").read_text(encoding="utf-8")

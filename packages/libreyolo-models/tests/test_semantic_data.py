@@ -12,13 +12,13 @@ from PIL import Image
 
 from libreyolo_models.data.augment_draws import AugmentConfig
 from libreyolo_models.data.errors import DataConfigError, EmptySplitError
-from libreyolo_models.data.mask_augment import draw_mask_params, render_pairs
-from libreyolo_models.data.mask_pipeline import MaskTrainPipeline, MaskValPipeline
-from libreyolo_models.data.masks import mask_path_for
-from libreyolo_models.data.shapes_seg import generate_shapes_seg
-from libreyolo_models.predict.letterbox import letterbox, letterbox_batch
 from libreyolo_models.data.image_files import read_image
+from libreyolo_models.data.letterbox_images import letterbox, letterbox_batch
 from libreyolo_models.tasks import get_task
+from libreyolo_models.tasks.semantic.augment import draw_mask_params, render_pairs
+from libreyolo_models.tasks.semantic.mask_files import mask_path_for
+from libreyolo_models.tasks.semantic.pipeline import MaskTrainPipeline, MaskValPipeline
+from libreyolo_models.tasks.semantic.shapes_seg import generate_shapes_seg
 
 TASK = get_task("semantic")
 

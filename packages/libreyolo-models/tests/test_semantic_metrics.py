@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from libreyolo_models.predict.letterbox import letterbox
-from libreyolo_models.predict.masks import SemanticMask, map_to_original
-from libreyolo_models.val.semantic_metrics import SemanticMetrics, semantic_result
+from libreyolo_models.data.letterbox_images import letterbox
+from libreyolo_models.tasks.semantic.class_map import SemanticMask, map_to_original
+from libreyolo_models.tasks.semantic.metrics import SemanticMetrics, semantic_result
 
 IGN = 255
 

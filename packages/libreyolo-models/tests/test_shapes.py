@@ -13,8 +13,8 @@ from PIL import Image
 
 from libreyolo_models.data import shapes
 from libreyolo_models.data.data_config import load_data_config
-from libreyolo_models.data.datasets import load_split, resolve_dataset
 from libreyolo_models.data.shapes import CLASS_NAMES, SHAPES_DIRNAME, ensure_shapes
+from libreyolo_models.tasks.detect.datasets import load_split, resolve_dataset
 
 
 @pytest.fixture(scope="module")

@@ -14,8 +14,8 @@ import torch
 
 from libreyolo_models import LibreYOLO9, Results
 from libreyolo_models.errors import ConfigError
-from libreyolo_models.predict.results import Boxes
 from libreyolo_models.settings import PredictConfig
+from libreyolo_models.tasks.results import Boxes
 
 NAMES = {0: "red", 1: "green", 2: "blue", 3: "yellow"}
 COLOURS = {0: (230, 30, 30), 1: (30, 230, 30), 2: (40, 40, 240), 3: (235, 235, 30)}
@@ -243,7 +243,7 @@ def test_tracking_on_the_gpu_with_graphs_matches_the_cpu(monkeypatch) -> None:
 
 
 def test_plot_draws_each_trail_and_box_in_its_id_colour() -> None:
-    from libreyolo_models.predict.plotting import class_color
+    from libreyolo_models.tasks.drawing import class_color
 
     data = torch.tensor([[100.0, 40, 140, 80, 0.9, 0]])
     res = Results(np.zeros((120, 160, 3), np.uint8), "x.jpg", dict(NAMES), boxes=Boxes(data, (120, 160), id=torch.tensor([7])))

@@ -230,7 +230,7 @@ def test_a_family_training_head_gets_the_targets_after_the_seam(mini_shapes: Pat
 @pytest.mark.parametrize(("max_grad_norm", "scale"), [(0.0, 1.0), (1.0, None)])
 def test_max_grad_norm_zero_steps_on_the_whole_gradient(max_grad_norm: float, scale: float | None) -> None:
     """0 turns clipping off (a norm-0 clip would zero every gradient); a positive value clips."""
-    from libreyolo_models.contract import LossContext
+    from libreyolo_models.contract.family import LossContext
     from libreyolo_models.train.step import StepTimer, TrainStep
 
     net = torch.nn.Linear(3, 1, bias=False)

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from libreyolo_models import ConfigError, LibreYOLO
-from libreyolo_models.data.datasets import load_split
 from libreyolo_models.data.shapes import generate_shapes
-from libreyolo_models.tasks.detect import DetectTask
+from libreyolo_models.tasks.detect.datasets import load_split
+from libreyolo_models.tasks.detect.task import DetectTask
 
 
 @pytest.fixture()

@@ -136,7 +136,7 @@ def test_autobatch_leaves_room_for_the_graph_pool(monkeypatch: pytest.MonkeyPatc
 def test_a_cuda_training_step_never_waits_for_the_gpu() -> None:
     """After the first step (cuDNN setup, lazy state), forward, loss, backward, the fused
     optimizer behind GradScaler and the EMA run without one host sync (sync debug mode errors)."""
-    from libreyolo_models.contract import LossContext
+    from libreyolo_models.contract.family import LossContext
     from libreyolo_models.train.step import StepTimer, TrainStep
 
     device = torch.device("cuda", 0)

@@ -12,7 +12,7 @@ import torch
 import libreyolo_ddp
 from libreyolo_models import CheckpointError, ConfigError, LibreYOLO, LibreYOLO9
 from libreyolo_models.config import load_config
-from libreyolo_models.tasks.detect import DetectTask
+from libreyolo_models.tasks.detect.task import DetectTask
 from libreyolo_models.train.plan import parse_train_devices
 from libreyolo_models.train.resume import merge_resume_options
 from libreyolo_models.train.settings import TrainConfig
@@ -179,7 +179,7 @@ def test_bad_cache_values_are_named(cache: str, match: str, no_data_reads: None)
 def test_every_family_names_itself_and_the_missing_keys_for_foreign_weights(tmp_path: Path, family: str) -> None:
     """The loading path is shared; each built-in family must reach it through its own class too."""
     from libreyolo_models import LibreRTDETR, LibreRTMDet, LibreSegFormer, LibreYOLOX
-    from libreyolo_models.registry import get_family
+    from libreyolo_models.zoo.registry import get_family
 
     spec = get_family(family)
     by_class = {"yolo9": LibreYOLO9, "yolox": LibreYOLOX, "rtmdet": LibreRTMDet, "rtdetr": LibreRTDETR,

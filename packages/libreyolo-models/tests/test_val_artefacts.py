@@ -12,11 +12,11 @@ import torch
 from PIL import Image
 
 from libreyolo_models import LibreYOLO9
-from libreyolo_models.val.confusion import ConfusionMatrix
-from libreyolo_models.val.curves import THRESHOLDS, all_class_curves
-from libreyolo_models.val.matching import match_image
-from libreyolo_models.val.metrics import DetectionMetrics
-from libreyolo_models.val.plots import plot_batch, plot_confusion, plot_curves, plot_labels
+from libreyolo_models.tasks.curves import THRESHOLDS, all_class_curves
+from libreyolo_models.tasks.detect.confusion import ConfusionMatrix
+from libreyolo_models.tasks.detect.matching import match_image
+from libreyolo_models.tasks.detect.metrics import DetectionMetrics
+from libreyolo_models.tasks.plots import plot_batch, plot_confusion, plot_curves, plot_labels
 
 
 def _decodes(path: Path) -> tuple[int, int]:
@@ -170,9 +170,9 @@ def test_predictions_json_loads_in_pycocotools_and_scores_like_our_metrics(confi
     from pycocotools.coco import COCO
     from pycocotools.cocoeval import COCOeval
 
-    from libreyolo_models.tasks.detect import DetectOptions
-    from libreyolo_models.val.artefacts import DetectArtefacts
-    from libreyolo_models.val.validator import evaluate_detections
+    from libreyolo_models.tasks.detect.artefacts import DetectArtefacts
+    from libreyolo_models.tasks.detect.task import DetectOptions
+    from libreyolo_models.tasks.detect.validator import evaluate_detections
 
     model, imgsz = confident_model, 64
     task = model.task_spec
@@ -219,9 +219,9 @@ def test_predictions_json_loads_in_pycocotools_and_scores_like_our_metrics(confi
 def test_semantic_validation_draws_its_confusion_matrix_without_a_background_row(tmp_path, monkeypatch) -> None:
     from types import SimpleNamespace
 
-    from libreyolo_models.tasks import semantic
     from libreyolo_models.tasks.base import EvalSettings
-    from libreyolo_models.val.semantic_metrics import semantic_result
+    from libreyolo_models.tasks.semantic import task as semantic
+    from libreyolo_models.tasks.semantic.metrics import semantic_result
 
     confusion = torch.tensor([[50, 2, 1], [3, 40, 0], [0, 5, 30]])
     monkeypatch.setattr(semantic, "evaluate_semantic",

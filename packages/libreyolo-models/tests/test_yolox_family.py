@@ -81,7 +81,7 @@ def test_recipe_clips_yolox_gradients_which_start_in_the_thousands() -> None:
     """YOLOX's gradient norm starts over 100x the clip (loss scaled by the global batch, a 0..255
     stem): with the clip, each early step has the clip's length, so lr0 must be the trainer's 0.01
     (with upstream's 0.01 / 64 the clipped network froze: mAP50 0.000)."""
-    from libreyolo_models.contract import LossContext
+    from libreyolo_models.contract.family import LossContext
 
     model = LibreYOLOX(size="n", nc=5, imgsz=IMGSZ)
     decl = model.spec.task("detect")

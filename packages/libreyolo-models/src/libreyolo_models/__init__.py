@@ -12,7 +12,8 @@ from .version import __version__
 # A small bundled image (package data) to try a model on without finding one.
 SAMPLE_IMAGE: Path = Path(__file__).parent / "assets" / "sample.jpg"
 
-from .contract import Family, LossContext, LossResult  # noqa: E402
+from .contract.family import Family, LossContext, LossResult  # noqa: E402
+from .contract.spec import FamilySpec, TaskDecl, WeightsEntry  # noqa: E402
 from .errors import (  # noqa: E402
     CheckpointError,
     ConfigError,
@@ -22,7 +23,6 @@ from .errors import (  # noqa: E402
     WeightsNotFoundError,
 )
 from .facade import LibreYOLO  # noqa: E402
-from .family_spec import FamilySpec, TaskDecl, WeightsEntry  # noqa: E402
 from .named import (  # noqa: E402
     LibreConvNeXt,
     LibreEfficientNetV2,
@@ -34,9 +34,9 @@ from .named import (  # noqa: E402
     LibreYOLO9,
     LibreYOLOX,
 )
-from .predict.probs import Probs  # noqa: E402
-from .predict.results import Boxes, Results  # noqa: E402
-from .registry import families, register_family, unregister_family  # noqa: E402
+from .tasks.classify.probs import Probs  # noqa: E402
+from .tasks.results import Boxes, Results  # noqa: E402
+from .zoo.registry import families, register_family, unregister_family  # noqa: E402
 
 __all__ = [
     "SAMPLE_IMAGE", "Boxes", "CheckpointError", "ConfigError", "Family", "FamilySpec", "LibreConvNeXt", "LibreEfficientNetV2",

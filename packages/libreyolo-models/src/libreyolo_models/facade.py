@@ -19,15 +19,14 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
-from .building import ModelSource, resolve_source
 from .checkpoint import atomic_save, checkpoint_metadata, cpu_state_dict
 from .coco_names import default_names
 from .config import load_config
-from .contract import Family, TensorTree
+from .contract.family import Family, TensorTree
+from .contract.spec import FamilySpec
 from .data.letterbox import to_network_input
 from .devices import resolve_device
 from .errors import ConfigError
-from .family_spec import FamilySpec
 from .fused_net import FusedNetwork
 from .graphs import ModelGraphs, capture_ahead
 from .layers.layout import is_channels_last
@@ -35,9 +34,10 @@ from .runtime import RuntimeNetwork, is_exported, load_exported
 from .settings import PredictConfig
 from .tasks import Task, get_task
 from .version import __version__
+from .zoo.building import ModelSource, resolve_source
 
 if TYPE_CHECKING:
-    from .predict.results import Results
+    from .tasks.results import Results
     from .track.session import TrackSession
 
 log = logging.getLogger(__name__)
@@ -104,7 +104,7 @@ class LibreYOLO:
 
     def _assemble_exported(self, path: Path, family: str | FamilySpec | None, imgsz: int | None) -> None:
         """The family (for post-processing) around a runtime backend (instead of a network)."""
-        from .registry import get_family
+        from .zoo.registry import get_family
 
         runtime = load_exported(path)
         meta = runtime.meta
@@ -492,7 +492,7 @@ def _normalize_names(names: Mapping[int, str] | list[str] | tuple[str, ...] | No
 
 
 def _unpickle(ckpt: dict[str, Any], path: str | None) -> LibreYOLO:
-    from .building import rebuild_source
+    from .zoo.building import rebuild_source
 
     model = LibreYOLO.__new__(LibreYOLO)
     model.metrics = None

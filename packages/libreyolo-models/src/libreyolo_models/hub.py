@@ -36,8 +36,8 @@ from typing import TYPE_CHECKING
 from urllib.parse import quote, unquote, urlsplit
 
 from .atomic_write import umask_mode
+from .contract.spec import WeightsEntry
 from .errors import ConfigError, WeightsNotFoundError
-from .family_spec import WeightsEntry
 
 if TYPE_CHECKING:
     from huggingface_hub import HfFileMetadata

@@ -1,8 +1,8 @@
 """Export a model's inference seam to ONNX, TorchScript or OpenVINO, and the metadata that lets
 ``LibreYOLO("best.onnx")`` rebuild the model around it (see ``runtime`` for the loading side)."""
 
+from ..runtime.metadata import EXPORT_FORMATS, ExportMetadata
 from .exporter import export_model
-from .metadata import EXPORT_FORMATS, ExportMetadata
 from .settings import ExportConfig
 
 __all__ = ["EXPORT_FORMATS", "ExportConfig", "ExportMetadata", "export_model"]

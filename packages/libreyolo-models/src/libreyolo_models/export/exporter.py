@@ -18,13 +18,13 @@ from torch import Tensor, nn
 from ..config import load_config
 from ..devices import resolve_device
 from ..errors import ConfigError
+from ..runtime.metadata import ExportMetadata
 from ..version import __version__
 from .formats import write_onnx, write_openvino, write_torchscript
-from .metadata import ExportMetadata
 from .settings import ExportConfig
 
 if TYPE_CHECKING:
-    from ..contract import Family
+    from ..contract.family import Family
     from ..facade import LibreYOLO
 
 log = logging.getLogger(__name__)

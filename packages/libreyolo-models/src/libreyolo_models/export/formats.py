@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from ..optional import require
-from .metadata import METADATA_FILE, METADATA_KEY, ExportMetadata
+from ..runtime.metadata import METADATA_FILE, METADATA_KEY, ExportMetadata
 
 log = logging.getLogger(__name__)
 

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 from ..config import suggest
 from ..errors import ConfigError
+from ..runtime.metadata import EXPORT_FORMATS
 from ..settings import check_positive_imgsz
-from .metadata import EXPORT_FORMATS
 
 
 @dataclass(frozen=True)

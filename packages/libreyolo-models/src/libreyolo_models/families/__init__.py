@@ -1,1 +1,1 @@
-"""One folder per family; the registry (``libreyolo_models.registry``) lists them all."""
+"""One folder per family; the registry (``libreyolo_models.zoo.registry``) lists them all."""

@@ -23,7 +23,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     from ..settings import PredictConfig
-    from .results import Results
+    from ..tasks.results import Results
 
 log = logging.getLogger(__name__)
 

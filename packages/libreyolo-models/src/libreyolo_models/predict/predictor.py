@@ -9,7 +9,7 @@ Where each step runs, and why:
   thread hop); JPEG files, on CUDA with TorchCodec installed, are only read there and decode on
   the GPU at the start of their batch, all in one call (``predict.gpu_jpeg``);
 - uint8 pixels are uploaded as they are and letterboxed, scaled and laid out on the device
-  (``Task.prepare_batch``, by default ``predict.letterbox.letterbox_batch``; a task whose
+  (``Task.prepare_batch``, by default ``data.letterbox_images.letterbox_batch``; a task whose
   preprocessing is still a CPU function, such as classify's centre crop, overrides it);
 - per-phase times are CUDA events, not synchronisations (``predict.timing``), and a batch's
   predictions reach the host in one copy (``Task.predictions_to_host``);
@@ -39,11 +39,11 @@ from ..errors import ConfigError, SourceError
 from ..graphs import forward_for_predict
 from ..rundir import next_run_dir
 from ..settings import PredictConfig
+from ..tasks.results import Results, ResultsList
 from ..tensor_trees import map_tensors
 from .gpu_jpeg import decode_on_device, resolve_gpu_decode
 from .outputs import PredictOutputs, wants_run_dir
 from .prefetch import Prefetcher
-from .results import Results, ResultsList
 from .sources import SourceReport
 from .staging import PinnedStaging, Slot, host_tensors
 from .streams import Frame, SourcePlan, open_source

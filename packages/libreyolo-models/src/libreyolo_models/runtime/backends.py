@@ -26,8 +26,8 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import CheckpointError, ConfigError
-from ..export.metadata import METADATA_FILE, METADATA_KEY, ExportMetadata
 from ..optional import require
+from .metadata import METADATA_FILE, METADATA_KEY, ExportMetadata
 
 log = logging.getLogger(__name__)
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from ..config import suggest
 from ..errors import ConfigError
 from .base import EvalSettings, Prepared, Task, TaskMetrics
-from .classify import ClassifyOptions, ClassifyTask
-from .detect import DetectOptions, DetectTask
-from .semantic import SemanticTask
+from .classify.task import ClassifyOptions, ClassifyTask
+from .detect.task import DetectOptions, DetectTask
+from .semantic.task import SemanticTask
 
 TASKS: dict[str, Task] = {task.name: task for task in (DetectTask(), SemanticTask(), ClassifyTask())}
 

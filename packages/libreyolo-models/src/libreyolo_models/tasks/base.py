@@ -22,8 +22,8 @@ from torch import Tensor
 if TYPE_CHECKING:
     from ..data.cache_store import CacheSetting
     from ..facade import LibreYOLO
-    from ..predict.results import Results
     from ..train.settings import TrainConfig
+    from .results import Results
 
 
 class TaskMetrics(Protocol):
@@ -148,9 +148,9 @@ class Task(abc.ABC):
         pixels, which ``LibreYOLO.inference_forward`` scales inside the network call (so a CUDA
         graph captures the scaling and keeps a uint8 copy of its input, not a float one). The
         default uploads the uint8 pixels and letterboxes them there, as validation does
-        (``predict.letterbox.letterbox_pixels``). ``orig_shapes``: each image's picture size: its
+        (``data.letterbox_images.letterbox_pixels``). ``orig_shapes``: each image's picture size: its
         own, or the full size a reduced decode came from (``reduced_decode`` tasks only)."""
-        from ..predict.letterbox import letterbox_pixels
+        from ..data.letterbox_images import letterbox_pixels
 
         return letterbox_pixels([image.to(device, non_blocking=True) for image in images], imgsz, orig_shapes)
 

@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING, Any
 
 from ..config import load_config, suggest
 from ..errors import ConfigError
-from ..predict.results import Results
 from ..predict.video import VideoWriter
 from ..rundir import next_run_dir
 from ..settings import PredictConfig
+from ..tasks.results import Results
 from .registry import get_tracker
 from .session import TrackSession, sequence_key
 

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..predict.results import Boxes, Results
+from ..tasks.results import Boxes, Results
 from .registry import TrackerSpec
 
 log = logging.getLogger(__name__)

@@ -5,7 +5,7 @@ Called by every rank before training: in one process it probes here; with a proc
 
 The training images the data pipeline will keep on the device (``data.device_cache``) are asked
 about here with the same rule the pipeline applies, and their bytes come out of the budget; the
-memory its batch rendering holds beside the step (``data.render_graph``) is held during each probed
+memory its batch rendering holds beside the step (``tasks.detect.render_graph``) is held during each probed
 step, since it grows with the batch.
 """
 
@@ -18,7 +18,7 @@ import torch
 
 import libreyolo_ddp
 
-from ..contract import has_training_head
+from ..contract.family import has_training_head
 from ..data.cache_store import parse_cache_setting
 from ..data.device_cache import may_be_resident, plan_residency
 from ..data.loading import resolve_gpu_augment

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import libreyolo_ddp
 
-from ..building import rebuild_source
 from ..errors import ConfigError
+from ..zoo.building import rebuild_source
 from .adapt import initialize_from_seed
 from .autobatch import resolve_batch
 from .checkpoints import is_training_checkpoint

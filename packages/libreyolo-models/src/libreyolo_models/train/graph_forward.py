@@ -17,7 +17,7 @@ from torch import Tensor, nn
 
 import libreyolo_ddp
 
-from ..contract import has_training_head
+from ..contract.family import has_training_head
 from .settings import TrainConfig
 
 if TYPE_CHECKING:

@@ -7,9 +7,9 @@ from typing import Literal
 
 from ..data.augment_draws import AugmentConfig
 from ..data.cache_store import CacheSetting, parse_cache_setting
-from ..data.classify_augment import ClassifyAugment
 from ..errors import ConfigError
 from ..settings import DeviceSpec, device_text
+from ..tasks.classify.augment import ClassifyAugment
 
 _AUG = AugmentConfig()
 _CLS = ClassifyAugment()

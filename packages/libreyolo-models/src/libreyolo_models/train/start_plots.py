@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ..val.plots import plot_batch, plot_labels
+from ..tasks.plots import plot_batch, plot_labels
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from torch import Tensor, nn
 
 import libreyolo_ddp
 
-from ..contract import Family, LossContext
+from ..contract.family import Family, LossContext
 from .ema import ModelEMA
 from .fused_optim import AnyOptimizer
 from .grad_tools import clip_grad_norm

@@ -23,7 +23,7 @@ from tqdm import tqdm
 import libreyolo_ddp
 
 from ..atomic_write import remove_stale_temps
-from ..contract import LossContext, has_training_head
+from ..contract.family import LossContext, has_training_head
 from ..errors import ConfigError
 from ..rundir import next_run_dir
 from ..tasks import EvalSettings

@@ -1,2 +1,2 @@
-"""Validation: COCO-style matching per image (``val.matching``) and the metrics over a whole,
-possibly sharded, validation set (``val.metrics``)."""
+"""The validation job: options resolved once, the model's task evaluates (its metrics live with
+the task: ``tasks.detect.metrics``, ``tasks.classify.metrics``, ``tasks.semantic.metrics``)."""

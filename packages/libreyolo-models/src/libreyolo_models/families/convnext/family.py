@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 from torch import Tensor, nn
 
-from ...classifier import ClassifierFamily
+from ...contract.classifier import ClassifierFamily
 from .nn import ConvNeXtNet
 
 

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 from torch import Tensor, nn
 
-from ...classifier import ClassifierFamily
+from ...contract.classifier import ClassifierFamily
 from .nn import EfficientNetV2Net
 
 # Blocks in the last stage (features.6) per size: 8 x depth multiplier, rounded up. B0..B3

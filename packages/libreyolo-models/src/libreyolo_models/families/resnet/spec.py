@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ...classifier_spec import IMAGENET_MEAN, IMAGENET_STD, classify_task
-from ...family_spec import FamilySpec
+from ...contract.classifier_spec import IMAGENET_MEAN, IMAGENET_STD, classify_task
+from ...contract.spec import FamilySpec
 
 if TYPE_CHECKING:
-    from ...contract import Family
+    from ...contract.family import Family
 
 
 def _implementation() -> type[Family]:

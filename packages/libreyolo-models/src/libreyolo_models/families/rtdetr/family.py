@@ -9,9 +9,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ...contract import NORM_TYPES, Family, LossContext, LossResult
+from ...contract.family import NORM_TYPES, Family, LossContext, LossResult
+from ...contract.spec import FamilySpec
 from ...errors import CheckpointError
-from ...family_spec import FamilySpec
 from ...layers.targets import random_box_targets
 from .denoising import build_denoising
 from .loss import LOSS_NAMES, RTDETRLoss

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ...family_spec import FamilySpec, TaskDecl
+from ...contract.spec import FamilySpec, TaskDecl
 from .variants import VARIANTS
 
 if TYPE_CHECKING:
-    from ...contract import Family
+    from ...contract.family import Family
 
 
 def _implementation() -> type[Family]:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ...family_spec import SHORT_RUN_SHARES, FamilySpec, TaskDecl
+from ...contract.spec import SHORT_RUN_SHARES, FamilySpec, TaskDecl
 from .input_stats import MEAN_RGB, STD_RGB
 
 if TYPE_CHECKING:
-    from ...contract import Family
+    from ...contract.family import Family
 
 
 def _implementation() -> type[Family]:

@@ -9,9 +9,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ...contract import NORM_TYPES, Family, LossContext, LossResult
-from ...data.masks import IGNORE_INDEX
+from ...contract.family import NORM_TYPES, Family, LossContext, LossResult
 from ...errors import CheckpointError
+from ...tasks.semantic.mask_files import IGNORE_INDEX
 from .loss import pixel_cross_entropy
 from .nn import ARCHS, SegFormerNet
 from .postprocess import split_class_maps

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ...family_spec import FamilySpec, TaskDecl
+from ...contract.spec import FamilySpec, TaskDecl
 
 if TYPE_CHECKING:
-    from ...contract import Family
+    from ...contract.family import Family
 
 
 def _implementation() -> type[Family]:

@@ -8,9 +8,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ...contract import Family, LossContext, LossResult
+from ...contract.family import Family, LossContext, LossResult
+from ...contract.spec import FamilySpec
 from ...errors import CheckpointError
-from ...family_spec import FamilySpec
 from ...layers.targets import random_box_targets
 from .loss import YoloxLoss
 from .nn import ARCHS, YoloxNet

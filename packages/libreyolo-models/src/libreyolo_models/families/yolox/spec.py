@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ...family_spec import SHORT_RUN_SHARES, FamilySpec, TaskDecl
+from ...contract.spec import SHORT_RUN_SHARES, FamilySpec, TaskDecl
 
 if TYPE_CHECKING:
-    from ...contract import Family
+    from ...contract.family import Family
 
 
 def _implementation() -> type[Family]:
