@@ -39,7 +39,7 @@ def _count(module: torch.nn.Module) -> int:
 
 def _network(family: str, size: str, nc: int = 1000) -> torch.nn.Module:
     spec = get_family(family)
-    return spec.implementation()(spec, size, "classify", nc).build_network()
+    return spec.family_class()(spec, size, "classify", nc).build_network()
 
 
 def test_every_size_of_every_classifier_family_is_tested() -> None:
@@ -58,7 +58,7 @@ def test_parameter_count_and_state_layout_match_the_reference(family: str, size:
     spec = get_family(family)
     with torch.device("meta"):
         state = _network(family, size, nc=7).state_dict()
-    impl = spec.implementation()
+    impl = spec.family_class()
     assert impl.infer_size(state, "classify") == size and impl.infer_nc(state, "classify") == 7
 
 

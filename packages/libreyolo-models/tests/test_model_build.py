@@ -56,7 +56,7 @@ def test_registry_table_lists_exactly_the_family_folders() -> None:
     on_disk = {p.name for p in folder.iterdir() if p.is_dir() and (p / "family.py").is_file()}
     assert on_disk == set(BUILTIN)
     for name, spec in BUILTIN.items():
-        assert issubclass(spec.implementation(), Family), name  # the spec names its implementation
+        assert issubclass(spec.family_class(), Family), name  # the spec names its implementation
 
 
 def test_declarations_are_data() -> None:

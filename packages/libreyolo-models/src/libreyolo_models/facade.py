@@ -88,7 +88,7 @@ class LibreYOLO:
         self.size, self.task, self.nc = source.size, source.task, source.nc
         self.names = _normalize_names(source.names, source.nc)
         self.imgsz = spec.check_imgsz(int(source.imgsz or spec.default_imgsz(self.size, self.task)))
-        self.family: Family = spec.implementation()(spec, self.size, self.task, self.nc)
+        self.family: Family = spec.family_class()(spec, self.size, self.task, self.nc)
         self.net: nn.Module = self.family.build_network()
         self._fused = FusedNetwork()
         # fuse(True/False) sets it (kept across load()); None: the family's declaration decides
@@ -115,7 +115,7 @@ class LibreYOLO:
                               f"LibreYOLO({str(path)!r})")
         self.spec, self.size, self.task, self.nc = spec, meta.size, meta.task, meta.nc
         self.names = _normalize_names(meta.names, meta.nc)
-        self.family = spec.implementation()(spec, self.size, self.task, self.nc)
+        self.family = spec.family_class()(spec, self.size, self.task, self.nc)
         self.net = self.runtime = runtime
         self._fused = FusedNetwork()
         self.fuse_default = None
@@ -161,7 +161,7 @@ class LibreYOLO:
         self.graphs.invalidate("network rebuilt")
         self.graphs.release()
         self.nc = nc or self.nc
-        self.family = self.spec.implementation()(self.spec, self.size, self.task, self.nc)
+        self.family = self.spec.family_class()(self.spec, self.size, self.task, self.nc)
         self.net = self.family.build_network().to(device)
         if keep_weights:
             new_state = self.net.state_dict()

@@ -54,9 +54,6 @@ class DetectorFamily(Family):
                                   f"{cls.head_key!r} is missing")
         return int(state[cls.head_key].shape[0]) - cls.head_extra_classes
 
-    def head_prefixes(self) -> tuple[str, ...]:
-        return (self.head_key.rsplit(".", 1)[0] + ".",)
-
     # ------------------------------------------------------------------ loss
     @abc.abstractmethod
     def make_loss(self, gains: Mapping[str, float]) -> LossFn:

@@ -85,8 +85,13 @@ class Family(abc.ABC):
     """With ``training_head``: what stays eager under ``train(cuda_graph=True)`` and why, for the
     one line the trainer logs (a generic line when empty)."""
 
-    def __init__(self, spec: FamilySpec, size: str, task: str, nc: int) -> None:
+    def __init__(self, spec: FamilySpec, size: str, task: str, nc: int,
+                 imgsz: tuple[int, int] | None = None) -> None:
         self.spec, self.size, self.task, self.nc = spec, size, task, nc
+        self.imgsz = imgsz
+        """The image size ``(H, W)`` the model is built for: a family whose network lays something
+        out for one size (anchor buffers, position embeddings) builds it for this one; None: the
+        family's declared default. Families that compute such things from the input ignore it."""
 
     # ------------------------------------------------------------------ building
     @abc.abstractmethod

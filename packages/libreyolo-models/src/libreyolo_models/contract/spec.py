@@ -8,7 +8,6 @@ registry, the CLI's ``--help`` and ``libreyolo info`` stay cheap). The implement
 from __future__ import annotations
 
 import importlib
-
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -190,7 +189,7 @@ class FamilySpec:
             found = getattr(importlib.import_module(module), name, None)
             if found is None:
                 raise ConfigError(f"{self.name}: implementation {impl!r} names no class {name!r} in {module}")
-            return found  # type: ignore[no-any-return]
+            return found
         if isinstance(impl, type):
             return impl
         return impl()

@@ -133,13 +133,13 @@ def _from_weights(model: str | Path, wanted: FamilySpec | None, *, task: str | N
     spec = _checkpoint_family(ckpt, family_hint, path)
     ckpt_task = str(ckpt.get("task") or task or (guess.task if guess and guess.family is spec else spec.default_task))
     raw_state = extract_state_dict(ckpt, str(path))
-    state = _ask_family(lambda: spec.implementation().remap_state(raw_state), spec, ckpt_task, raw_state, path)
+    state = _ask_family(lambda: spec.family_class().remap_state(raw_state), spec, ckpt_task, raw_state, path)
     if task is not None and task != ckpt_task:
         raise CheckpointError(f"{path}: checkpoint is for task {ckpt_task!r}, not task={task!r}")
     if ckpt_task not in spec.tasks:
         raise CheckpointError(f"{path}: task {ckpt_task!r} is not supported by {spec.display_name} "
                               f"(tasks: {', '.join(spec.tasks)})")
-    impl = spec.implementation()
+    impl = spec.family_class()
     size = (ckpt.get("size") or _ask_family(lambda: impl.infer_size(state, ckpt_task), spec, ckpt_task, state, path)
             or (guess.size if guess else None))
     if size is None:
@@ -178,7 +178,7 @@ def foreign_state_error(spec: FamilySpec, task: str, state: Mapping[str, Tensor]
 
 def _reference_keys(spec: FamilySpec, task: str) -> list[str]:
     """The state-dict keys of the family's default size (built without memory where torch allows)."""
-    impl = spec.implementation()
+    impl = spec.family_class()
     try:
         with torch.device("meta"):
             net = impl(spec, spec.default_size, task, 80).build_network()

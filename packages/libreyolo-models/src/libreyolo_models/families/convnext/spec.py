@@ -2,20 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ...contract.classifier_spec import IMAGENET_MEAN, IMAGENET_STD, classify_task
 from ...contract.spec import FamilySpec
-
-if TYPE_CHECKING:
-    from ...contract.family import Family
-
-
-def _implementation() -> type[Family]:
-    from .family import ConvNeXtFamily
-
-    return ConvNeXtFamily
-
 
 SPEC = FamilySpec(
     name="convnext",
@@ -24,7 +12,7 @@ SPEC = FamilySpec(
     sizes=("tiny", "small", "base"),
     default_size="tiny",
     tasks={"classify": classify_task()},
-    implementation=_implementation,
+    implementation="libreyolo_models.families.convnext.family:ConvNeXtFamily",
     stride=32,
     mean=IMAGENET_MEAN,
     std=IMAGENET_STD,

@@ -2,20 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ...contract.classifier_spec import IMAGENET_MEAN, IMAGENET_STD, classify_task
 from ...contract.spec import FamilySpec
-
-if TYPE_CHECKING:
-    from ...contract.family import Family
-
-
-def _implementation() -> type[Family]:
-    from .family import EfficientNetV2Family
-
-    return EfficientNetV2Family
-
 
 SPEC = FamilySpec(
     name="efficientnetv2",
@@ -24,7 +12,7 @@ SPEC = FamilySpec(
     sizes=("b0", "b1", "b2", "b3"),
     default_size="b0",
     tasks={"classify": classify_task()},
-    implementation=_implementation,
+    implementation="libreyolo_models.families.efficientnetv2.family:EfficientNetV2Family",
     stride=32,
     mean=IMAGENET_MEAN,
     std=IMAGENET_STD,

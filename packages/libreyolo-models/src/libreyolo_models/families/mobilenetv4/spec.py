@@ -2,20 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ...contract.classifier_spec import IMAGENET_MEAN, IMAGENET_STD, classify_task
 from ...contract.spec import FamilySpec
-
-if TYPE_CHECKING:
-    from ...contract.family import Family
-
-
-def _implementation() -> type[Family]:
-    from .family import MobileNetV4Family
-
-    return MobileNetV4Family
-
 
 SPEC = FamilySpec(
     name="mobilenetv4",
@@ -24,7 +12,7 @@ SPEC = FamilySpec(
     sizes=("small", "medium", "large"),
     default_size="small",
     tasks={"classify": classify_task()},
-    implementation=_implementation,
+    implementation="libreyolo_models.families.mobilenetv4.family:MobileNetV4Family",
     stride=32,
     mean=IMAGENET_MEAN,
     std=IMAGENET_STD,

@@ -9,12 +9,10 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ...contract.family import NORM_TYPES, Family, LossContext, LossResult
-from ...contract.spec import FamilySpec
-from ...errors import CheckpointError
-from ...layers.targets import random_box_targets
+from ...contract.detector import DetectorFamily
+from ...contract.family import NORM_TYPES, LossContext, LossResult
 from .denoising import build_denoising
-from .loss import LOSS_NAMES, RTDETRLoss
+from .loss import RTDETRLoss
 from .nn import RTDETRNet
 from .postprocess import postprocess
 from .targets import group_targets
@@ -23,7 +21,7 @@ from .variants import BOX_NOISE_SCALE, LABEL_NOISE_RATIO, NUM_DENOISING, NUM_QUE
 BACKBONE_LR_SCALE = 0.1  # the official recipe trains the backbone at a tenth of the base rate
 
 
-class RTDETRFamily(Family):
+class RTDETRFamily(DetectorFamily):
     """RT-DETR detect, sizes r18/r34/r50/r50m/r101/l/x.
 
     Training is split: ``training_forward`` (backbone + encoder) is what a CUDA graph may
@@ -35,19 +33,10 @@ class RTDETRFamily(Family):
         "boxes, so its token count changes from batch to batch and no graph can hold it (backbone + "
         "encoder are captured)")
 
-    def __init__(self, spec: FamilySpec, size: str, task: str, nc: int) -> None:
-        super().__init__(spec, size, task, nc)
-        self._loss: tuple[tuple[float, ...], RTDETRLoss] | None = None
+    head_key = "decoder.enc_score_head.weight"
 
     def build_network(self) -> nn.Module:
         return RTDETRNet(self.size, self.nc)
-
-    @classmethod
-    def infer_nc(cls, state: Mapping[str, Tensor], task: str) -> int:
-        key = "decoder.enc_score_head.weight"
-        if key not in state:
-            raise CheckpointError(f"not an RT-DETR detection state dict: {key!r} is missing")
-        return int(state[key].shape[0])
 
     @classmethod
     def infer_size(cls, state: Mapping[str, Tensor], task: str) -> str | None:
@@ -94,21 +83,17 @@ class RTDETRFamily(Family):
         if not isinstance(outputs, Mapping) or "denoising" not in outputs:
             raise TypeError("RT-DETR's compute_loss reads the training head's outputs: call "
                             "training_head(net, training_forward(net, images), targets) first")
-        gains = {**self.spec.task(self.task).loss_gains, **ctx.gains}
-        key = tuple(float(gains[name]) for name in LOSS_NAMES)
-        if self._loss is None or self._loss[0] != key:
-            self._loss = (key, RTDETRLoss(self.nc, gains))
-        total, items = self._loss[1](outputs, outputs["targets"], outputs["denoising"],
-                                     normalizer_sum=ctx.normalizer_sum, world_size=ctx.world_size)
+        total, items = self.loss_for(ctx)(outputs, outputs["targets"], outputs["denoising"],
+                                          normalizer_sum=ctx.normalizer_sum, world_size=ctx.world_size)
         return LossResult(total, items)
+
+    def make_loss(self, gains: Mapping[str, float]) -> RTDETRLoss:
+        return RTDETRLoss(self.nc, gains)
 
     def postprocess(self, outputs: Tensor, options: Any) -> list[Tensor]:
         """Top ``max_det`` (query, class) pairs per image above ``conf``; no NMS (``iou`` and
         ``agnostic`` do not apply to a set predictor)."""
         return postprocess(outputs, conf=options.conf, max_det=options.max_det, classes=options.classes)
-
-    def sample_targets(self, batch: int, imgsz: int, generator: torch.Generator) -> Tensor:
-        return random_box_targets(batch, self.nc, generator)
 
     # Training hooks ------------------------------------------------------------------------
     def parameter_groups(self, net: nn.Module, *, weight_decay: float) -> list[dict[str, Any]]:

@@ -2,20 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ...contract.spec import FamilySpec, TaskDecl
 from .variants import VARIANTS
-
-if TYPE_CHECKING:
-    from ...contract.family import Family
-
-
-def _implementation() -> type[Family]:
-    from .family import RTDETRFamily
-
-    return RTDETRFamily
-
 
 # The official RT-DETR recipe, as TrainConfig values: AdamW at a constant 1e-4 (lrf=1: no decay;
 # momentum is AdamW's beta1) with weight decay 1e-4 at its nominal batch of 16 (nbs), no warmup,
@@ -54,7 +42,7 @@ SPEC = FamilySpec(
                                "the export's imgsz",
         ),
     },
-    implementation=_implementation,
+    implementation="libreyolo_models.families.rtdetr.family:RTDETRFamily",
     stride=32,
     ddp_autospawn=True,
     sync_bn_default=False,

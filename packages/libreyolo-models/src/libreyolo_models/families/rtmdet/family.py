@@ -4,16 +4,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
 
-import torch
 from torch import Tensor, nn
 
-from ...contract.family import Family, LossContext, LossResult
-from ...contract.spec import FamilySpec
-from ...errors import CheckpointError
-from ...layers.nms import nms_per_image
-from ...layers.targets import random_box_targets
+from ...contract.detector import DetectorFamily
+from ...contract.family import LossContext, LossResult
 from .loss import RTMDetLoss
 from .nn import RTMDetNet, decode
 
@@ -24,22 +19,13 @@ _LEGACY_PREFIXES = {"bbox_head.": "head."}
 _SHARED_CONV = re.compile(r"head\.(cls|reg)_convs\.0\.(\d+)\.conv\.weight")
 
 
-class RTMDetFamily(Family):
+class RTMDetFamily(DetectorFamily):
     """RTMDet detect, sizes t/s/m/l/x."""
 
-    def __init__(self, spec: FamilySpec, size: str, task: str, nc: int) -> None:
-        super().__init__(spec, size, task, nc)
-        self._loss: RTMDetLoss | None = None
+    head_key = "head.rtm_cls.0.weight"
 
     def build_network(self) -> nn.Module:
         return RTMDetNet(self.size, self.nc)
-
-    @classmethod
-    def infer_nc(cls, state: Mapping[str, Tensor], task: str) -> int:
-        key = "head.rtm_cls.0.weight"
-        if key not in state:
-            raise CheckpointError(f"not an RTMDet detection state dict: {key!r} is missing")
-        return int(state[key].shape[0])
 
     @classmethod
     def infer_size(cls, state: Mapping[str, Tensor], task: str) -> str | None:
@@ -73,17 +59,11 @@ class RTMDetFamily(Family):
         """The network half: per-level class logits and pixel distances, nothing data-dependent."""
         return net.forward_rgb(images)  # type: ignore[operator]
 
+    def make_loss(self, gains: Mapping[str, float]) -> RTMDetLoss:
+        return RTMDetLoss(self.nc, cls=gains["cls"], box=gains["box"])
+
     def compute_loss(self, outputs: tuple[list[Tensor], list[Tensor]], targets: Tensor,
                      ctx: LossContext) -> LossResult:
-        gains = {**self.spec.task(self.task).loss_gains, **ctx.gains}
-        if self._loss is None or (self._loss.cls, self._loss.box) != (gains["cls"], gains["box"]):
-            self._loss = RTMDetLoss(self.nc, cls=gains["cls"], box=gains["box"])
-        total, items = self._loss(outputs, targets, normalizer_sum=ctx.normalizer_sum, world_size=ctx.world_size)
+        total, items = self.loss_for(ctx)(outputs, targets, normalizer_sum=ctx.normalizer_sum,
+                                          world_size=ctx.world_size)
         return LossResult(total, items)
-
-    def postprocess(self, outputs: Tensor, options: Any) -> list[Tensor]:
-        return nms_per_image(outputs.float(), conf=options.conf, iou=options.iou, max_det=options.max_det,
-                             classes=options.classes, agnostic=options.agnostic)
-
-    def sample_targets(self, batch: int, imgsz: int, generator: torch.Generator) -> Tensor:
-        return random_box_targets(batch, self.nc, generator)

@@ -2,20 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ...contract.spec import SHORT_RUN_SHARES, FamilySpec, TaskDecl
 from .input_stats import MEAN_RGB, STD_RGB
-
-if TYPE_CHECKING:
-    from ...contract.family import Family
-
-
-def _implementation() -> type[Family]:
-    from .family import RTMDetFamily
-
-    return RTMDetFamily
-
 
 # Upstream's COCO recipe (mmdetection rtmdet_*_8xb32-300e_coco) in TrainConfig's terms: AdamW at
 # lr 0.004 for 256 images per step (nbs=256: smaller batches accumulate to it), decay 0.05 on
@@ -52,7 +40,7 @@ SPEC = FamilySpec(
             recipe_shares=SHORT_RUN_SHARES,
         ),
     },
-    implementation=_implementation,
+    implementation="libreyolo_models.families.rtmdet.family:RTMDetFamily",
     stride=32,
     mean=MEAN_RGB,
     std=STD_RGB,

@@ -2,19 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ...contract.spec import FamilySpec, TaskDecl
-
-if TYPE_CHECKING:
-    from ...contract.family import Family
-
-
-def _implementation() -> type[Family]:
-    from .family import SegFormerFamily
-
-    return SegFormerFamily
-
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -54,7 +42,7 @@ SPEC = FamilySpec(
             recipe=RECIPE,
         ),
     },
-    implementation=_implementation,
+    implementation="libreyolo_models.families.segformer.family:SegFormerFamily",
     stride=32,
     mean=IMAGENET_MEAN,
     std=IMAGENET_STD,

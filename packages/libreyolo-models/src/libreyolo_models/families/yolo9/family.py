@@ -3,40 +3,26 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
-import torch
 from torch import Tensor, nn
 
-from ...contract.family import Family, LossContext, LossResult
-from ...contract.spec import FamilySpec
-from ...errors import CheckpointError
-from ...layers.targets import random_box_targets
+from ...contract.detector import DetectorFamily
+from ...contract.family import LossContext, LossResult
 from .loss import Yolo9Loss
 from .nn import Yolo9Net
-from .postprocess import postprocess
 
 # Keys older upstream writers used; mapped on load so their files still load unchanged.
 _LEGACY_PREFIXES = {"detect.": "head."}
 _LEGACY_DROPPED = {"head.dfl.conv.weight"}
 
 
-class Yolo9Family(Family):
+class Yolo9Family(DetectorFamily):
     """YOLOv9 detect, sizes t/s/m/c."""
 
-    def __init__(self, spec: FamilySpec, size: str, task: str, nc: int) -> None:
-        super().__init__(spec, size, task, nc)
-        self._loss: Yolo9Loss | None = None
+    head_key = "head.cv3.0.2.weight"
 
     def build_network(self) -> nn.Module:
         return Yolo9Net(self.size, self.nc)
-
-    @classmethod
-    def infer_nc(cls, state: Mapping[str, Tensor], task: str) -> int:
-        key = "head.cv3.0.2.weight"
-        if key not in state:
-            raise CheckpointError(f"not a YOLOv9 detection state dict: {key!r} is missing")
-        return int(state[key].shape[0])
 
     @classmethod
     def infer_size(cls, state: Mapping[str, Tensor], task: str) -> str | None:
@@ -62,27 +48,11 @@ class Yolo9Family(Family):
                 fixed[key] = value
         return fixed
 
-    # Graph seams -------------------------------------------------------------------------
-    def inference_forward(self, net: nn.Module, images: Tensor) -> Tensor:
-        """``[B, 3, H, W]`` -> ``predictions [B, 4 + nc, A]`` (all NMS needs)."""
-        return net(images)["predictions"]
-
-    def training_forward(self, net: nn.Module, images: Tensor) -> list[Tensor]:
-        """The network half: the three raw head maps, nothing data-dependent."""
-        return net.raw_outputs(images)  # type: ignore[operator]
+    # Loss (the seams, NMS post-processing and sample targets are the detector defaults) ------
+    def make_loss(self, gains: Mapping[str, float]) -> Yolo9Loss:
+        return Yolo9Loss(self.nc, box=gains["box"], cls=gains["cls"], dfl=gains["dfl"])
 
     def compute_loss(self, outputs: list[Tensor], targets: Tensor, ctx: LossContext) -> LossResult:
-        gains = {**self.spec.task(self.task).loss_gains, **ctx.gains}
-        if self._loss is None or (self._loss.box, self._loss.cls, self._loss.dfl) != (
-                gains["box"], gains["cls"], gains["dfl"]):
-            self._loss = Yolo9Loss(self.nc, box=gains["box"], cls=gains["cls"], dfl=gains["dfl"])
-        total, items = self._loss([r.float() for r in outputs], targets, normalizer_sum=ctx.normalizer_sum,
-                                  world_size=ctx.world_size, global_batch=ctx.global_batch)
+        total, items = self.loss_for(ctx)([r.float() for r in outputs], targets, normalizer_sum=ctx.normalizer_sum,
+                                          world_size=ctx.world_size, global_batch=ctx.global_batch)
         return LossResult(total, items)
-
-    def postprocess(self, outputs: Tensor, options: Any) -> list[Tensor]:
-        return postprocess(outputs.float(), conf=options.conf, iou=options.iou, max_det=options.max_det,
-                           classes=options.classes, agnostic=options.agnostic)
-
-    def sample_targets(self, batch: int, imgsz: int, generator: torch.Generator) -> Tensor:
-        return random_box_targets(batch, self.nc, generator)

@@ -2,19 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ...contract.spec import FamilySpec, TaskDecl, WeightsEntry
-
-if TYPE_CHECKING:
-    from ...contract.family import Family
-
-
-def _implementation() -> type[Family]:
-    from .family import Yolo9Family
-
-    return Yolo9Family
-
 
 # Upstream LibreYOLO's published detect weights (COCO, 80 classes), one hub repo per size. sha256 is
 # None because the files could not be read when this table was written (the hub was out of reach);
@@ -53,7 +41,7 @@ SPEC = FamilySpec(
             inference_fuse=True,
         ),
     },
-    implementation=_implementation,
+    implementation="libreyolo_models.families.yolo9.family:Yolo9Family",
     stride=32,
     ddp_autospawn=True,
     sync_bn_default=True,

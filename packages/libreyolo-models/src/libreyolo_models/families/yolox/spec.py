@@ -2,19 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ...contract.spec import SHORT_RUN_SHARES, FamilySpec, TaskDecl
-
-if TYPE_CHECKING:
-    from ...contract.family import Family
-
-
-def _implementation() -> type[Family]:
-    from .family import YoloxFamily
-
-    return YoloxFamily
-
 
 # Upstream YOLOX's training recipe as TrainConfig values. Translations (why a number looks odd):
 # - lr0: YOLOX trains at 0.01 per 64 images on a loss averaged over positives. Our losses are a
@@ -68,7 +56,7 @@ SPEC = FamilySpec(
             recipe_shares=SHORT_RUN_SHARES,
         ),
     },
-    implementation=_implementation,
+    implementation="libreyolo_models.families.yolox.family:YoloxFamily",
     stride=32,
     ddp_autospawn=True,
     sync_bn_default=True,
