@@ -5,6 +5,7 @@
     results = model(SAMPLE_IMAGE, conf=0.25)
 """
 
+from collections.abc import Callable
 from pathlib import Path
 
 from .version import __version__
@@ -23,24 +24,23 @@ from .errors import (  # noqa: E402
     WeightsNotFoundError,
 )
 from .facade import LibreYOLO  # noqa: E402
-from .named import (  # noqa: E402
-    LibreConvNeXt,
-    LibreEfficientNetV2,
-    LibreMobileNetV4,
-    LibreResNet,
-    LibreRTDETR,
-    LibreRTMDet,
-    LibreSegFormer,
-    LibreYOLO9,
-    LibreYOLOX,
-)
+from .tasks import register_task, unregister_task  # noqa: E402
 from .tasks.classify.probs import Probs  # noqa: E402
 from .tasks.results import Boxes, Results  # noqa: E402
-from .zoo.registry import families, register_family, unregister_family  # noqa: E402
+from .zoo.registry import BUILTIN, families, register_family, unregister_family  # noqa: E402
+
+
+def __getattr__(name: str) -> Callable[..., LibreYOLO]:
+    """Per-family shortcuts (``LibreYOLO9``, ``LibreRTDETR``, ...), made from the registry on first
+    use: one per family, named by its weight prefix (``named.py``)."""
+    from .named import shortcut
+
+    return shortcut(name)
+
 
 __all__ = [
-    "SAMPLE_IMAGE", "Boxes", "CheckpointError", "ConfigError", "Family", "FamilySpec", "LibreConvNeXt", "LibreEfficientNetV2",
-    "LibreMobileNetV4", "LibreRTDETR", "LibreRTMDet", "LibreResNet", "LibreSegFormer", "LibreYOLO", "LibreYOLO9", "LibreYOLOX",
-    "LibreYOLOError", "LossContext", "LossResult", "Probs", "Results", "SourceError", "TaskDecl", "UnknownFamilyError",
-    "WeightsEntry", "WeightsNotFoundError", "__version__", "families", "register_family", "unregister_family",
+    "SAMPLE_IMAGE", "Boxes", "CheckpointError", "ConfigError", "Family", "FamilySpec", "LibreYOLO", "LibreYOLOError",
+    "LossContext", "LossResult", "Probs", "Results", "SourceError", "TaskDecl", "UnknownFamilyError", "WeightsEntry",
+    "WeightsNotFoundError", "__version__", "families", "register_family", "register_task", "unregister_family",
+    "unregister_task", *(spec.weight_prefix for spec in BUILTIN.values()),
 ]

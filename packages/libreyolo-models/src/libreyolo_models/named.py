@@ -1,58 +1,41 @@
 """Per-family shortcuts users of upstream LibreYOLO know: ``LibreYOLO9(size="s", nc=3)``,
-``LibreRTDETR(size="r18")``, ``LibreYOLOX(size="n")``, and the classifiers'
-(``LibreResNet(size="50")``).
+``LibreRTDETR(size="r18")``, ``LibreYOLOX(size="n")``, ``LibreResNet(size="50")``.
 
-Each is ``LibreYOLO(..., family=<name>)``; the object returned is a plain ``LibreYOLO``.
+One per registered family, named by its weight prefix and made from the registry, so a new
+family (or one registered by a plugin) has its shortcut without an edit here. Each is
+``LibreYOLO(..., family=<name>)``; the object returned is a plain ``LibreYOLO``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from .facade import LibreYOLO
+from .zoo.registry import families
+
+Shortcut = Callable[..., LibreYOLO]
 
 
-def LibreYOLO9(model: str | Path | None = None, **kwargs: Any) -> LibreYOLO:  # noqa: N802 - upstream's name
-    """YOLOv9: ``LibreYOLO9(size="t", nc=3)`` (untrained) or ``LibreYOLO9("best.pt")``."""
-    return LibreYOLO(model, family="yolo9", **kwargs)
+def shortcut_names() -> list[str]:
+    """Every shortcut's name (the families' weight prefixes), built-in and registered."""
+    return [spec.weight_prefix for spec in families().values()]
 
 
-def LibreSegFormer(model: str | Path | None = None, **kwargs: Any) -> LibreYOLO:  # noqa: N802 - a class-like name
-    """SegFormer: ``LibreSegFormer(size="b0", nc=19)`` (untrained) or ``LibreSegFormer("best.pt")``."""
-    return LibreYOLO(model, family="segformer", **kwargs)
+def shortcut(name: str) -> Shortcut:
+    """The shortcut called ``name`` (``"LibreYOLO9"``); AttributeError when no family has that prefix."""
+    for spec in families().values():
+        if spec.weight_prefix == name:
+            return _make(spec.name, spec.display_name, spec.weight_prefix, spec.default_size)
+    raise AttributeError(f"module 'libreyolo_models' has no attribute {name!r}")
 
 
-def LibreRTDETR(model: str | Path | None = None, **kwargs: Any) -> LibreYOLO:  # noqa: N802 - upstream's name
-    """RT-DETR: ``LibreRTDETR(size="r18", nc=3)`` (untrained) or ``LibreRTDETR("LibreRTDETRr18.pt")``."""
-    return LibreYOLO(model, family="rtdetr", **kwargs)
+def _make(family: str, display: str, prefix: str, size: str) -> Shortcut:
+    def build(model: str | Path | None = None, **kwargs: Any) -> LibreYOLO:
+        return LibreYOLO(model, family=family, **kwargs)
 
-
-def LibreYOLOX(model: str | Path | None = None, **kwargs: Any) -> LibreYOLO:  # noqa: N802 - upstream's name
-    """YOLOX: ``LibreYOLOX(size="s", nc=3)`` (untrained) or ``LibreYOLOX("LibreYOLOXs.pt")``."""
-    return LibreYOLO(model, family="yolox", **kwargs)
-
-
-def LibreRTMDet(model: str | Path | None = None, **kwargs: Any) -> LibreYOLO:  # noqa: N802 - upstream's name
-    """RTMDet: ``LibreRTMDet(size="s", nc=3)`` (untrained) or ``LibreRTMDet("LibreRTMDets.pt")``."""
-    return LibreYOLO(model, family="rtmdet", **kwargs)
-
-
-def LibreResNet(model: str | Path | None = None, **kwargs: Any) -> LibreYOLO:  # noqa: N802 - a class-like name
-    """ResNet classifier: ``LibreResNet(size="50", nc=10)`` (untrained) or ``LibreResNet("best.pt")``."""
-    return LibreYOLO(model, family="resnet", **kwargs)
-
-
-def LibreEfficientNetV2(model: str | Path | None = None, **kwargs: Any) -> LibreYOLO:  # noqa: N802 - a class-like name
-    """EfficientNetV2-B classifier: ``LibreEfficientNetV2(size="b0", nc=10)`` or ``LibreEfficientNetV2("best.pt")``."""
-    return LibreYOLO(model, family="efficientnetv2", **kwargs)
-
-
-def LibreConvNeXt(model: str | Path | None = None, **kwargs: Any) -> LibreYOLO:  # noqa: N802 - a class-like name
-    """ConvNeXt classifier: ``LibreConvNeXt(size="tiny", nc=10)`` or ``LibreConvNeXt("best.pt")``."""
-    return LibreYOLO(model, family="convnext", **kwargs)
-
-
-def LibreMobileNetV4(model: str | Path | None = None, **kwargs: Any) -> LibreYOLO:  # noqa: N802 - a class-like name
-    """MobileNetV4 classifier: ``LibreMobileNetV4(size="small", nc=10)`` or ``LibreMobileNetV4("best.pt")``."""
-    return LibreYOLO(model, family="mobilenetv4", **kwargs)
+    build.__name__ = build.__qualname__ = prefix
+    build.__doc__ = (f"{display}: ``{prefix}(size={size!r}, nc=3)`` (untrained) or "
+                     f"``{prefix}(\"{prefix}{size}.pt\")``; a plain ``LibreYOLO`` of family {family!r}.")
+    return build

@@ -212,7 +212,8 @@ class FamilySpec:
         """``<prefix><size>[-<task suffix>]<suffix>``; the default task has no task suffix
         (``LibreYOLO9t.pt`` detects, ``LibreSegFormerb0.pt`` segments, ``LibreResNet50.pt`` classifies)."""
         task = task or self.default_task
-        return f"{self.weight_prefix}{size}{'' if task == self.default_task else TASK_SUFFIXES[task]}{suffix}"
+        tag = "" if task == self.default_task else TASK_SUFFIXES.get(task, f"-{task}")
+        return f"{self.weight_prefix}{size}{tag}{suffix}"
 
     def weights_entry(self, size: str, task: str | None = None) -> WeightsEntry:
         """The published weights of (size, task): the table's entry, else upstream's naming rule."""

@@ -1,4 +1,5 @@
-"""Tasks as declarations: one literal table, complete without import side effects."""
+"""Tasks as declarations: one literal table of built-in tasks, complete without import side
+effects, plus a public hook for tasks defined elsewhere (a plugin, a test's toy task)."""
 
 from __future__ import annotations
 
@@ -11,13 +12,41 @@ from .semantic.task import SemanticTask
 
 TASKS: dict[str, Task] = {task.name: task for task in (DetectTask(), SemanticTask(), ClassifyTask())}
 
+_extra: dict[str, Task] = {}
+
+
+def tasks() -> dict[str, Task]:
+    """Every known task by name: the built-in table, then registered ones."""
+    return {**TASKS, **_extra}
+
+
+def register_task(task: Task) -> Task:
+    """Make a task defined outside this package known to families, the jobs and the CLI.
+
+    Raises:
+        ConfigError: another task already has its name.
+    """
+    held = tasks().get(task.name)
+    if held is not None and held is not task:
+        raise ConfigError(f"a task named {task.name!r} is already registered; pick another name")
+    _extra[task.name] = task
+    return task
+
+
+def unregister_task(name: str) -> None:
+    """Forget a registered task (built-ins cannot be removed)."""
+    if name in TASKS:
+        raise ConfigError(f"{name!r} is a built-in task and cannot be unregistered")
+    _extra.pop(name, None)
+
 
 def get_task(name: str) -> Task:
     """The task called ``name``; a ConfigError listing the known tasks otherwise."""
-    if name not in TASKS:
-        raise ConfigError(f"unknown task {name!r}; tasks: {', '.join(sorted(TASKS))}" + suggest(name, TASKS))
-    return TASKS[name]
+    table = tasks()
+    if name not in table:
+        raise ConfigError(f"unknown task {name!r}; tasks: {', '.join(sorted(table))}" + suggest(name, table))
+    return table[name]
 
 
 __all__ = ["TASKS", "ClassifyOptions", "ClassifyTask", "DetectOptions", "DetectTask", "EvalSettings", "Prepared",
-           "SemanticTask", "Task", "TaskMetrics", "get_task"]
+           "SemanticTask", "Task", "TaskMetrics", "get_task", "register_task", "tasks", "unregister_task"]
