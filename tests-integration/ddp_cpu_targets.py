@@ -18,7 +18,7 @@ def train_two_ranks(weights: str, data: str, project: str, device: str = "cpu") 
     from libreyolo_models.train.plan import resolve_plan
     from libreyolo_models.train.trainer import Trainer
 
-    model = LibreYOLO(weights)
+    model = LibreYOLO(weights).handle
     options = {"data": data, "epochs": 1, "imgsz": 64, "batch": 8, "workers": 0, "device": device, "mosaic": 0.0,
                "project": project, "name": "exp", "verbose": False, "plots": False}
     outcome = Trainer(model, resolve_plan(model, options, "test")).run()
@@ -64,12 +64,13 @@ def train_two_ranks_explicit_sync(weights: str, data: str, project: str, explici
     if explicit:
         trainer_module.wants_graphs = lambda *args, **kwargs: True  # type: ignore[assignment]
         trainer_module.graph_forward = lambda model, module, cfg, world_size: module  # type: ignore[assignment]
-    model = LibreYOLO(weights)
+    model = LibreYOLO(weights).handle
     options = {"data": data, "epochs": 1, "imgsz": 64, "batch": 8, "workers": 0, "device": "cpu", "mosaic": 0.0,
                "project": project, "name": "explicit" if explicit else "wrapper", "verbose": False, "plots": False,
                "deterministic": True, "sync_bn": True, "val": False}
-    outcome = Trainer(model, resolve_plan(model, options, "test")).run()
-    return {"metrics": outcome.metrics, "state": {k: v.clone() for k, v in model.net.state_dict().items()}}
+    trainer = Trainer(model, resolve_plan(model, options, "test"))
+    outcome = trainer.run()
+    return {"metrics": outcome.metrics, "state": {k: v.clone() for k, v in trainer.model.net.state_dict().items()}}
 
 
 def train_two_ranks_both_syncs(weights: str, data: str, project: str) -> dict:
@@ -113,12 +114,13 @@ def train_two_gpus_graph_arm(weights: str, data: str, project: str, graph: bool,
         release(self)
 
     graphs_module.ModelGraphs.release_training = keep_info  # type: ignore[method-assign]
-    model = LibreYOLO(weights)
+    model = LibreYOLO(weights).handle
     options = {"data": data, "epochs": 2, "imgsz": 128, "batch": 16, "workers": 2, "device": "0,1", "mosaic": 0.0,
                "project": project, "name": "graph" if graph else "eager", "verbose": False, "plots": False,
                "deterministic": True, "sync_bn": True, "val": False, "cuda_graph": graph}
-    outcome = Trainer(model, resolve_plan(model, options, "test")).run()
-    state = {k: v.detach().cpu().clone() for k, v in model.net.state_dict().items()}
+    trainer = Trainer(model, resolve_plan(model, options, "test"))
+    outcome = trainer.run()
+    state = {k: v.detach().cpu().clone() for k, v in trainer.model.net.state_dict().items()}
     ranks = libreyolo_ddp.gather_to_rank_zero(state)
     infos = libreyolo_ddp.gather_to_rank_zero([str(i) for i in seen])
     if rank != 0:

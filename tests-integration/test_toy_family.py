@@ -50,6 +50,10 @@ def test_toy_family_trains_validates_predicts_and_round_trips(toy, mini_shapes: 
     assert (again.spec.name, again.size, again.nc, again.names) == ("toydet", "s", model.nc, model.names)
     same = again(SAMPLE_IMAGE, conf=0.0, max_det=5, imgsz=64)
     assert same[0].boxes.data.tolist() == results[0].boxes.data.tolist()
+    onnx = LibreYOLO(path).export(format="onnx", file=str(tmp_path / "toy.onnx"))
+    exported = LibreYOLO(onnx)(SAMPLE_IMAGE, conf=0.0, max_det=5, imgsz=64)[0]
+    assert exported.boxes.cls.tolist() == results[0].boxes.cls.tolist()
+    assert (exported.boxes.xyxy - results[0].boxes.xyxy).abs().max() < 1e-2
 
 
 def test_gains_the_toy_family_lacks_are_rejected_naming_its_own(toy, mini_shapes: Path, tmp_path: Path) -> None:
@@ -69,6 +73,8 @@ def test_toy_family_through_the_cli(toy, mini_shapes: Path, tmp_path: Path, caps
     assert main(["val", f"model={best}", f"data={mini_shapes}", "imgsz=64", "workers=0", "--no-verbose"]) == 0
     assert main(["predict", f"model={best}", "imgsz=64", "conf=0.0"]) == 0
     assert main(["info", f"model={best}"]) == 0
+    assert main(["export", f"model={best}", "format=onnx", f"file={tmp_path / 'toy.onnx'}"]) == 0
+    assert main(["predict", f"model={tmp_path / 'toy.onnx'}", "imgsz=64", "conf=0.0"]) == 0
     out = capsys.readouterr().out
     assert "family: toydet" in out and "mAP50=" in out
 

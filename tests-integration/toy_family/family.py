@@ -9,13 +9,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from libreyolo_models import Family, LossContext, LossResult
+from libreyolo_models import DetectorFamily, LossContext, LossResult
 from libreyolo_models.layers.anchors import distances_to_boxes, make_anchors
 from libreyolo_models.layers.assign import TaskAlignedAssigner, pad_targets
 from libreyolo_models.layers.boxes import aligned_iou, xywh_to_xyxy
 from libreyolo_models.layers.conv import Conv
-from libreyolo_models.layers.nms import nms_per_image
-from libreyolo_models.layers.targets import random_box_targets
 
 WIDTHS = {"n": 16, "s": 32}
 
@@ -43,13 +41,18 @@ def decode(raw: Tensor) -> tuple[Tensor, Tensor]:
     return boxes, flat[..., 4:]
 
 
-class ToyFamily(Family):
+class ToyFamily(DetectorFamily):
+    """The detector base supplies infer_nc (from ``head_key``), NMS post-processing and sample
+    targets; the toy writes its network, seams and loss."""
+
+    head_key = "head.weight"
+    head_extra_classes = 4  # the four box distances share the head's output rows
+
     def build_network(self) -> nn.Module:
         return ToyNet(self.size, self.nc)
 
-    @classmethod
-    def infer_nc(cls, state: Mapping[str, Tensor], task: str) -> int:
-        return int(state["head.weight"].shape[0]) - 4
+    def make_loss(self, gains: Mapping[str, float]) -> Any:
+        return dict(gains)  # the toy's loss is a function of the gains alone
 
     def inference_forward(self, net: nn.Module, images: Tensor) -> Tensor:
         boxes, logits = decode(net(images))
@@ -74,12 +77,6 @@ class ToyFamily(Family):
         iou_sum = ((1 - aligned_iou(boxes, target)) * weight).sum()
         local = assigned.scores.sum().detach()
         norm = (ctx.normalizer_sum(local) if ctx.normalizer_sum else local).clamp(min=1.0)
-        items = torch.stack((iou_sum * ctx.gains["iou"], cls_sum * ctx.gains["cls"])) * (ctx.world_size / norm)
+        gains = self.loss_for(ctx)
+        items = torch.stack((iou_sum * gains["iou"], cls_sum * gains["cls"])) * (ctx.world_size / norm)
         return LossResult(items.sum() * (ctx.global_batch or b), items.detach())
-
-    def postprocess(self, outputs: Tensor, options: Any) -> list[Tensor]:
-        return nms_per_image(outputs.float(), conf=options.conf, iou=options.iou, max_det=options.max_det,
-                             classes=options.classes, agnostic=options.agnostic)
-
-    def sample_targets(self, batch: int, imgsz: int, generator: torch.Generator) -> Tensor:
-        return random_box_targets(batch, self.nc, generator)

@@ -181,13 +181,13 @@ def test_moves_casts_and_fuse_false_drop_the_copy() -> None:
     model = _calibrated_model()
     model.fuse()
     model.fuse(False)
-    assert not model.fused and model._fused.net is None and not model.wants_fuse()
+    assert not model.fused and model.handle.fused_copy is None and not model.wants_fuse()
     assert model.wants_fuse(True)  # one call's option wins over the model's choice
     model.fuse()
     model.half()  # the copy is cast along, still current
     assert model.fused and next(model.fused_net().parameters()).dtype == torch.float16
     model.float()
-    assert not model.fused and model._fused.net is None
+    assert not model.fused and model.handle.fused_copy is None
 
 
 def test_a_fuse_hook_that_writes_into_shared_weights_is_caught() -> None:

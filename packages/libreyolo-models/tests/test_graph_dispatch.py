@@ -83,19 +83,25 @@ def test_device_change_invalidates_and_same_device_does_not(monkeypatch) -> None
     model.to("cpu")
     assert spy.invalidated == []
     moved = []
-    monkeypatch.setattr("libreyolo_models.facade.resolve_device", lambda d: torch.device("meta"))
+    monkeypatch.setattr("libreyolo_models.handle.resolve_device", lambda d: torch.device("meta"))
     monkeypatch.setattr(model.net, "to", lambda device: moved.append(device))
     model.to("cuda:1")
     assert spy.invalidated == ["device change cpu -> meta"] and moved == [torch.device("meta")]
 
 
 def test_class_change_before_training_releases_graphs() -> None:
+    """Training's class adaptation builds a new handle (the job never touches the facade's); the
+    facade, taking it over, invalidates and frees the old graphs."""
     from libreyolo_models.train.adapt import adapt_to_classes
 
     model = LibreYOLO9(size="t", imgsz=64)
     spy = SpyGraphs()
     model.graphs.inference = spy
-    adapt_to_classes(model, 3, {0: "a", 1: "b", 2: "c"})
+    old = model.handle
+    adapted = adapt_to_classes(old, 3, {0: "a", 1: "b", 2: "c"})
+    assert adapted is not old and adapted.nc == 3 and old.nc == 80 and spy.invalidated == []
+    assert adapted.graphs.inference is None  # a fresh graph owner
+    model.rebuild(nc=3)
     assert spy.invalidated == ["network rebuilt"] and spy.released == 1 and model.graphs.inference is None
 
 

@@ -4,7 +4,6 @@ on a synthetic video of moving shapes (written and decoded with PyAV when it is 
 from __future__ import annotations
 
 import dataclasses
-import types
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from libreyolo_models import LibreYOLO9, Results
 from libreyolo_models.errors import ConfigError
 from libreyolo_models.settings import PredictConfig
 from libreyolo_models.tasks.results import Boxes
+from libreyolo_models.track import runner
 
 NAMES = {0: "red", 1: "green", 2: "blue", 3: "yellow"}
 COLOURS = {0: (230, 30, 30), 1: (30, 230, 30), 2: (40, 40, 240), 3: (235, 235, 30)}
@@ -27,6 +27,9 @@ def model() -> LibreYOLO9:
     return LibreYOLO9(size="t", nc=4, names=list(NAMES.values()), imgsz=64)
 
 
+_REAL_PREDICT_STREAM = runner.predict_stream
+
+
 def _result(boxes: list[tuple[float, ...]], source: str, frame: int | None, shape=(120, 160)) -> Results:
     """A Results as the streaming predict makes it: rows x1, y1, x2, y2, score, class."""
     data = torch.tensor(boxes, dtype=torch.float32).reshape(-1, 6)
@@ -36,13 +39,20 @@ def _result(boxes: list[tuple[float, ...]], source: str, frame: int | None, shap
     return res
 
 
+@pytest.fixture(autouse=True)
+def _undo_fakes() -> Iterator[None]:
+    yield
+    runner.predict_stream = _REAL_PREDICT_STREAM
+
+
 def _fake_predict(model, make: callable, calls: list[dict]) -> None:
-    """Replace ``model.predict`` by a streaming stub: ``make(source)`` yields the Results."""
-    def predict(self, source, stream=False, **options):
-        calls.append(dict(options, stream=stream))
-        frames = make(source)
-        return frames if stream else list(frames)
-    model.predict = types.MethodType(predict, model)
+    """Replace the streaming predict that tracking reads (``track.runner.predict_stream``, the
+    predict job on the model's handle) by a stub: ``make(source)`` yields the Results."""
+    def predict_stream(handle, source, options):
+        assert handle is model.handle  # tracking runs the predict job on this model's handle
+        calls.append(dict(options, stream=True))
+        return iter(make(source))
+    runner.predict_stream = predict_stream
 
 
 def _moving(source: str, n: int, frame_ids: bool = True) -> Iterator[Results]:
@@ -98,10 +108,10 @@ def test_bad_track_calls_fail_at_the_call_with_the_fix(model) -> None:
         model.track("x.mp4", tracker="sort")
     with pytest.raises(ConfigError, match=r"track_low_thresh=0.7 is above"):
         model.track("x.mp4", track_low_thresh=0.7)
-    semantic = object.__new__(type(model))            # the same model, declared as another task
-    semantic.__dict__.update(model.__dict__, task="semantic")
+    from libreyolo_models import LibreYOLO
+
     with pytest.raises(ConfigError, match=r"task is 'semantic'; use a detect model"):
-        semantic.track("x.mp4")
+        LibreYOLO("LibreSegFormerb0.yaml").track("x.mp4")
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,8 @@ from .version import __version__
 # A small bundled image (package data) to try a model on without finding one.
 SAMPLE_IMAGE: Path = Path(__file__).parent / "assets" / "sample.jpg"
 
+from .contract.classifier import ClassifierFamily  # noqa: E402
+from .contract.detector import DetectorFamily  # noqa: E402
 from .contract.family import Family, LossContext, LossResult  # noqa: E402
 from .contract.spec import FamilySpec, TaskDecl, WeightsEntry  # noqa: E402
 from .errors import (  # noqa: E402
@@ -39,7 +41,7 @@ def __getattr__(name: str) -> Callable[..., LibreYOLO]:
 
 
 __all__ = [
-    "SAMPLE_IMAGE", "Boxes", "CheckpointError", "ConfigError", "Family", "FamilySpec", "LibreYOLO", "LibreYOLOError",
+    "SAMPLE_IMAGE", "Boxes", "CheckpointError", "ClassifierFamily", "ConfigError", "DetectorFamily", "Family", "FamilySpec", "LibreYOLO", "LibreYOLOError",
     "LossContext", "LossResult", "Probs", "Results", "SourceError", "TaskDecl", "UnknownFamilyError", "WeightsEntry",
     "WeightsNotFoundError", "__version__", "families", "register_family", "register_task", "unregister_family",
     "unregister_task", *(spec.weight_prefix for spec in BUILTIN.values()),

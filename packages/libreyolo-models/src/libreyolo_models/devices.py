@@ -1,4 +1,9 @@
-"""Single-device resolution for prediction and validation (training goes through libreyolo_ddp)."""
+"""Where a job runs: one default-device policy for predict, val, export and train, and the
+single-device resolution of ``device=`` (training's several devices go through libreyolo_ddp).
+
+The policy (``default_device``): a ``device=`` given wins; else a model already on an
+accelerator stays there; else the best device this machine has (the first CUDA GPU, else Apple
+MPS, else the CPU). Each job names the device in its first log line."""
 
 from __future__ import annotations
 
@@ -33,23 +38,36 @@ def resolve_device(device: str | int | torch.device | None) -> torch.device:
     return plan.torch_device(0)
 
 
+def best_device() -> torch.device:
+    """The best device this machine has: the first CUDA GPU, else Apple MPS, else the CPU."""
+    if torch.cuda.is_available():
+        return torch.device("cuda", 0)
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
 def default_device(requested: str | int | torch.device | None, current: torch.device,
                    runs_only_on: str | None = None) -> torch.device:
-    """Where predict and val run: ``requested`` when given; else a model already on an
-    accelerator stays there, and a model on the CPU goes to ``cuda:0`` when there is a GPU
+    """Where a job runs (predict, val, export, train): ``requested`` when given; else a model
+    already on an accelerator stays there, and a model on the CPU goes to ``best_device()``
     (``device="cpu"`` keeps it on the CPU). ``runs_only_on`` ("cpu", "cuda") is the device type an
     exported file is bound to (a TorchScript trace): with no request, the model stays on it."""
-    if requested is not None:
+    if requested is not None and requested != "":
         return resolve_device(requested)
     if runs_only_on == "cpu":
         return torch.device("cpu")
-    if current.type != "cpu" or not torch.cuda.is_available():
+    if current.type != "cpu":
         return current
-    return torch.device("cuda", 0)
+    best = best_device()
+    if runs_only_on is not None and best.type != runs_only_on:
+        return current
+    return best
 
 
 def describe_device(device: torch.device) -> str:
-    """``"cuda:0 (NVIDIA H200)"`` or ``"cpu"``: the first log line of predict and val."""
+    """``"cuda:0 (NVIDIA H200)"`` or ``"cpu"``: the first log line of every job."""
     if device.type == "cuda":
         index = device.index if device.index is not None else torch.cuda.current_device()
         return f"cuda:{index} ({torch.cuda.get_device_name(index)})"

@@ -6,7 +6,7 @@ Inference captures the family's ``inference_forward`` seam; training captures it
 A family whose task is not declared ``inference_capture`` refuses ``cuda_graph`` at predict time
 (``NotImplementedError`` naming it). Every change of what a graph captured (device, dtype,
 weights, a head branch) goes through ``ModelGraphs.invalidate``. The fused inference copy
-(``LibreYOLO.fused_net``) has a runner of its own, released with the copy.
+(``ModelHandle.fused_net``) has a runner of its own, released with the copy.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from libreyolo_cudagraph import GraphedTraining, GraphRunner
 
     from .compiled import CompiledForward
-    from .facade import LibreYOLO
+    from .handle import ModelHandle
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ def graph_mode(request: GraphRequest) -> str:
     raise ConfigError(f"cuda_graph={request!r} must be False, True or 'auto'")
 
 
-def check_graph_support(model: LibreYOLO, what: str) -> None:
+def check_graph_support(model: ModelHandle, what: str) -> None:
     """Raise unless ``model`` may capture inference graphs here (family verified, on CUDA)."""
     spec = model.spec
     if not spec.task(model.task).inference_capture:
@@ -56,7 +56,7 @@ class ModelGraphs:
     """Every graph one model captured: the inference runners (of the network and of its fused
     copy) and the training capture."""
 
-    def __init__(self, model: LibreYOLO) -> None:
+    def __init__(self, model: ModelHandle) -> None:
         self._model = model
         self.inference: GraphRunner | None = None
         self.fused_inference: GraphRunner | None = None
@@ -174,7 +174,7 @@ class ModelGraphs:
         return info
 
 
-def forward_for_predict(model: LibreYOLO, request: GraphRequest, net: torch.nn.Module | None = None,
+def forward_for_predict(model: ModelHandle, request: GraphRequest, net: torch.nn.Module | None = None,
                         compile: str | None = None) -> Callable[[torch.Tensor], Any]:
     """The forward ``predict`` calls over ``net`` (``model.net`` by default, or the fused copy):
     eager (or compiled, ``compile``: a ``torch.compile`` mode) for ``cuda_graph=False``, else that
@@ -187,7 +187,7 @@ def forward_for_predict(model: LibreYOLO, request: GraphRequest, net: torch.nn.M
     return model.graphs.inference_runner(mode, target, compile)
 
 
-def capture_ahead(model: LibreYOLO, *, imgsz: int, batch: int, dtype: torch.dtype | None,
+def capture_ahead(model: ModelHandle, *, imgsz: int, batch: int, dtype: torch.dtype | None,
                   fuse: bool | None = None) -> dict[str, Any]:
     """Capture the inference graph for ``batch x 3 x imgsz x imgsz`` ahead of the first request,
     of the network predict runs with the same ``fuse`` (the fused copy by default where the

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from ..config import load_config
-from ..devices import resolve_device
+from ..devices import default_device, describe_device
 from ..errors import ConfigError
 from ..runtime.metadata import ExportMetadata
 from ..version import __version__
@@ -25,7 +25,7 @@ from .settings import ExportConfig
 
 if TYPE_CHECKING:
     from ..contract.family import Family
-    from ..facade import LibreYOLO
+    from ..handle import ModelHandle
 
 log = logging.getLogger(__name__)
 
@@ -56,24 +56,25 @@ def flatten_outputs(out: Any, family: str) -> tuple[Tensor, ...]:
                       "a flat list of tensors; declare the task exportable=False with a reason, or flatten the seam")
 
 
-def default_path(model: LibreYOLO, fmt: str) -> Path:
+def default_path(model: ModelHandle, fmt: str) -> Path:
     stem = model.ckpt_path.with_suffix("") if model.ckpt_path else Path(model.spec.weight_name(model.size, model.task, ""))
     return Path(f"{stem}{SUFFIXES[fmt]}")
 
 
-def export_model(model: LibreYOLO, options: dict[str, Any]) -> Path:
+def export_model(model: ModelHandle, options: dict[str, Any]) -> Path:
     """Write ``model`` in ``options['format']``; returns the file (OpenVINO: the folder)."""
     cfg = load_config(ExportConfig, options, "export()")
     decl = model.spec.task(model.task)
     if not decl.exportable:
         raise ConfigError(f"{model.spec.display_name} ({model.task}) does not export: {decl.export_note}")
-    imgsz = model.spec.check_imgsz(cfg.imgsz or model.imgsz)
+    imgsz = model.resolve_imgsz(cfg.imgsz)
     dynamic_imgsz = cfg.dynamic and decl.dynamic_imgsz
     if cfg.dynamic and not decl.dynamic_imgsz:
         log.warning("export(dynamic=True): %s keeps a fixed image size of %d (the batch is dynamic): %s. Export "
                     "once per image size you need (imgsz=...)", model.spec.display_name, imgsz,
                     decl.dynamic_imgsz_note)
-    device = resolve_device(cfg.device) if cfg.device is not None else model.device
+    device = default_device(cfg.device, model.device)
+    log.info("export on %s", describe_device(device))
     if cfg.half and cfg.format != "openvino" and device.type != "cuda":
         raise ConfigError(f"export(format={cfg.format!r}, half=True) traces fp16 weights, which needs a CUDA device "
                           f"(device is {device}); pass device=0, or export fp32 (half=False)")

@@ -14,25 +14,18 @@ Layout under the run folder (``runs/predict/exp``)::
 from __future__ import annotations
 
 import logging
-import os
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..tasks.drawing import has_display
+from ..tasks.results import Results
+
 if TYPE_CHECKING:
     from ..settings import PredictConfig
-    from ..tasks.results import Results
 
 log = logging.getLogger(__name__)
-
-
-def has_display() -> bool:
-    """Whether a window can open: always on Windows and macOS, on Linux only with X11 or Wayland."""
-    if sys.platform in ("win32", "darwin"):
-        return True
-    return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
 
 
 def wants_run_dir(cfg: PredictConfig) -> bool:

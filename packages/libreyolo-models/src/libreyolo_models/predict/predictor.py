@@ -51,7 +51,7 @@ from .timing import PhaseClock
 from .video import VideoWriter
 
 if TYPE_CHECKING:
-    from ..facade import LibreYOLO
+    from ..handle import ModelHandle
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +93,7 @@ def _batches(frames: Iterator[Frame], size: int, *, staging: PinnedStaging | Non
             close()
 
 
-def run_prediction(model: LibreYOLO, source: object, cfg: PredictConfig) -> ResultsList | Iterator[Results]:
+def run_prediction(model: ModelHandle, source: object, cfg: PredictConfig) -> ResultsList | Iterator[Results]:
     """Predict every image or frame of ``source``; batches of ``cfg.batch`` share one forward pass.
 
     Returns a generator of ``Results`` with ``cfg.stream``, else a ``ResultsList``. Unreadable
@@ -101,11 +101,12 @@ def run_prediction(model: LibreYOLO, source: object, cfg: PredictConfig) -> Resu
     listed on the list's ``skipped``.
     """
     report = SourceReport()
+    device = default_device(cfg.device, model.device, model.runs_only_on)
+    imgsz = model.resolve_imgsz(cfg.imgsz)
     # Image files decode for the letterbox they feed: a large JPEG at a reduced DCT scale straight
     # to its letterbox size (the image cache's pixels), its full picture kept for Results.orig_img;
     # or, on CUDA with TorchCodec, JPEGs decode on the GPU (predict.gpu_jpeg).
-    shrink_to = model.resolve_imgsz(cfg.imgsz) if model.task_spec.reduced_decode else None
-    device = default_device(cfg.device, model.device, model.runs_only_on)
+    shrink_to = imgsz if model.task_spec.reduced_decode else None
     # Saving, cropping or showing needs every full picture on the host anyway: "auto" then lets the
     # CPU decode it once, rather than the GPU for the network and the CPU again for orig_img.
     pictures = cfg.save or cfg.save_crop or cfg.show
@@ -118,16 +119,18 @@ def run_prediction(model: LibreYOLO, source: object, cfg: PredictConfig) -> Resu
     if plan.is_live and not cfg.stream:
         raise ConfigError(f"source={source!r} is a camera or network stream, which never ends, so a list of its "
                           "results would grow without bound; pass stream=True and iterate the results")
-    predictor = Predictor(model, cfg)
+    predictor = Predictor(model, cfg, device=device, imgsz=imgsz)
     results = predictor.stream(plan, report)
     return results if cfg.stream else ResultsList(list(results), report.skipped)
 
 
 class Predictor:
-    """One ``predict()`` call's resolved plan (device, dtype, image size, forward) and its loop."""
+    """One ``predict()`` call's resolved plan (device, dtype, image size, forward) and its loop.
 
-    def __init__(self, model: LibreYOLO, cfg: PredictConfig) -> None:
-        device = default_device(cfg.device, model.device, model.runs_only_on)
+    ``device`` and ``imgsz`` come resolved (``run_prediction``: the jobs' default-device policy
+    and the model's image size); nothing here derives them again."""
+
+    def __init__(self, model: ModelHandle, cfg: PredictConfig, *, device: torch.device, imgsz: int) -> None:
         model.to(device)
         log.info("predict on %s", describe_device(model.device))
         fusing = model.wants_fuse(cfg.fuse)
@@ -136,7 +139,7 @@ class Predictor:
         if cfg.half:
             model.half()
         self.model, self.cfg = model, cfg
-        self.imgsz = model.resolve_imgsz(cfg.imgsz)
+        self.imgsz = imgsz
         self.task = model.task_spec
         self.options = self.task.postprocess_options(vars(cfg))
         if cfg.classes is not None:

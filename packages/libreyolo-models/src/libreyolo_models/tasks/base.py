@@ -13,17 +13,55 @@ import abc
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from ..contract.family import Family
+
 if TYPE_CHECKING:
+    from ..data.augment_draws import AugmentConfig
     from ..data.cache_store import CacheSetting
-    from ..facade import LibreYOLO
-    from ..train.settings import TrainConfig
     from .results import Results
+
+
+class TrainOptions(Protocol):
+    """What a task's training pipeline reads of the run's options (``train.settings.TrainConfig``
+    provides them; tasks read no option they do not need and never import the train job)."""
+
+    @property
+    def seed(self) -> int: ...
+
+    @property
+    def gpu_augment(self) -> bool | Literal["auto"]: ...
+
+    @property
+    def cache(self) -> CacheSetting: ...
+
+    @property
+    def label_smoothing(self) -> float: ...
+
+    def augment(self) -> AugmentConfig:
+        """The geometric and colour augmentation of box and mask tasks."""
+
+    def classify_augment(self) -> Any:
+        """Classification's augmentation (crops, flips, RandAugment, mixup/CutMix)."""
+
+
+class ModelView(Protocol):
+    """What a task reads of a model while it evaluates: the classes and the family (its
+    post-processing). Jobs pass their ``ModelHandle``; tasks never see the facade."""
+
+    @property
+    def nc(self) -> int: ...
+
+    @property
+    def names(self) -> dict[int, str]: ...
+
+    @property
+    def family(self) -> Family: ...
 
 
 class TaskMetrics(Protocol):
@@ -112,7 +150,7 @@ class Task(abc.ABC):
 
     @abc.abstractmethod
     def train_pipeline(self, index: Any, *, imgsz: int, batch_size: int, device: torch.device,
-                       cfg: TrainConfig, workers: int) -> TrainLoader:
+                       cfg: TrainOptions, workers: int) -> TrainLoader:
         """Augmented training batches for this rank."""
 
     @abc.abstractmethod
@@ -122,7 +160,7 @@ class Task(abc.ABC):
 
     # ------------------------------------------------------------------ validation
     @abc.abstractmethod
-    def evaluate(self, model: LibreYOLO, forward: Callable[[Tensor], Any], pipeline: Iterable[Batch], *,
+    def evaluate(self, model: ModelView, forward: Callable[[Tensor], Any], pipeline: Iterable[Batch], *,
                  settings: EvalSettings, progress: bool) -> TaskMetrics:
         """Metrics of ``forward`` over ``pipeline`` (the same result on every rank)."""
 
@@ -145,7 +183,7 @@ class Task(abc.ABC):
         already on ``device``, decoded there by ``predict.gpu_jpeg`` when the task has
         ``reduced_decode``; sizes may differ) -> the network input ``[B, 3, S, S]`` on ``device`` and per image what
         ``make_results`` needs to map back. The input is either ``dtype`` in [0, 1] or uint8
-        pixels, which ``LibreYOLO.inference_forward`` scales inside the network call (so a CUDA
+        pixels, which ``ModelHandle.inference_forward`` scales inside the network call (so a CUDA
         graph captures the scaling and keeps a uint8 copy of its input, not a float one). The
         default uploads the uint8 pixels and letterboxes them there, as validation does
         (``data.letterbox_images.letterbox_pixels``). ``orig_shapes``: each image's picture size: its

@@ -1,8 +1,10 @@
-"""Drawing detections on an image (PIL only; no OpenCV dependency)."""
+"""Drawing predictions on an image (PIL only; no OpenCV dependency), and whether a window can show one."""
 
 from __future__ import annotations
 
 import colorsys
+import os
+import sys
 from collections.abc import Mapping
 
 import numpy as np
@@ -61,3 +63,10 @@ def draw_top_classes(image: np.ndarray, lines: list[str]) -> np.ndarray:
         draw.text((4, y), text, fill=class_color(0) if rank == 0 else (255, 255, 255), font=font)
         y = bottom + 4
     return np.asarray(canvas)
+
+
+def has_display() -> bool:
+    """Whether a window can open: always on Windows and macOS, on Linux only with X11 or Wayland."""
+    if sys.platform in ("win32", "darwin"):
+        return True
+    return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))

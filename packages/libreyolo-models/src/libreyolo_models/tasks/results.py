@@ -1,4 +1,11 @@
-"""Prediction results: boxes in every format users expect, plotting and saving."""
+"""Prediction results: one ``Results`` per image or frame, whatever the task, with plotting,
+saving and conversions.
+
+The built-in tasks fill ``boxes`` (detect), ``probs`` (classify) or ``masks`` (semantic). A task
+defined elsewhere (a plugin, a new task of the zoo) puts its own content under its
+``results_field`` name in ``contents``: any object with the small ``ResultContent`` protocol.
+``results.<name>`` then reads it, and ``summary``, ``plot``, ``to_list``, ``to_json``, ``to_csv``,
+``to``, ``cpu`` and ``numpy`` go through it, with no edit here."""
 
 from __future__ import annotations
 
@@ -8,14 +15,14 @@ import json
 import logging
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from ..layers.boxes import xyxy_to_xywh
 from .classify.probs import Probs
+from .detect.boxes import Boxes
 from .drawing import draw_detections, draw_top_classes
 
 if TYPE_CHECKING:
@@ -24,88 +31,29 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class Boxes:
-    """Detections of one image, in original-image pixels.
+class ResultContent(Protocol):
+    """What a task's content of ``Results`` provides (the built-in ones are ``Boxes``, ``Probs``,
+    ``SemanticMask``; a new task brings its own)."""
 
-    ``data`` is ``float [N, 6]``: x1, y1, x2, y2, confidence, class id, sorted by confidence. It is
-    a tensor, or a NumPy array after ``Results.numpy()``; every property works on both.
-    ``id`` is None unless the boxes come from ``model.track``: then ``int64 [N]`` track ids, one
-    per box, stable across the frames of a source.
-    """
+    csv_columns: tuple[str, ...]
+    """The columns of ``to_csv``, in order (the keys of ``rows``, flattened)."""
 
-    def __init__(self, data: Tensor | np.ndarray, orig_shape: tuple[int, int], id: Tensor | None = None) -> None:
-        if id is not None and id.shape != (data.shape[0],):
-            raise ValueError(f"Boxes: {data.shape[0]} boxes but track ids of shape {tuple(id.shape)}; "
-                             "give one id per box")
-        # Typed as a tensor, which it is except after ``Results.numpy()`` (the properties check).
-        self.data = cast(Tensor, data)
-        self.orig_shape = orig_shape
-        self.id = None if id is None else id.to(torch.int64)
+    def rows(self, names: dict[int, str]) -> list[dict[str, object]]:
+        """One dict per item (an object, a class, a point...), plain Python values."""
 
-    @property
-    def is_track(self) -> bool:
-        """Whether these boxes carry track ids (``model.track``)."""
-        return self.id is not None
+    def summary(self, names: dict[int, str]) -> str:
+        """One line: what the image holds (``"2 circles, 1 square"``)."""
 
-    def __len__(self) -> int:
-        return self.data.shape[0]
+    def plot(self, image: np.ndarray, names: dict[int, str], *, labels: bool, conf: bool) -> np.ndarray:
+        """A copy of ``image`` (RGB uint8) with the content drawn."""
 
-    @property
-    def xyxy(self) -> Tensor:
-        """``[N, 4]`` corners in pixels."""
-        return self.data[:, :4]
+    def to(self, device: str | torch.device) -> ResultContent:
+        """A copy whose tensors live on ``device``."""
 
-    @property
-    def xywh(self) -> Tensor:
-        """``[N, 4]`` centre and size in pixels."""
-        if isinstance(self.data, np.ndarray):
-            xyxy = self.data[:, :4]
-            return np.concatenate(((xyxy[:, :2] + xyxy[:, 2:]) / 2, xyxy[:, 2:] - xyxy[:, :2]), axis=1)
-        return xyxy_to_xywh(self.xyxy)
+    def numpy(self) -> ResultContent:
+        """A copy whose tensors are NumPy arrays."""
 
-    @property
-    def _scale(self) -> Tensor:
-        h, w = self.orig_shape
-        if isinstance(self.data, np.ndarray):
-            return np.array([w, h, w, h], dtype=self.data.dtype)
-        return torch.tensor([w, h, w, h], dtype=self.data.dtype, device=self.data.device)
-
-    @property
-    def xyxyn(self) -> Tensor:
-        """``[N, 4]`` corners normalized to [0, 1] by the original width and height."""
-        return self.xyxy / self._scale
-
-    @property
-    def xywhn(self) -> Tensor:
-        """``[N, 4]`` centre and size normalized to [0, 1]."""
-        return self.xywh / self._scale
-
-    @property
-    def conf(self) -> Tensor:
-        return self.data[:, 4]
-
-    @property
-    def cls(self) -> Tensor:
-        return self.data[:, 5]
-
-    def cpu(self) -> Boxes:
-        return self.to("cpu")
-
-    def cuda(self) -> Boxes:
-        return self.to("cuda")
-
-    def to(self, device: str | torch.device) -> Boxes:
-        """A copy on ``device`` (NumPy-backed boxes become tensors again; track ids follow)."""
-        data = torch.from_numpy(self.data) if isinstance(self.data, np.ndarray) else self.data
-        return Boxes(data.to(device), self.orig_shape, None if self.id is None else self.id.to(device))
-
-    def numpy(self) -> np.ndarray:
-        """``data`` as a NumPy ``[N, 6]`` array."""
-        return self.data if isinstance(self.data, np.ndarray) else self.data.cpu().numpy()
-
-    def __repr__(self) -> str:
-        ids = "" if self.id is None else f", ids={self.id.tolist()}"
-        return f"Boxes(n={len(self)}, orig_shape={self.orig_shape}{ids})"
+    def __len__(self) -> int: ...
 
 
 @dataclass
@@ -126,6 +74,8 @@ class Results:
     # model.track only: recent box centres per track id, ``float [K, 2]`` (x, y pixels, oldest
     # first), for the ids in ``boxes.id``; drawn as trails by ``plot``.
     trails: dict[int, np.ndarray] | None = None
+    # a task's own content by its results_field name (a task outside boxes/probs/masks)
+    contents: dict[str, ResultContent] = field(default_factory=dict)
     _full: ShrunkImage | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
@@ -148,16 +98,31 @@ class Results:
             self.orig_img = image = full.full()
             self._full = None
             return image
+        contents = self.__dict__.get("contents")
+        if contents is not None and name in contents:
+            return contents[name]
+        if not name.startswith("_") and _is_results_field(name):
+            return None  # another task's content: absent here, as boxes is for a classifier
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
+    def _content(self) -> ResultContent | None:
+        """The task content of a task outside the built-in three (the first, when several)."""
+        return next(iter(self.contents.values()), None) if self.contents else None
+
     def __len__(self) -> int:
-        return len(self.boxes) if self.boxes is not None else 0
+        if self.boxes is not None:
+            return len(self.boxes)
+        content = self._content()
+        return len(content) if content is not None else 0
 
     def to_list(self) -> list[dict[str, object]]:
         """One dict per detection: name, class, confidence, box (x1, y1, x2, y2 pixels); for a
         semantic model, one per class present: name, class, share of the image's pixels; for a
         classification, one per top-5 class: name, class, confidence."""
         rows: list[dict[str, object]] = []
+        content = self._content()
+        if content is not None and self.boxes is None:
+            return content.rows(self.names)
         if self.probs is not None:
             return [{"name": self.probs.name(c), "class": c, "confidence": float(self.probs.data[c])}
                     for c in self.probs.top5]
@@ -197,7 +162,10 @@ class Results:
         class for a classification (``name,class,confidence``); with a header line."""
         rows = json.loads(self.to_json(normalize=normalize, decimals=decimals))
         flat = [{**{k: v for k, v in row.items() if k != "box"}, **row.get("box", {})} for row in rows]
-        if self.probs is not None:
+        content = self._content()
+        if content is not None and self.boxes is None:
+            columns = list(content.csv_columns)
+        elif self.probs is not None:
             columns = ["name", "class", "confidence"]
         elif self.masks is not None:
             columns = ["name", "class", "share"]
@@ -216,7 +184,8 @@ class Results:
         boxes = self.boxes.to(device) if self.boxes is not None else None
         masks = type(self.masks)(_tensor(self.masks.data).to(device)) if self.masks is not None else None
         probs = Probs(_tensor(self.probs.data).to(device), self.probs.names) if self.probs is not None else None
-        return self._with(boxes=boxes, masks=masks, probs=probs)
+        contents = {name: content.to(device) for name, content in self.contents.items()}
+        return self._with(boxes=boxes, masks=masks, probs=probs, contents=contents)
 
     def _with(self, **changes: Any) -> Results:
         """``dataclasses.replace`` that leaves a deferred ``orig_img`` deferred in the copy."""
@@ -240,11 +209,12 @@ class Results:
                       None if self.boxes.id is None else self.boxes.id.cpu()) if self.boxes is not None else None
         masks = type(self.masks)(self.masks.numpy()) if self.masks is not None else None
         probs = self.probs.cpu() if self.probs is not None else None  # Probs' ranking needs a tensor
-        return self._with(boxes=boxes, masks=masks, probs=probs)
+        contents = {name: content.numpy() for name, content in self.contents.items()}
+        return self._with(boxes=boxes, masks=masks, probs=probs, contents=contents)
 
     def show(self, title: str | None = None) -> None:
         """Open the annotated image in a window; without a display, a warning and nothing else."""
-        from ..predict.outputs import has_display
+        from .drawing import has_display
 
         if not has_display():
             log.warning("show(): no display found (DISPLAY / WAYLAND_DISPLAY unset); "
@@ -257,7 +227,10 @@ class Results:
     def summary(self) -> str:
         """``"2 circles, 1 square"`` style count of detections per class; for a semantic model the
         classes present with their share of the pixels (``"background 81%, circle 12%"``); for a
-        classification, the top-5 classes with their probabilities."""
+        classification, the top-5 classes with their probabilities; another task's, its content's."""
+        content = self._content()
+        if content is not None and self.boxes is None:
+            return content.summary(self.names)
         if self.probs is not None:
             return self.probs.summary()
         if self.masks is not None:
@@ -274,16 +247,21 @@ class Results:
         """A copy of the original image with boxes and labels drawn (semantic: each pixel tinted
         with its class colour; a classification: its top-5 classes and probabilities, written
         top-left; tracking: ids in the labels, a colour per id, and trails of the recent
-        centres); RGB uint8 ``[H, W, 3]``."""
+        centres; another task: its content drawn); RGB uint8 ``[H, W, 3]``."""
+        image = self.orig_img
+        for content in self.contents.values():
+            image = content.plot(image, self.names, labels=labels, conf=conf)
+        if self.contents and self.boxes is None:
+            return image
         if self.probs is not None:
             lines = [f"{self.probs.name(c)} {float(self.probs.data[c]):.2f}" for c in self.probs.top5]
-            return draw_top_classes(self.orig_img, lines if conf else [line.rsplit(" ", 1)[0] for line in lines])
+            return draw_top_classes(image, lines if conf else [line.rsplit(" ", 1)[0] for line in lines])
         if self.masks is not None:
-            return self.masks.overlay(self.orig_img)
+            return self.masks.overlay(image)
         if self.boxes is None:
-            return self.orig_img.copy()
+            return image.copy()
         ids = None if self.boxes.id is None else self.boxes.id.tolist()
-        return draw_detections(self.orig_img, _tensor(self.boxes.data).cpu(), self.names, labels=labels,
+        return draw_detections(image, _tensor(self.boxes.data).cpu(), self.names, labels=labels,
                                conf=conf, line_width=line_width, ids=ids, trails=self.trails)
 
     def save(self, filename: str | Path) -> Path:
@@ -313,3 +291,10 @@ class ResultsList(list):
     def __init__(self, results: list[Results] | None = None, skipped: list[tuple[str, str]] | None = None) -> None:
         super().__init__(results or [])
         self.skipped: list[tuple[str, str]] = list(skipped or [])
+
+
+def _is_results_field(name: str) -> bool:
+    """Whether ``name`` is the ``Results`` field of some known task (``keypoints`` of pose...)."""
+    from . import tasks
+
+    return any(task.results_field == name for task in tasks().values())

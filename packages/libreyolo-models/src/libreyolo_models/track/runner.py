@@ -19,15 +19,16 @@ from .registry import get_tracker
 from .session import TrackSession, sequence_key
 
 if TYPE_CHECKING:
-    from ..facade import LibreYOLO
+    from ..handle import ModelHandle
 
 log = logging.getLogger(__name__)
 
 
-def start_tracking(model: LibreYOLO, source: object, *, tracker: str, persist: bool,
-                   options: Mapping[str, Any]) -> Iterator[Results]:
+def start_tracking(model: ModelHandle, source: object, *, tracker: str, previous: TrackSession | None,
+                   options: Mapping[str, Any]) -> tuple[TrackSession, Iterator[Results]]:
     """Check every option now (so a typo fails at the call, not at the first frame of a
-    generator), then return the lazy frame-by-frame tracking generator."""
+    generator), then return the session (``previous`` continued when it fits, else a new one,
+    for the facade to keep for ``persist=True``) and the lazy frame-by-frame tracking generator."""
     if model.task != "detect":
         raise ConfigError(f"model.track() follows detected boxes, and this {model.spec.name} model's task is "
                           f"{model.task!r}; use a detect model (e.g. LibreYOLO('LibreYOLO9t.pt'))")
@@ -44,18 +45,22 @@ def start_tracking(model: LibreYOLO, source: object, *, tracker: str, persist: b
     floor = float(getattr(config, spec.score_floor))
     user_conf = cfg.conf if "conf" in predict_options else None
     predict_options.update(conf=floor, save=False)   # weak boxes must reach the tracker
-    session = model.track_session if persist else None
+    session = previous
     if session is None or session.spec is not spec or session.config != config:
         session = TrackSession(spec, config)
     session.conf = user_conf   # this call's output filter, also on a continued session
-    model.track_session = session
     save_dir = next_run_dir(cfg.project if "project" in options else "runs/track", cfg.name) if cfg.save else None
-    return _track(session, predict_stream(model, source, predict_options), save_dir)
+    return session, _track(session, predict_stream(model, source, predict_options), save_dir)
 
 
-def predict_stream(model: LibreYOLO, source: object, options: dict[str, Any]) -> Iterator[Results]:
-    """``model.predict(source, stream=True, ...)``: a lazy generator of one ``Results`` per frame."""
-    return iter(model.predict(source, stream=True, **options))
+def predict_stream(model: ModelHandle, source: object, options: dict[str, Any]) -> Iterator[Results]:
+    """Predict's lazy generator of one ``Results`` per frame (``stream=True``)."""
+    from ..predict.predictor import run_prediction
+
+    cfg = load_config(PredictConfig, {**options, "stream": True}, "track()")
+    if cfg.cuda_graph is not False:
+        model.require_pytorch(f"track(cuda_graph={cfg.cuda_graph!r})")
+    return iter(run_prediction(model, source, cfg))
 
 
 def _track(session: TrackSession, frames: Iterator[Results], save_dir: Path | None) -> Iterator[Results]:

@@ -10,7 +10,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..tasks.results import Boxes, Results
+from ..tasks.detect.boxes import Boxes
+from ..tasks.results import Results
 from .registry import TrackerSpec
 
 log = logging.getLogger(__name__)

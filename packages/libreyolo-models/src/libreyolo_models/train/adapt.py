@@ -9,29 +9,31 @@ from typing import TYPE_CHECKING
 import torch
 
 if TYPE_CHECKING:
-    from ..facade import LibreYOLO
+    from ..handle import ModelHandle
 
 log = logging.getLogger(__name__)
 
 
-def adapt_to_classes(model: LibreYOLO, nc: int, names: Mapping[int, str]) -> None:
-    """Give ``model`` the dataset's classes. A different class count rebuilds the network and keeps
+def adapt_to_classes(model: ModelHandle, nc: int, names: Mapping[int, str]) -> ModelHandle:
+    """``model`` with the dataset's classes: itself when they are already its own; the same
+    network under the new names; or, for a different class count, a rebuilt network keeping
     every weight whose shape still fits (all but the class outputs), so pretrained weights transfer."""
-    model.names = dict(names)
+    names = dict(names)
     if model.nc == nc:
-        return
-    old_nc, before = model.nc, len(model.net.state_dict())
-    model.rebuild(nc=nc, keep_weights=True)
-    log.info("model adapted from %d to %d classes (%d state entries)", old_nc, nc, before)
+        return model if model.names == names else model.renamed(names)
+    adapted = model.rebuilt(nc=nc, names=names, keep_weights=True)
+    log.info("model adapted from %d to %d classes (%d state entries)", model.nc, nc, len(model.net.state_dict()))
+    return adapted
 
 
-def initialize_from_seed(model: LibreYOLO, seed: int) -> None:
-    """Give a never-trained model (built from an architecture, not loaded) its random start from
-    the training seed, so the same seed reproduces the same run on every path (one process,
-    spawned workers, torchrun ranks). Loaded weights are never touched."""
+def initialize_from_seed(model: ModelHandle, seed: int) -> ModelHandle:
+    """A never-trained model (built from an architecture, not loaded) with its random start drawn
+    from the training seed, so the same seed reproduces the same run on every path (one process,
+    spawned workers, torchrun ranks). A model with loaded weights comes back as it is."""
     if model.checkpoint or model.ckpt_path is not None:
-        return
+        return model
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model.rebuild(keep_weights=False)
+        seeded = model.rebuilt(keep_weights=False)
     log.info("untrained %s-%s: weights initialized from seed=%d", model.spec.display_name, model.size, seed)
+    return seeded

@@ -26,13 +26,13 @@ from ..errors import ConfigError
 from ..tensor_trees import tensor_leaves
 
 if TYPE_CHECKING:
-    from ..facade import LibreYOLO
+    from ..handle import ModelHandle
     from .plan import TrainPlan
 
 log = logging.getLogger(__name__)
 
 
-def resolve_batch(model: LibreYOLO, plan: TrainPlan) -> TrainPlan:
+def resolve_batch(model: ModelHandle, plan: TrainPlan) -> TrainPlan:
     """``plan`` unchanged for a fixed batch, else with the global batch that fits."""
     if plan.global_batch != -1:
         return plan
@@ -52,7 +52,7 @@ def resolve_batch(model: LibreYOLO, plan: TrainPlan) -> TrainPlan:
     return plan.with_batch(batch)
 
 
-def planned_resident_bytes(model: LibreYOLO, plan: TrainPlan, device: torch.device) -> int:
+def planned_resident_bytes(model: ModelHandle, plan: TrainPlan, device: torch.device) -> int:
     """Bytes of training images the data pipeline will keep on ``device`` (0: none), decided by
     ``device_cache.plan_residency`` as the pipeline decides it (it counts the training split)."""
     task = model.task_spec
@@ -68,7 +68,7 @@ def planned_resident_bytes(model: LibreYOLO, plan: TrainPlan, device: torch.devi
     return residency.nbytes
 
 
-def rendering_bytes_per_image(model: LibreYOLO, plan: TrainPlan, device: torch.device) -> int:
+def rendering_bytes_per_image(model: ModelHandle, plan: TrainPlan, device: torch.device) -> int:
     """Device memory the data pipeline's batch rendering holds per batch image beside the training
     step (the task's ``rendering_bytes_per_pixel``), or 0 when the workers render on the CPU."""
     per_pixel = model.task_spec.rendering_bytes_per_pixel
@@ -111,7 +111,7 @@ def memory_fraction(*, graphed: bool, resident_share: float = 0.0) -> float:
     return fraction
 
 
-def probe_training_batch(model: LibreYOLO, imgsz: int, device: torch.device, amp: bool, *,
+def probe_training_batch(model: ModelHandle, imgsz: int, device: torch.device, amp: bool, *,
                          fraction: float = MEMORY_FRACTION, held_per_image: int = 0) -> int:
     """Images per step that fit on ``device`` for a forward+backward at ``imgsz`` within
     ``fraction`` of its memory, with ``held_per_image`` bytes per image held beside each step."""

@@ -11,6 +11,7 @@ a resume reads packed and older unpacked checkpoints alike.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,21 +22,22 @@ from ..tensor_trees import pack_tensors
 from .fused_optim import AnyOptimizer
 
 if TYPE_CHECKING:
-    from ..facade import LibreYOLO
+    from ..handle import ModelHandle
     from .ema import ModelEMA
 
 log = logging.getLogger(__name__)
 
 
-def build_training_checkpoint(model: LibreYOLO, *, net: torch.nn.Module, ema: ModelEMA | None,
+def build_training_checkpoint(model: ModelHandle, *, net: torch.nn.Module, ema: ModelEMA | None,
                               optimizer: AnyOptimizer, scaler: torch.amp.GradScaler | None, epoch: int,
                               best: dict[str, Any], config: dict[str, Any], world_size: int,
-                              global_batch: int, run_dir: Path, loss: float) -> dict[str, Any]:
-    """Everything to continue after ``epoch`` (0-based, completed)."""
+                              global_batch: int, run_dir: Path, loss: float, imgsz: int) -> dict[str, Any]:
+    """Everything to continue after ``epoch`` (0-based, completed); ``imgsz``: the size trained at,
+    which the checkpoint records as the model's."""
     # The weights users read (model, ema) stay plain state dicts; what only a resume reads back
     # (raw weights, optimizer state) is packed: tensor_trees says why.
     smoothed = cpu_state_dict(ema.ema) if ema is not None else None  # one copy, saved once, under two keys
-    ckpt = model.state_for_checkpoint(weights=smoothed if smoothed is not None else cpu_state_dict(net))
+    ckpt = model.state_for_checkpoint(smoothed if smoothed is not None else cpu_state_dict(net), imgsz=imgsz)
     ckpt.update({
         "is_ema_weights": ema is not None,
         "train_model": pack_tensors(net.state_dict()),
@@ -71,5 +73,5 @@ def write_epoch_checkpoints(ckpt: dict[str, Any], weights_dir: Path, *, is_best:
     return last, best
 
 
-def is_training_checkpoint(ckpt: dict[str, Any]) -> bool:
+def is_training_checkpoint(ckpt: Mapping[str, Any]) -> bool:
     return "optimizer" in ckpt and "epoch" in ckpt and "config" in ckpt

@@ -21,14 +21,14 @@ from ..contract.family import has_training_head
 from .settings import TrainConfig
 
 if TYPE_CHECKING:
-    from ..facade import LibreYOLO
+    from ..handle import ModelHandle
 
 log = logging.getLogger(__name__)
 
 REPEAT_THRESHOLD = 3
 
 
-def wants_graphs(model: LibreYOLO, cfg: TrainConfig, *, device: torch.device) -> bool:
+def wants_graphs(model: ModelHandle, cfg: TrainConfig, *, device: torch.device) -> bool:
     """Whether this run captures its training steps (else one log line says why not)."""
     if not cfg.cuda_graph:
         return False
@@ -44,7 +44,7 @@ def wants_graphs(model: LibreYOLO, cfg: TrainConfig, *, device: torch.device) ->
     return True
 
 
-def graph_forward(model: LibreYOLO, module: nn.Module, cfg: TrainConfig, *, world_size: int) -> Callable[[Tensor], Any]:
+def graph_forward(model: ModelHandle, module: nn.Module, cfg: TrainConfig, *, world_size: int) -> Callable[[Tensor], Any]:
     """A ``GraphedTraining`` around ``module`` (call only when ``wants_graphs``). Under several
     ranks every graph decision is voted on (``libreyolo_ddp.agree_min``), so the ranks capture,
     replay, fall back and latch together and the SyncBatchNorm collectives in the graph pair up."""

@@ -14,16 +14,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+import torch
 from torch import nn
 
 import libreyolo_ddp
 
 from ..config import load_config
+from ..devices import default_device
 from ..errors import ConfigError
 from .settings import TrainConfig
 
 if TYPE_CHECKING:
-    from ..facade import LibreYOLO
+    from ..handle import ModelHandle
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +59,7 @@ class TrainPlan:
         return replace(self, cfg=replace(self.cfg, batch=batch))
 
 
-def resolve_plan(model: LibreYOLO, options: Mapping[str, Any], source: str, *, resumed: bool = False) -> TrainPlan:
+def resolve_plan(model: ModelHandle, options: Mapping[str, Any], source: str, *, resumed: bool = False) -> TrainPlan:
     """Merge and check everything once (see the module docstring). ``resumed``: the options are
     a run's saved ones, recipe included, so the recipe is not applied again."""
     decl = model.spec.task(model.task)
@@ -65,11 +67,11 @@ def resolve_plan(model: LibreYOLO, options: Mapping[str, Any], source: str, *, r
     cfg = load_config(TrainConfig, merged, source)
     if not resumed:
         cfg = scale_recipe_to_run(cfg, decl.recipe_shares, set(options))
-    devices = parse_train_devices(cfg.device, source)
+    devices = parse_train_devices(cfg.device, source, model.device)
     world = libreyolo_ddp.dist_env().world_size if libreyolo_ddp.is_torchrun() else devices.world_size
     if cfg.batch != -1:
         libreyolo_ddp.split_global_batch(cfg.batch, world)  # fail before any expensive work
-    imgsz = model.spec.check_imgsz(cfg.imgsz or model.imgsz, f"{source}: imgsz")
+    imgsz = model.resolve_imgsz(cfg.imgsz, f"{source}: imgsz")
     if cfg.batch != -1:
         _check_batchnorm_has_values(model, cfg.batch, world, imgsz, source)
     if cfg.multi_scale and not model.task_spec.supports_multi_scale:
@@ -95,7 +97,7 @@ def scale_recipe_to_run(cfg: TrainConfig, shares: Mapping[str, float], user_keys
     return replace(cfg, **changes) if changes else cfg
 
 
-def _check_batchnorm_has_values(model: LibreYOLO, batch: int, world: int, imgsz: int, source: str) -> None:
+def _check_batchnorm_has_values(model: ModelHandle, batch: int, world: int, imgsz: int, source: str) -> None:
     """One image per device at ``imgsz == stride`` leaves the deepest BatchNorm one value per
     channel, which torch refuses in the first step; say so before any work, with the fix."""
     stride = model.spec.stride
@@ -108,21 +110,26 @@ def _check_batchnorm_has_values(model: LibreYOLO, batch: int, world: int, imgsz:
                       f"use batch >= {2 * world} or imgsz >= {2 * stride}")
 
 
-def parse_train_devices(device: object, source: str) -> libreyolo_ddp.DevicePlan:
+def parse_train_devices(device: object, source: str, current: torch.device | None = None) -> libreyolo_ddp.DevicePlan:
     """``device=`` of training -> a plan this machine can run, checked before any data is read.
+    Without one, the jobs' default-device policy picks (``devices.default_device``: the model's
+    accelerator, else the best device here); the first log line names it.
 
     Raises:
         ConfigError: not a device value, or devices this machine lacks (CUDA, MPS, an index).
     """
     try:
-        plan = libreyolo_ddp.parse_devices(device if device not in (None, "") else "auto")  # type: ignore[arg-type]
+        if device in (None, ""):
+            chosen = default_device(None, current if current is not None else torch.device("cpu"))
+            device = chosen.type if chosen.index is None else f"{chosen.type}:{chosen.index}"
+        plan = libreyolo_ddp.parse_devices(device)  # type: ignore[arg-type]
         libreyolo_ddp.check_devices_available(plan)
     except libreyolo_ddp.DeviceError as err:
         raise ConfigError(f"{source}: {err}") from None
     return plan
 
 
-def resolve_gains(model: LibreYOLO, cfg: TrainConfig, source: str) -> dict[str, float]:
+def resolve_gains(model: ModelHandle, cfg: TrainConfig, source: str) -> dict[str, float]:
     """The family's gains with the user's overrides; a term the family lacks is an error."""
     decl = model.spec.task(model.task)
     gains = dict(decl.loss_gains)

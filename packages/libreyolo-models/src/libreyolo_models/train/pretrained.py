@@ -20,12 +20,12 @@ from ..checkpoint import extract_state_dict, load_checkpoint
 from ..errors import CheckpointError
 
 if TYPE_CHECKING:
-    from ..facade import LibreYOLO
+    from ..handle import ModelHandle
 
 log = logging.getLogger(__name__)
 
 
-def load_pretrained(model: LibreYOLO, path: str | Path, source: str = "train(pretrained=...)") -> int:
+def load_pretrained(model: ModelHandle, path: str | Path, source: str = "train(pretrained=...)") -> int:
     """Copy every tensor of ``path`` outside the class outputs into ``model``; returns how many.
 
     Raises:

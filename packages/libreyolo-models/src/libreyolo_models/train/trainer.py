@@ -24,6 +24,7 @@ import libreyolo_ddp
 
 from ..atomic_write import remove_stale_temps
 from ..contract.family import LossContext, has_training_head
+from ..devices import describe_device
 from ..errors import ConfigError
 from ..rundir import next_run_dir
 from ..tasks import EvalSettings
@@ -55,7 +56,7 @@ from .start_plots import plot_start_of_training, plot_train_batch
 from .step import SeamThenHead, StepTimer, TrainStep
 
 if TYPE_CHECKING:
-    from ..facade import LibreYOLO
+    from ..handle import ModelHandle
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +75,12 @@ class TrainOutcome:
     metrics: dict[str, float] = field(default_factory=dict)
     epochs_run: int = 0
     stopped_early: bool = False
+    trained: ModelHandle | None = field(default=None, repr=False, compare=False)
+    """The handle that trained in this process, for the facade to take over; None once taken,
+    and never pickled (a spawned rank sends the outcome back without its network)."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "trained": None}
 
     def summary(self) -> str:
         shown = ", ".join(f"{k.split('/')[-1]}={v:.4f}" for k, v in self.metrics.items() if k.startswith("metrics/"))
@@ -83,7 +90,7 @@ class TrainOutcome:
 class Trainer:
     """Trains ``model`` in this process as this rank (a single device, or one rank of DDP)."""
 
-    def __init__(self, model: LibreYOLO, plan: TrainPlan, *, callbacks: list | None = None,
+    def __init__(self, model: ModelHandle, plan: TrainPlan, *, callbacks: list | None = None,
                  resume: dict[str, Any] | None = None) -> None:
         self.model, self.plan, self.cfg, self.resume = model, plan, plan.cfg, resume
         self.task = model.task_spec
@@ -114,12 +121,13 @@ class Trainer:
         cfg, model, task = self.cfg, self.model, self.task
         self.setup_s: dict[str, float] = {}
         self.device = libreyolo_ddp.local_device() if self.world > 1 else self.plan.devices.torch_device(0)
+        log.info("train on %s%s", describe_device(self.device), f" (rank {self.env.rank} of {self.world})" if self.world > 1 else "")
         libreyolo_ddp.seed_everything(cfg.seed)
         self._set_backend_flags()
         with self._setup_phase("data"):
             data = libreyolo_ddp.resolve_on_rank_zero(lambda: task.load_data(cfg.data))
-            adapt_to_classes(model, data.nc, data.names)
-            self.imgsz = model.imgsz = self.plan.imgsz
+            self.model = model = adapt_to_classes(model, data.nc, data.names)
+            self.imgsz = self.plan.imgsz
             self.global_batch = self.plan.global_batch
             self.batch = libreyolo_ddp.split_global_batch(self.global_batch, self.world)
             has_val = task.has_split(data, "val")
@@ -155,7 +163,8 @@ class Trainer:
             self.scaler = LeanGradScaler("cuda", enabled=cfg.amp and self.device.type == "cuda")
             self.ema = ModelEMA(model.net)
         self.start_epoch = 0
-        self.best: dict[str, Any] = {"fitness": -1.0, "epoch": -1, "fields": task.empty_best()}
+        # -inf: a task's fitness may be negative (an error to minimise: fitness = -error)
+        self.best: dict[str, Any] = {"fitness": float("-inf"), "epoch": -1, "fields": task.empty_best()}
         with self._setup_phase("run folder"):
             self.run_dir = self._resolve_run_dir()
             self.weights_dir = self.run_dir / "weights"
@@ -224,7 +233,7 @@ class Trainer:
             self.scaler.load_state_dict(ckpt["scaler"])
         self.start_epoch = int(ckpt["epoch"]) + 1
         fields = {k: float(ckpt.get(f"best_{k}", v)) for k, v in self.task.empty_best().items()}
-        self.best = {"fitness": float(ckpt.get("best_fitness", -1.0)), "epoch": int(ckpt.get("best_epoch", -1)),
+        self.best = {"fitness": float(ckpt.get("best_fitness", float("-inf"))), "epoch": int(ckpt.get("best_epoch", -1)),
                      "fields": fields}
         log.info("resuming %s from epoch %d of %d", self.run_dir, self.start_epoch + 1, self.cfg.epochs)
 
@@ -295,7 +304,10 @@ class Trainer:
         if self.rank0:
             forget_run(self.cfg.project)  # completed: a torchrun job id reused later starts afresh
         # Paths where rank 0 writes; other ranks read them only after a barrier (see entry.py).
-        outcome = TrainOutcome(self.run_dir, self.weights_dir / "best.pt", self.weights_dir / "last.pt", metrics,
+        best = self.weights_dir / "best.pt"
+        if self.rank0 and not best.is_file():
+            best = None  # no epoch validated (or none improved): name only files that exist
+        outcome = TrainOutcome(self.run_dir, best, self.weights_dir / "last.pt", metrics,
                                epoch + 1 - self.start_epoch, stopped_early)
         if self.rank0 and self.cfg.plots:
             self.results.plot(self.run_dir / "results.png")
@@ -319,7 +331,7 @@ class Trainer:
         self.train_data.set_epoch(epoch, mosaic=mosaic)
         reason = self.model.family.epoch_start(epoch, cfg.epochs, cfg.close_mosaic)
         if reason:
-            self.model.invalidate_cuda_graph(reason)
+            self.model.graphs.invalidate(reason)
         self.step.start_epoch(epoch)
         train_stats = self._train_epoch(epoch)
         row: dict[str, float] = {"epoch": epoch + 1, **train_stats}
@@ -356,7 +368,8 @@ class Trainer:
             ckpt = build_training_checkpoint(
                 self.model, net=self.model.net, ema=self.ema, optimizer=self.optimizer, scaler=self.scaler,
                 epoch=epoch, best=self.best, config=cfg.as_dict(), world_size=self.world,
-                global_batch=self.global_batch, run_dir=self.run_dir, loss=train_stats.get("train/loss", 0.0))
+                global_batch=self.global_batch, run_dir=self.run_dir, loss=train_stats.get("train/loss", 0.0),
+                imgsz=self.imgsz)
             last, _ = write_epoch_checkpoints(ckpt, self.weights_dir, is_best=is_best, epoch=epoch,
                                               save_period=cfg.save_period)
             row["time/save_s"] = time.perf_counter() - save_started

@@ -17,12 +17,13 @@ from ..workers import default_workers
 from .settings import ValConfig
 
 if TYPE_CHECKING:
-    from ..facade import LibreYOLO
+    from ..handle import ModelHandle
 
 log = logging.getLogger(__name__)
 
 
-def validate_model(model: LibreYOLO, options: Mapping[str, Any]) -> TaskMetrics:
+def validate_model(model: ModelHandle, options: Mapping[str, Any]) -> TaskMetrics:
+    """The metrics of ``model``'s current weights on ``data``'s ``split`` (the facade keeps them)."""
     cfg = load_config(ValConfig, options, "val()")
     model.to(default_device(cfg.device, model.device, model.runs_only_on))
     log.info("val on %s", describe_device(model.device))
@@ -54,7 +55,6 @@ def validate_model(model: LibreYOLO, options: Mapping[str, Any]) -> TaskMetrics:
                             plots=cfg.plots, save_json=cfg.save_json)
     forward = model.inference_forward if net is model.net else (lambda x: model.inference_forward(x, net=net))
     result = task.evaluate(model, forward, pipeline, settings=settings, progress=cfg.verbose)
-    model.metrics = result
     if save_dir is not None:
         log.info("validation plots and files in %s", save_dir)
     if cfg.verbose:

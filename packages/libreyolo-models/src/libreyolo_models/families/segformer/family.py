@@ -10,8 +10,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ...contract.family import NORM_TYPES, Family, LossContext, LossResult
+from ...contract.targets import IGNORE_INDEX
 from ...errors import CheckpointError
-from ...tasks.semantic.mask_files import IGNORE_INDEX
 from .loss import pixel_cross_entropy
 from .nn import ARCHS, SegFormerNet
 from .postprocess import split_class_maps

@@ -7,7 +7,7 @@ from collections.abc import Callable
 import torch.nn.functional as F
 from torch import Tensor
 
-from ...tasks.semantic.mask_files import IGNORE_INDEX
+from ...contract.targets import IGNORE_INDEX
 
 
 def pixel_cross_entropy(logits: Tensor, masks: Tensor, *, world_size: int = 1,

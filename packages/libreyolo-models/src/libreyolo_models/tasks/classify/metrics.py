@@ -23,7 +23,7 @@ from tqdm import tqdm
 import libreyolo_ddp
 
 if TYPE_CHECKING:
-    from ...facade import LibreYOLO
+    from ..base import ModelView
 
 log = logging.getLogger(__name__)
 
@@ -149,7 +149,7 @@ class ClassifyMetrics:
 
 
 @torch.no_grad()
-def evaluate_classification(model: LibreYOLO, forward: Callable[[Tensor], Any], pipeline: Iterable[Any], *,
+def evaluate_classification(model: ModelView, forward: Callable[[Tensor], Any], pipeline: Iterable[Any], *,
                             half: bool = False, progress: bool = True) -> ClassifyMetrics:
     """Metrics of ``forward`` (images -> logits) over ``pipeline``'s split, the same on every rank."""
     counter = ClassifyCounter(model.nc)

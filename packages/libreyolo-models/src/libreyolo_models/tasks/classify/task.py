@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from ...data.cache_store import CacheSetting
-from ..base import Batch, EvalSettings, Prepared, Task, TaskMetrics
+from ..base import Batch, EvalSettings, Prepared, Task, TaskMetrics, TrainOptions
 from ..results import Results
 from .augment import ClassifyAugment
 from .folder_config import load_folder_data
@@ -29,8 +29,7 @@ from .pipeline import ClassifyTrainPipeline, ClassifyValPipeline
 from .probs import Probs
 
 if TYPE_CHECKING:
-    from ...facade import LibreYOLO
-    from ...train.settings import TrainConfig
+    from ..base import ModelView
 
 
 @dataclass(frozen=True)
@@ -53,7 +52,7 @@ class ClassifyTask(Task):
         return load_class_split(data, split)
 
     def train_pipeline(self, index: Any, *, imgsz: int, batch_size: int, device: torch.device,
-                       cfg: TrainConfig, workers: int) -> ClassifyTrainPipeline:
+                       cfg: TrainOptions, workers: int) -> ClassifyTrainPipeline:
         return ClassifyTrainPipeline(index, imgsz=imgsz, batch_size=batch_size, device=device,
                                      augment=cfg.classify_augment(), workers=workers, seed=cfg.seed,
                                      gpu_augment=cfg.gpu_augment, cache=cfg.cache,
@@ -64,7 +63,7 @@ class ClassifyTask(Task):
         return ClassifyValPipeline(index, imgsz=imgsz, batch_size=batch_size, device=device, workers=workers,
                                    cache=cache)
 
-    def evaluate(self, model: LibreYOLO, forward: Callable[[Tensor], Any], pipeline: Iterable[Batch], *,
+    def evaluate(self, model: ModelView, forward: Callable[[Tensor], Any], pipeline: Iterable[Batch], *,
                  settings: EvalSettings, progress: bool) -> TaskMetrics:
         return evaluate_classification(model, forward, pipeline, half=settings.half, progress=progress)
 

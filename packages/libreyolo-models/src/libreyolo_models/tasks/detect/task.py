@@ -18,18 +18,18 @@ from torch import Tensor
 from ...data.augment_draws import AugmentConfig
 from ...data.letterbox_images import letterbox
 from ...layers.nms import scale_to_original
-from ..base import Batch, EvalSettings, Prepared, Task, TaskMetrics
-from ..results import Boxes, Results
+from ..base import Batch, EvalSettings, Prepared, Task, TaskMetrics, TrainOptions
+from ..results import Results
 from . import render_graph
 from .artefacts import DetectArtefacts
+from .boxes import Boxes
 from .datasets import load_split, resolve_dataset
 from .pipeline import TrainPipeline, ValPipeline
 from .validator import evaluate_detections
 
 if TYPE_CHECKING:
     from ...data.cache_store import CacheSetting
-    from ...facade import LibreYOLO
-    from ...train.settings import TrainConfig
+    from ..base import ModelView
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ class DetectTask(Task):
         return load_split(data, split)
 
     def train_pipeline(self, index: Any, *, imgsz: int, batch_size: int, device: torch.device,
-                       cfg: TrainConfig, workers: int) -> TrainPipeline:
+                       cfg: TrainOptions, workers: int) -> TrainPipeline:
         return TrainPipeline(index, imgsz=imgsz, batch_size=batch_size, device=device, augment=cfg.augment(),
                              workers=workers, seed=cfg.seed, gpu_augment=cfg.gpu_augment, cache=cfg.cache)
 
@@ -68,7 +68,7 @@ class DetectTask(Task):
         return ValPipeline(index, imgsz=imgsz, batch_size=batch_size, device=device, workers=workers,
                            cache=cache)
 
-    def evaluate(self, model: LibreYOLO, forward: Callable[[Tensor], Any], pipeline: Iterable[Batch], *,
+    def evaluate(self, model: ModelView, forward: Callable[[Tensor], Any], pipeline: Iterable[Batch], *,
                  settings: EvalSettings, progress: bool) -> TaskMetrics:
         options = DetectOptions(conf=settings.conf, iou=settings.iou, max_det=settings.max_det)
         artefacts = None

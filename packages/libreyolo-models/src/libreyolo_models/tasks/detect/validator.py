@@ -24,7 +24,7 @@ from .matching import match_image
 from .metrics import DetectionMetrics, MetricsResult
 
 if TYPE_CHECKING:
-    from ...facade import LibreYOLO
+    from ..base import ModelView
     from .artefacts import DetectArtefacts
     from .task import DetectOptions
 
@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 
 
 @torch.no_grad()
-def evaluate_detections(model: LibreYOLO, forward: Callable[[Tensor], Any], pipeline: Iterable[Any], *,
+def evaluate_detections(model: ModelView, forward: Callable[[Tensor], Any], pipeline: Iterable[Any], *,
                         options: DetectOptions, half: bool = False, progress: bool = True,
                         artefacts: DetectArtefacts | None = None) -> MetricsResult:
     """mAP of ``forward`` (images -> the family's inference outputs) over ``pipeline``'s split.

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-IGNORE_INDEX = 255
-"""Mask value of unlabelled pixels; class ids must stay below it (at most 255 classes)."""
+from ...contract.targets import IGNORE_INDEX
+
+__all__ = ["IGNORE_INDEX", "MASKS_DIR", "MASK_SUFFIX", "mask_path_for"]
 
 MASK_SUFFIX = ".png"
 MASKS_DIR = "masks"

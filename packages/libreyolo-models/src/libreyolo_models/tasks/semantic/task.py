@@ -27,7 +27,7 @@ from ...data.data_config import DataConfig, load_data_config
 from ...data.errors import DataConfigError
 from ...data.letterbox_images import letterbox
 from ...errors import ConfigError
-from ..base import Batch, EvalSettings, Prepared, Task, TaskMetrics
+from ..base import Batch, EvalSettings, Prepared, Task, TaskMetrics, TrainOptions
 from ..plots import plot_confusion
 from ..results import Results
 from .augment import SEMANTIC_AUGMENTATIONS
@@ -40,8 +40,7 @@ from .validator import evaluate_semantic
 
 if TYPE_CHECKING:
     from ...data.cache_store import CacheSetting
-    from ...facade import LibreYOLO
-    from ...train.settings import TrainConfig
+    from ..base import ModelView
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +72,7 @@ class SemanticTask(Task):
         return read_mask_split(self.load_data(data), split)
 
     def train_pipeline(self, index: Any, *, imgsz: int, batch_size: int, device: torch.device,
-                       cfg: TrainConfig, workers: int) -> MaskTrainPipeline:
+                       cfg: TrainOptions, workers: int) -> MaskTrainPipeline:
         augment = cfg.augment()
         unused = [f"{name}={getattr(augment, name):g}" for name in sorted(AugmentConfig.__dataclass_fields__)
                   if name not in self.augmentations and getattr(augment, name) != 0]
@@ -87,7 +86,7 @@ class SemanticTask(Task):
                      cache: CacheSetting) -> MaskValPipeline:
         return MaskValPipeline(index, imgsz=imgsz, batch_size=batch_size, device=device, workers=workers)
 
-    def evaluate(self, model: LibreYOLO, forward: Callable[[Tensor], Any], pipeline: Iterable[Batch], *,
+    def evaluate(self, model: ModelView, forward: Callable[[Tensor], Any], pipeline: Iterable[Batch], *,
                  settings: EvalSettings, progress: bool) -> TaskMetrics:
         result = evaluate_semantic(model, forward, pipeline, half=settings.half, progress=progress)
         if settings.save_dir is not None and settings.plots and libreyolo_ddp.dist_env().rank == 0:

@@ -23,13 +23,13 @@ from .class_map import map_to_original
 from .metrics import SemanticMetrics, SemanticResult, semantic_result
 
 if TYPE_CHECKING:
-    from ...facade import LibreYOLO
+    from ..base import ModelView
 
 log = logging.getLogger(__name__)
 
 
 @torch.no_grad()
-def evaluate_semantic(model: LibreYOLO, forward: Callable[[Tensor], Any], pipeline: Iterable[Any], *,
+def evaluate_semantic(model: ModelView, forward: Callable[[Tensor], Any], pipeline: Iterable[Any], *,
                       half: bool = False, progress: bool = True) -> SemanticResult:
     """mIoU of ``forward`` (images -> the family's inference outputs) over ``pipeline``'s split.
 

@@ -11,7 +11,7 @@ import torch
 from torch import Tensor, nn
 
 if TYPE_CHECKING:
-    from ...facade import LibreYOLO
+    from ...handle import ModelHandle
 
 N_IMAGES = 4
 SCORE_THRESHOLD = 0.25  # what predict shows by default, so the images look like predict's
@@ -25,7 +25,7 @@ def first_images(val_data: Any, n: int = N_IMAGES) -> tuple[Tensor, list[str]]:
 
 
 @torch.no_grad()
-def prediction_images(model: LibreYOLO, net: nn.Module, images: Tensor, names: list[str]) -> dict[str, np.ndarray]:
+def prediction_images(model: ModelHandle, net: nn.Module, images: Tensor, names: list[str]) -> dict[str, np.ndarray]:
     """``net``'s predictions on ``images`` (letterboxed network inputs), drawn on them."""
     task = model.task_spec
     x = images.to(device=model.device, dtype=next(net.parameters()).dtype)
