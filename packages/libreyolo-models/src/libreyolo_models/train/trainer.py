@@ -304,7 +304,7 @@ class Trainer:
         if self.rank0:
             forget_run(self.cfg.project)  # completed: a torchrun job id reused later starts afresh
         # Paths where rank 0 writes; other ranks read them only after a barrier (see entry.py).
-        best = self.weights_dir / "best.pt"
+        best: Path | None = self.weights_dir / "best.pt"
         if self.rank0 and not best.is_file():
             best = None  # no epoch validated (or none improved): name only files that exist
         outcome = TrainOutcome(self.run_dir, best, self.weights_dir / "last.pt", metrics,
