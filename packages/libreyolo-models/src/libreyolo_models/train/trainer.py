@@ -304,9 +304,9 @@ class Trainer:
         if self.rank0:
             forget_run(self.cfg.project)  # completed: a torchrun job id reused later starts afresh
         # Paths where rank 0 writes; other ranks read them only after a barrier (see entry.py).
-        best: Path | None = self.weights_dir / "best.pt"
-        if self.rank0 and not best.is_file():
-            best = None  # no epoch validated (or none improved): name only files that exist
+        best_file = self.weights_dir / "best.pt"
+        # no epoch validated (or none improved): name only files that exist
+        best = None if self.rank0 and not best_file.is_file() else best_file
         outcome = TrainOutcome(self.run_dir, best, self.weights_dir / "last.pt", metrics,
                                epoch + 1 - self.start_epoch, stopped_early)
         if self.rank0 and self.cfg.plots:
