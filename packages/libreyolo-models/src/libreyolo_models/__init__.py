@@ -32,6 +32,7 @@ from .named import (  # noqa: E402
     LibreRTMDet,
     LibreSegFormer,
     LibreYOLO9,
+    LibreYOLO9E2E,
     LibreYOLOX,
 )
 from .predict.probs import Probs  # noqa: E402
@@ -40,7 +41,7 @@ from .registry import families, register_family, unregister_family  # noqa: E402
 
 __all__ = [
     "SAMPLE_IMAGE", "Boxes", "CheckpointError", "ConfigError", "Family", "FamilySpec", "LibreConvNeXt", "LibreEfficientNetV2",
-    "LibreMobileNetV4", "LibreRTDETR", "LibreRTMDet", "LibreResNet", "LibreSegFormer", "LibreYOLO", "LibreYOLO9", "LibreYOLOX",
+    "LibreMobileNetV4", "LibreRTDETR", "LibreRTMDet", "LibreResNet", "LibreSegFormer", "LibreYOLO", "LibreYOLO9", "LibreYOLO9E2E", "LibreYOLOX",
     "LibreYOLOError", "LossContext", "LossResult", "Probs", "Results", "SourceError", "TaskDecl", "UnknownFamilyError",
     "WeightsEntry", "WeightsNotFoundError", "__version__", "families", "register_family", "unregister_family",
 ]

@@ -18,6 +18,11 @@ def LibreYOLO9(model: str | Path | None = None, **kwargs: Any) -> LibreYOLO:  # 
     return LibreYOLO(model, family="yolo9", **kwargs)
 
 
+def LibreYOLO9E2E(model: str | Path | None = None, **kwargs: Any) -> LibreYOLO:  # noqa: N802 - upstream's name
+    """YOLOv9-E2E (NMS-free): ``LibreYOLO9E2E(size="t", nc=3)`` or ``LibreYOLO9E2E("LibreYOLO9E2Et.pt")``."""
+    return LibreYOLO(model, family="yolo9_e2e", **kwargs)
+
+
 def LibreSegFormer(model: str | Path | None = None, **kwargs: Any) -> LibreYOLO:  # noqa: N802 - a class-like name
     """SegFormer: ``LibreSegFormer(size="b0", nc=19)`` (untrained) or ``LibreSegFormer("best.pt")``."""
     return LibreYOLO(model, family="segformer", **kwargs)
