@@ -16,6 +16,7 @@ from libreyolo_cli.main import EXIT_OK, main
 # family -> (architecture file, its loss names)
 FAMILIES = {
     "yolo9_e2e": ("LibreYOLO9E2Et.yaml", ("box", "cls", "dfl")),
+    "damoyolo": ("LibreDAMOYOLOns.yaml", ("cls", "box", "dfl")),
 }
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 from loss_falls import train_steps
+from rank_pairs import assert_two_ranks_match_one_process
 
 from libreyolo_models import SAMPLE_IMAGE, CheckpointError, LibreYOLO, LibreYOLO9, LibreYOLO9E2E, Results
 from libreyolo_models.families.yolo9_e2e.family import Yolo9E2EFamily
@@ -153,30 +154,7 @@ def test_an_image_with_five_boxes_beside_an_empty_one_adds_up_per_image() -> Non
 def test_two_ranks_at_half_batch_average_to_the_one_process_gradient() -> None:
     targets = torch.cat((TARGETS, TARGETS[:1] + torch.tensor([2, 0, 0, 0, 0, 0]),
                          TARGETS[2:] + torch.tensor([2, 0, 0, 0, 0, 0])))
-    full = _outputs(4, seed=4)
-    loss_fn = Yolo9E2ELoss(NC)
-    full_loss, full_items = loss_fn(full, targets)
-    full_loss.backward()
-    halves = [{k: [m[2 * r:2 * r + 2].detach().clone().requires_grad_() for m in v] for k, v in full.items()}
-              for r in range(2)]
-    mine = [targets[(targets[:, 0] >= 2 * r) & (targets[:, 0] < 2 * r + 2)] - torch.tensor([2.0 * r, 0, 0, 0, 0, 0])
-            for r in range(2)]
-    local: list[torch.Tensor] = []
-    for r in range(2):
-        loss_fn(halves[r], mine[r], normalizer_sum=lambda n: local.append(n.clone()) or n)
-    assert local[0].shape == (2,)  # both branches' normalisers travel in one collective
-    losses, items = [], []
-    for r in range(2):
-        loss, its = loss_fn(halves[r], mine[r], world_size=2, normalizer_sum=lambda n, r=r: n + local[1 - r])
-        loss.backward()
-        losses.append(loss.detach())
-        items.append(its)
-    torch.testing.assert_close(sum(losses) / 2, full_loss.detach())
-    torch.testing.assert_close(sum(items) / 2, full_items)
-    for branch, maps in full.items():
-        for level, out in enumerate(maps):
-            averaged = torch.cat([halves[r][branch][level].grad for r in range(2)]) / 2
-            torch.testing.assert_close(averaged, out.grad, rtol=1e-5, atol=1e-5 * out.grad.abs().max().item())
+    assert_two_ranks_match_one_process(Yolo9E2ELoss(NC), _outputs(4, seed=4), targets, normalizers=2)
 
 
 def test_a_missing_branch_is_named() -> None:

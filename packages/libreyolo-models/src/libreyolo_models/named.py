@@ -23,6 +23,11 @@ def LibreYOLO9E2E(model: str | Path | None = None, **kwargs: Any) -> LibreYOLO: 
     return LibreYOLO(model, family="yolo9_e2e", **kwargs)
 
 
+def LibreDAMOYOLO(model: str | Path | None = None, **kwargs: Any) -> LibreYOLO:  # noqa: N802 - upstream's name
+    """DAMO-YOLO: ``LibreDAMOYOLO(size="t", nc=3)`` or ``LibreDAMOYOLO("LibreDAMOYOLOt.pt")``."""
+    return LibreYOLO(model, family="damoyolo", **kwargs)
+
+
 def LibreSegFormer(model: str | Path | None = None, **kwargs: Any) -> LibreYOLO:  # noqa: N802 - a class-like name
     """SegFormer: ``LibreSegFormer(size="b0", nc=19)`` (untrained) or ``LibreSegFormer("best.pt")``."""
     return LibreYOLO(model, family="segformer", **kwargs)
