@@ -17,6 +17,7 @@ from libreyolo_cli.main import EXIT_OK, main
 FAMILIES = {
     "yolo9_e2e": ("LibreYOLO9E2Et.yaml", ("box", "cls", "dfl")),
     "damoyolo": ("LibreDAMOYOLOns.yaml", ("cls", "box", "dfl")),
+    "yolo7": ("LibreYOLO7tiny.yaml", ("box", "obj", "cls")),
 }
 
 

@@ -32,6 +32,7 @@ from .named import (  # noqa: E402
     LibreRTDETR,
     LibreRTMDet,
     LibreSegFormer,
+    LibreYOLO7,
     LibreYOLO9,
     LibreYOLO9E2E,
     LibreYOLOX,
@@ -42,7 +43,7 @@ from .registry import families, register_family, unregister_family  # noqa: E402
 
 __all__ = [
     "SAMPLE_IMAGE", "Boxes", "CheckpointError", "ConfigError", "Family", "FamilySpec", "LibreConvNeXt", "LibreDAMOYOLO", "LibreEfficientNetV2",
-    "LibreMobileNetV4", "LibreRTDETR", "LibreRTMDet", "LibreResNet", "LibreSegFormer", "LibreYOLO", "LibreYOLO9", "LibreYOLO9E2E", "LibreYOLOX",
+    "LibreMobileNetV4", "LibreRTDETR", "LibreRTMDet", "LibreResNet", "LibreSegFormer", "LibreYOLO", "LibreYOLO7", "LibreYOLO9", "LibreYOLO9E2E", "LibreYOLOX",
     "LibreYOLOError", "LossContext", "LossResult", "Probs", "Results", "SourceError", "TaskDecl", "UnknownFamilyError",
     "WeightsEntry", "WeightsNotFoundError", "__version__", "families", "register_family", "unregister_family",
 ]

@@ -18,6 +18,11 @@ def LibreYOLO9(model: str | Path | None = None, **kwargs: Any) -> LibreYOLO:  # 
     return LibreYOLO(model, family="yolo9", **kwargs)
 
 
+def LibreYOLO7(model: str | Path | None = None, **kwargs: Any) -> LibreYOLO:  # noqa: N802 - upstream's name
+    """YOLOv7 (official layouts): ``LibreYOLO7(size="tiny", nc=3)`` or ``LibreYOLO7("LibreYOLO7tiny.pt")``."""
+    return LibreYOLO(model, family="yolo7", **kwargs)
+
+
 def LibreYOLO9E2E(model: str | Path | None = None, **kwargs: Any) -> LibreYOLO:  # noqa: N802 - upstream's name
     """YOLOv9-E2E (NMS-free): ``LibreYOLO9E2E(size="t", nc=3)`` or ``LibreYOLO9E2E("LibreYOLO9E2Et.pt")``."""
     return LibreYOLO(model, family="yolo9_e2e", **kwargs)

@@ -22,6 +22,7 @@ from .families.resnet.spec import SPEC as RESNET
 from .families.rtdetr.spec import SPEC as RTDETR
 from .families.rtmdet.spec import SPEC as RTMDET
 from .families.segformer.spec import SPEC as SEGFORMER
+from .families.yolo7.spec import SPEC as YOLO7
 from .families.yolo9.spec import SPEC as YOLO9
 from .families.yolo9_e2e.spec import SPEC as YOLO9_E2E
 from .families.yolox.spec import SPEC as YOLOX
@@ -29,7 +30,7 @@ from .family_spec import TASK_SUFFIXES, FamilySpec
 
 BUILTIN: dict[str, FamilySpec] = {spec.name: spec for spec in (YOLO9, YOLOX, RTMDET, RTDETR, SEGFORMER, RESNET,
                                                                 EFFICIENTNETV2, CONVNEXT, MOBILENETV4, YOLO9_E2E,
-                                                                DAMOYOLO)}
+                                                                DAMOYOLO, YOLO7)}
 
 _extra: dict[str, FamilySpec] = {}
 
