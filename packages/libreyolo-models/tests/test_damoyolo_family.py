@@ -173,3 +173,16 @@ def test_a_bare_branch_layout_file_loads_folded(tmp_path: Path) -> None:
     assert (loaded.size, loaded.nc) == ("t", 4)
     torch.testing.assert_close(loaded.net.state_dict()[f"{prefix}.rbr_reparam.weight"], w, rtol=1e-6, atol=1e-7)
     torch.testing.assert_close(loaded.net.state_dict()[f"{prefix}.rbr_reparam.bias"], b, rtol=1e-6, atol=1e-7)
+
+
+def test_recipe_is_upstreams_with_the_clipped_step_measured_here() -> None:
+    from libreyolo_models.config import load_config
+    from libreyolo_models.train.settings import TrainConfig
+
+    decl = get_family("damoyolo").task("detect")
+    cfg = load_config(TrainConfig, {**decl.recipe, "data": "shapes"}, "recipe")
+    assert (cfg.optimizer, cfg.momentum, cfg.cos_lr, cfg.lrf, cfg.close_mosaic) == ("SGD", 0.9, True, 0.05, 16)
+    # 0.01 / 64 (upstream's step on this per-image-sum loss) crawled under the clip: mAP50 0.006 vs
+    # 0.302 at 0.01 (DAMO-YOLO-ns, 12 CPU epochs at 128 px); see docs/families/damoyolo.md.
+    assert cfg.lr0 == pytest.approx(0.01) and cfg.max_grad_norm == 10.0
+    assert (cfg.degrees, cfg.shear, cfg.translate, cfg.warmup_epochs) == (10.0, 2.0, 0.2, 5.0)

@@ -6,8 +6,8 @@ Why here: YOLOv7's ``RepConv`` trains in branch form and fuses for inference; DA
 layout is the folded one, and branch-form files of it are folded on load. Both need the same
 arithmetic (:func:`fold_rep_branches`). The attribute names (``rbr_dense``, ``rbr_1x1``,
 ``rbr_identity``, ``rbr_reparam``) are checkpoint keys of both families; the branches' inner names
-differ (YOLOv7: ``0``/``1``, DAMO-YOLO: ``conv``/``bn``), hence ``branch_names``. (Not the
-``RepVGGBlock`` of ``layers/repvgg.py``, whose layout is YOLO-NAS's QARepVGG.)
+differ (YOLOv7: ``0``/``1``, DAMO-YOLO: ``conv``/``bn``), hence ``branch_names``. (YOLO-NAS's
+QARepVGG, with its own layout and scaling, is a separate block.)
 """
 
 from __future__ import annotations
