@@ -10,8 +10,8 @@ import torch
 from torch import nn
 
 from libreyolo_models import SAMPLE_IMAGE, LibreYOLO, LibreYOLO9
-from libreyolo_models.families.yolo9.blocks import RepConvN
 from libreyolo_models.layers.fuse import fold_batchnorm, fuse_network, merge_parallel_convs
+from libreyolo_models.layers.gelan import RepConvN
 
 
 def _random_bn(bn: nn.BatchNorm2d, g: torch.Generator) -> None:

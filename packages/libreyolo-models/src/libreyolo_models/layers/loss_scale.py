@@ -45,3 +45,17 @@ def global_normalizer(local: Tensor, normalizer_sum: Callable[[Tensor], Tensor] 
                         f"{tuple(total.shape) if isinstance(total, Tensor) else ''}; it must return a "
                         "one-element tensor, the sum of its argument over ranks (all-reduce-sum)")
     return total.detach().reshape(()).to(local.device, local.dtype).clamp(min=1.0)
+
+
+def global_normalizers(local: Tensor, normalizer_sum: Callable[[Tensor], Tensor] | None) -> Tensor:
+    """Several normalisers ``[k]`` summed over all ranks in one collective, each clamped to >= 1
+    only after the reduce: for losses with more than one normaliser (a second head, or upstream's
+    per-term counts), so that ``normalizer_sum`` is still called exactly once per call.
+    """
+    local = local.detach().float().reshape(-1)
+    total = local if normalizer_sum is None else normalizer_sum(local)
+    if not isinstance(total, Tensor) or total.shape != local.shape:
+        raise TypeError(f"normalizer_sum returned {type(total).__name__} "
+                        f"{tuple(total.shape) if isinstance(total, Tensor) else ''}; it must return a tensor "
+                        f"of its argument's shape {tuple(local.shape)}, the sum over ranks (all-reduce-sum)")
+    return total.detach().to(local.device, local.dtype).clamp(min=1.0)

@@ -8,9 +8,11 @@ from ..errors import ConfigError
 from .base import EvalSettings, Prepared, Task, TaskMetrics
 from .classify.task import ClassifyOptions, ClassifyTask
 from .detect.task import DetectOptions, DetectTask
+from .results import RESULTS_FIELDS
 from .semantic.task import SemanticTask
 
 TASKS: dict[str, Task] = {task.name: task for task in (DetectTask(), SemanticTask(), ClassifyTask())}
+RESULTS_FIELDS.update(task.results_field for task in TASKS.values())
 
 _extra: dict[str, Task] = {}
 
@@ -30,6 +32,7 @@ def register_task(task: Task) -> Task:
     if held is not None and held is not task:
         raise ConfigError(f"a task named {task.name!r} is already registered; pick another name")
     _extra[task.name] = task
+    RESULTS_FIELDS.add(task.results_field)
     return task
 
 

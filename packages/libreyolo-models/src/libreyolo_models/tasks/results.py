@@ -293,8 +293,10 @@ class ResultsList(list):
         self.skipped: list[tuple[str, str]] = list(skipped or [])
 
 
+RESULTS_FIELDS: set[str] = {"boxes", "probs", "masks"}
+"""Every known task's ``Results`` field (the task registry adds each task's as it registers)."""
+
+
 def _is_results_field(name: str) -> bool:
     """Whether ``name`` is the ``Results`` field of some known task (``keypoints`` of pose...)."""
-    from . import tasks
-
-    return any(task.results_field == name for task in tasks().values())
+    return name in RESULTS_FIELDS

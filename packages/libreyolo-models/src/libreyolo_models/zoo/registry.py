@@ -16,17 +16,21 @@ from ..config import suggest
 from ..contract.spec import TASK_SUFFIXES, FamilySpec
 from ..errors import ConfigError, UnknownFamilyError
 from ..families.convnext.spec import SPEC as CONVNEXT
+from ..families.damoyolo.spec import SPEC as DAMOYOLO
 from ..families.efficientnetv2.spec import SPEC as EFFICIENTNETV2
 from ..families.mobilenetv4.spec import SPEC as MOBILENETV4
 from ..families.resnet.spec import SPEC as RESNET
 from ..families.rtdetr.spec import SPEC as RTDETR
 from ..families.rtmdet.spec import SPEC as RTMDET
 from ..families.segformer.spec import SPEC as SEGFORMER
+from ..families.yolo7.spec import SPEC as YOLO7
 from ..families.yolo9.spec import SPEC as YOLO9
+from ..families.yolo9_e2e.spec import SPEC as YOLO9_E2E
 from ..families.yolox.spec import SPEC as YOLOX
 
 BUILTIN: dict[str, FamilySpec] = {spec.name: spec for spec in (YOLO9, YOLOX, RTMDET, RTDETR, SEGFORMER, RESNET,
-                                                                EFFICIENTNETV2, CONVNEXT, MOBILENETV4)}
+                                                                EFFICIENTNETV2, CONVNEXT, MOBILENETV4, YOLO9_E2E,
+                                                                DAMOYOLO, YOLO7)}
 
 _extra: dict[str, FamilySpec] = {}
 

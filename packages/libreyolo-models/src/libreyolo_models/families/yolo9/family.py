@@ -8,12 +8,10 @@ from torch import Tensor, nn
 
 from ...contract.detector import DetectorFamily
 from ...contract.family import LossContext, LossResult
+from ...layers.dfl_head import remap_legacy_head_keys
+from ...layers.gelan_net import gelan_size_from_state
 from .loss import Yolo9Loss
 from .nn import Yolo9Net
-
-# Keys older upstream writers used; mapped on load so their files still load unchanged.
-_LEGACY_PREFIXES = {"detect.": "head."}
-_LEGACY_DROPPED = {"head.dfl.conv.weight"}
 
 
 class Yolo9Family(DetectorFamily):
@@ -27,26 +25,12 @@ class Yolo9Family(DetectorFamily):
     @classmethod
     def infer_size(cls, state: Mapping[str, Tensor], task: str) -> str | None:
         """Bare state dicts carry no metadata; the stem width and block types tell the size."""
-        key = "backbone.conv0.conv.weight"
-        if key not in state:
-            return None
-        stem = int(state[key].shape[0])
-        if stem == 16:
-            return "t"
-        if stem == 64:
-            return "c"
-        return "m" if "backbone.elan1.cv2.0.cv1.conv.weight" in state else "s"
+        return gelan_size_from_state(state)
 
     @classmethod
     def remap_state(cls, state: Mapping[str, Tensor]) -> dict[str, Tensor]:
-        fixed: dict[str, Tensor] = {}
-        for key, value in state.items():
-            for old, new in _LEGACY_PREFIXES.items():
-                if key.startswith(old):
-                    key = new + key[len(old):]
-            if key not in _LEGACY_DROPPED:
-                fixed[key] = value
-        return fixed
+        """Older upstream files: a ``detect.`` prefix and a fixed DFL convolution (dropped)."""
+        return remap_legacy_head_keys(state)
 
     # Loss (the seams, NMS post-processing and sample targets are the detector defaults) ------
     def make_loss(self, gains: Mapping[str, float]) -> Yolo9Loss:

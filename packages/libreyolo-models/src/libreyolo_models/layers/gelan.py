@@ -1,6 +1,6 @@
-"""The GELAN building blocks of YOLOv9 (ELAN, RepNCSP-ELAN, downsamplers, SPP-ELAN).
+"""The GELAN building blocks of YOLOv9 and YOLOv9-E2E (ELAN, RepNCSP-ELAN, downsamplers, SPP-ELAN).
 
-Attribute names (``cv1`` .. ``cv5``, ``m``, ``conv1``/``conv2``, ``cv``) are checkpoint keys of
+Shared here because both families build the same backbone and neck from them. Attribute names (``cv1`` .. ``cv5``, ``m``, ``conv1``/``conv2``, ``cv``) are checkpoint keys of
 upstream LibreYOLO weights; they are kept even where a clearer name exists.
 """
 
@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ...layers.conv import Conv, SiLU
-from ...layers.fuse import merge_parallel_convs
+from .conv import Conv, SiLU
+from .fuse import merge_parallel_convs
 
 
 class RepConvN(nn.Module):

@@ -1,0 +1,1 @@
+"""DAMO-YOLO detection family (TinyNAS + RepGFPN + ZeroHead): sizes ns, nm, nl, t, s, m, l."""

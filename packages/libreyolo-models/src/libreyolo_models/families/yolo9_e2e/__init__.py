@@ -1,0 +1,1 @@
+"""YOLOv9-E2E (NMS-free YOLOv9) detection family: sizes t, s, m, c."""
