@@ -28,6 +28,7 @@ from .named import (  # noqa: E402
     LibreEfficientNetV2,
     LibreMobileNetV4,
     LibreResNet,
+    LibreRFDETR,
     LibreRTDETR,
     LibreRTMDet,
     LibreSegFormer,
@@ -40,7 +41,7 @@ from .registry import families, register_family, unregister_family  # noqa: E402
 
 __all__ = [
     "SAMPLE_IMAGE", "Boxes", "CheckpointError", "ConfigError", "Family", "FamilySpec", "LibreConvNeXt", "LibreEfficientNetV2",
-    "LibreMobileNetV4", "LibreRTDETR", "LibreRTMDet", "LibreResNet", "LibreSegFormer", "LibreYOLO", "LibreYOLO9", "LibreYOLOX",
+    "LibreMobileNetV4", "LibreRFDETR", "LibreRTDETR", "LibreRTMDet", "LibreResNet", "LibreSegFormer", "LibreYOLO", "LibreYOLO9", "LibreYOLOX",
     "LibreYOLOError", "LossContext", "LossResult", "Probs", "Results", "SourceError", "TaskDecl", "UnknownFamilyError",
     "WeightsEntry", "WeightsNotFoundError", "__version__", "families", "register_family", "unregister_family",
 ]

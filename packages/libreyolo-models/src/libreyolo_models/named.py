@@ -28,6 +28,11 @@ def LibreRTDETR(model: str | Path | None = None, **kwargs: Any) -> LibreYOLO:  #
     return LibreYOLO(model, family="rtdetr", **kwargs)
 
 
+def LibreRFDETR(model: str | Path | None = None, **kwargs: Any) -> LibreYOLO:  # noqa: N802 - upstream's name
+    """RF-DETR: ``LibreRFDETR(size="n", nc=3)`` (untrained) or ``LibreRFDETR("LibreRFDETRn.pt")``."""
+    return LibreYOLO(model, family="rfdetr", **kwargs)
+
+
 def LibreYOLOX(model: str | Path | None = None, **kwargs: Any) -> LibreYOLO:  # noqa: N802 - upstream's name
     """YOLOX: ``LibreYOLOX(size="s", nc=3)`` (untrained) or ``LibreYOLOX("LibreYOLOXs.pt")``."""
     return LibreYOLO(model, family="yolox", **kwargs)

@@ -18,6 +18,7 @@ from .families.convnext.spec import SPEC as CONVNEXT
 from .families.efficientnetv2.spec import SPEC as EFFICIENTNETV2
 from .families.mobilenetv4.spec import SPEC as MOBILENETV4
 from .families.resnet.spec import SPEC as RESNET
+from .families.rfdetr.spec import SPEC as RFDETR
 from .families.rtdetr.spec import SPEC as RTDETR
 from .families.rtmdet.spec import SPEC as RTMDET
 from .families.segformer.spec import SPEC as SEGFORMER
@@ -26,7 +27,7 @@ from .families.yolox.spec import SPEC as YOLOX
 from .family_spec import TASK_SUFFIXES, FamilySpec
 
 BUILTIN: dict[str, FamilySpec] = {spec.name: spec for spec in (YOLO9, YOLOX, RTMDET, RTDETR, SEGFORMER, RESNET,
-                                                                EFFICIENTNETV2, CONVNEXT, MOBILENETV4)}
+                                                                EFFICIENTNETV2, CONVNEXT, MOBILENETV4, RFDETR)}
 
 _extra: dict[str, FamilySpec] = {}
 
