@@ -25,6 +25,7 @@ from .facade import LibreYOLO  # noqa: E402
 from .family_spec import FamilySpec, TaskDecl, WeightsEntry  # noqa: E402
 from .named import (  # noqa: E402
     LibreConvNeXt,
+    LibreEC,
     LibreEfficientNetV2,
     LibreMobileNetV4,
     LibreResNet,
@@ -40,7 +41,7 @@ from .predict.results import Boxes, Results  # noqa: E402
 from .registry import families, register_family, unregister_family  # noqa: E402
 
 __all__ = [
-    "SAMPLE_IMAGE", "Boxes", "CheckpointError", "ConfigError", "Family", "FamilySpec", "LibreConvNeXt", "LibreEfficientNetV2",
+    "SAMPLE_IMAGE", "Boxes", "CheckpointError", "ConfigError", "Family", "FamilySpec", "LibreConvNeXt", "LibreEC", "LibreEfficientNetV2",
     "LibreMobileNetV4", "LibreRFDETR", "LibreRTDETR", "LibreRTMDet", "LibreResNet", "LibreSegFormer", "LibreYOLO", "LibreYOLO9", "LibreYOLOX",
     "LibreYOLOError", "LossContext", "LossResult", "Probs", "Results", "SourceError", "TaskDecl", "UnknownFamilyError",
     "WeightsEntry", "WeightsNotFoundError", "__version__", "families", "register_family", "unregister_family",

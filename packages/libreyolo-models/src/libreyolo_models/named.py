@@ -28,6 +28,11 @@ def LibreRTDETR(model: str | Path | None = None, **kwargs: Any) -> LibreYOLO:  #
     return LibreYOLO(model, family="rtdetr", **kwargs)
 
 
+def LibreEC(model: str | Path | None = None, **kwargs: Any) -> LibreYOLO:  # noqa: N802 - upstream's name
+    """EC: ``LibreEC(size="s", nc=3)`` (untrained) or ``LibreEC("LibreECs.pt")``."""
+    return LibreYOLO(model, family="ec", **kwargs)
+
+
 def LibreRFDETR(model: str | Path | None = None, **kwargs: Any) -> LibreYOLO:  # noqa: N802 - upstream's name
     """RF-DETR: ``LibreRFDETR(size="n", nc=3)`` (untrained) or ``LibreRFDETR("LibreRFDETRn.pt")``."""
     return LibreYOLO(model, family="rfdetr", **kwargs)
