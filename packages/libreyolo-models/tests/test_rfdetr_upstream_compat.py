@@ -113,3 +113,14 @@ def test_segment_network_returns_upstream_shapes_at_its_patch_multiple() -> None
     train = net(torch.rand(1, 3, 96, 96))
     assert "pred_masks" not in train and train["mask_pixels"].shape == (1, 256, 24, 24)
     assert train["mask_queries"].shape == (1, 16, 256) and train["mask_bias"].shape == (1,)
+
+
+def test_pose_network_returns_keypoints_for_every_output_set() -> None:
+    """Pose n: one class (person), 17 keypoints (x, y normalised, visibility logit) on every
+    decoder layer and on the proposals, in training too (what the pose loss will read)."""
+    net = RFDETRNet("n", nc=1, task="pose").train()
+    net.set_training_queries(queries=8, groups=2)
+    out = net(torch.rand(1, 3, 64, 64))
+    assert out["pred_logits"].shape == (1, 16, 1) and out["pred_keypoints"].shape == (1, 16, 17, 3)
+    assert out["aux_outputs"][0]["pred_keypoints"].shape == (1, 16, 17, 3)
+    assert out["enc_outputs"]["pred_keypoints"].shape == (1, 16, 17, 3)

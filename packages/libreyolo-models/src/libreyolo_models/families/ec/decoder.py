@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ...layers.query_masks import SegmentationHead
 from .attention import DeformableAttention
 from .denoising import DenoisingQueries
 from .fdr import distance2bbox, integral, weighting_function
@@ -103,12 +104,18 @@ class DecoderLayer(nn.Module):
 
 class DecoderStack(nn.Module):
     """The layers and their LQE heads (upstream's ``TransformerDecoder``; ``up`` / ``reg_scale`` are
-    attached by the owner)."""
+    attached by the owner), and segment's mask head."""
 
-    def __init__(self, dim: int, heads: int, ffn: int, depth: int, points: list[int]) -> None:
+    def __init__(self, dim: int, heads: int, ffn: int, depth: int, points: list[int], masks: bool = False) -> None:
         super().__init__()
         self.layers = nn.ModuleList(DecoderLayer(dim, heads, ffn, points) for _ in range(depth))
         self.lqe_layers = nn.ModuleList(LQE() for _ in range(depth))
+        self.segmentation_head = SegmentationHead(dim, depth) if masks else None
+
+
+def _image_hw(stride8: Tensor) -> tuple[int, int]:
+    """The input's size from the stride-8 map's."""
+    return int(stride8.shape[-2]) * STRIDES[0], int(stride8.shape[-1]) * STRIDES[0]
 
 
 def generate_anchors(shapes: list[tuple[int, int]], eps: float = 1e-2, device: torch.device | None = None
@@ -134,6 +141,7 @@ class ECDecoder(nn.Module):
     Args:
         nc: classes. dim: width. ffn: feed-forward width. imgsz: ``(H, W)`` the anchors buffer is
             built for (upstream's ``eval_spatial_size``; other sizes compute theirs).
+        masks: segment's mask head (on the encoder's stride-8 map, logits at stride 4).
     """
 
     anchors: Tensor
@@ -141,7 +149,7 @@ class ECDecoder(nn.Module):
 
     def __init__(self, nc: int, dim: int, ffn: int, imgsz: tuple[int, int], *, depth: int = DECODER_LAYERS,
                  heads: int = DECODER_HEADS, points: tuple[int, ...] = DECODER_POINTS,
-                 num_queries: int = NUM_QUERIES) -> None:
+                 num_queries: int = NUM_QUERIES, masks: bool = False) -> None:
         super().__init__()
         self.nc, self.num_queries, self.depth, self.heads = nc, num_queries, depth, heads
         self.input_proj = nn.ModuleList(nn.Identity() for _ in STRIDES)  # no-ops: the encoder is `dim` wide
@@ -151,7 +159,7 @@ class ECDecoder(nn.Module):
         anchors, valid = generate_anchors(self.build_shapes)
         self.register_buffer("anchors", anchors)
         self.register_buffer("valid_mask", valid)
-        self.decoder = DecoderStack(dim, heads, ffn, depth, list(points))
+        self.decoder = DecoderStack(dim, heads, ffn, depth, list(points), masks)
         self.decoder.up, self.decoder.reg_scale = self.up, self.reg_scale  # aliases, as upstream stores them
         self.denoising_class_embed = nn.Embedding(nc + 1, dim, padding_idx=nc)
         self.enc_score_head = nn.Linear(dim, nc)
@@ -205,16 +213,25 @@ class ECDecoder(nn.Module):
     # ----------------------------------------------------------------- passes
     def forward(self, feats: list[Tensor]) -> dict[str, Tensor]:
         """``pred_logits [B, Q, nc]`` (raw) and ``pred_boxes [B, Q, 4]`` (cx, cy, w, h normalised,
-        not clamped) of the last layer. The same in train and eval mode."""
+        not clamped) of the last layer; segment adds ``pred_masks [B, Q, H/4, W/4]`` (raw logits,
+        from the last layer's queries and the first mask block, as upstream's eval computes them).
+        The same in train and eval mode."""
         memory, shapes = self.flatten_memory(feats)
         content, reference, _, _ = self.select_queries(memory, shapes)
         out = self.refine(content, reference, memory, shapes, None, every_layer=False)
-        return {"pred_logits": out["logits"][-1], "pred_boxes": out["boxes"][-1]}
+        result = {"pred_logits": out["logits"][-1], "pred_boxes": out["boxes"][-1]}
+        head = self.decoder.segmentation_head
+        if head is not None:
+            result["pred_masks"] = head(feats[0], out["hs"], _image_hw(feats[0]))[-1]
+        return result
 
     def forward_train(self, feats: list[Tensor], denoising: DenoisingQueries) -> dict[str, Tensor]:
         """Training: every layer's outputs, layer 0's coarse boxes, the encoder's selection and the
         denoising outputs (see :meth:`refine`; ``dn_*`` hold the first ``D`` queries, the rest
-        the matching ones), plus ``up`` and ``reg_scale`` (the loss codes boxes with them)."""
+        the matching ones), plus ``up`` and ``reg_scale`` (the loss codes boxes with them).
+        Segment adds the mask factors of every layer: ``mask_pixels [L, B, C, H/4, W/4]``,
+        ``mask_queries [L, B, N, C]`` (and ``dn_mask_queries``), ``mask_bias [1]``; a query's
+        logits are ``<pixels, query> + bias`` (layer 0's are also ``pre``'s)."""
         memory, shapes = self.flatten_memory(feats)
         content, reference, enc_logits, enc_boxes = self.select_queries(memory, shapes)
         # Embedded even when D == 0, so the embedding always takes part in the backward (DDP
@@ -223,8 +240,14 @@ class ECDecoder(nn.Module):
         content = torch.cat((dn_content, content), 1)
         reference = torch.cat((denoising.boxes_unact.to(reference.dtype), reference), 1)
         out = self.refine(content, reference, memory, shapes, denoising.attn_mask, every_layer=True)
+        head = self.decoder.segmentation_head
+        hs = out.pop("hs")
+        if head is not None:
+            out["mask_pixels"], out["mask_queries"] = head.factors(feats[0], hs, _image_hw(feats[0]))
         d = denoising.num_queries
         result = {"enc_logits": enc_logits, "enc_boxes": enc_boxes, "up": self.up, "reg_scale": self.reg_scale}
+        if head is not None:
+            result["mask_pixels"], result["mask_bias"] = out.pop("mask_pixels"), head.bias
         for key, value in out.items():
             axis = 1 if key.startswith("pre_") else 2
             result[key] = value.narrow(axis, d, value.shape[axis] - d)
@@ -234,8 +257,8 @@ class ECDecoder(nn.Module):
     def refine(self, content: Tensor, reference_logits: Tensor, memory: Tensor, shapes: list[tuple[int, int]],
                attn_mask: Tensor | None, *, every_layer: bool) -> dict[str, Tensor]:
         """Run the layers. Returns ``logits [L, B, N, nc]``, ``boxes [L, B, N, 4]``, ``corners
-        [L, B, N, 4 * 33]``, ``refs [L, B, N, 4]`` (every layer's, or the last layer's only) and
-        layer 0's ``pre_logits [B, N, nc]`` / ``pre_boxes [B, N, 4]``."""
+        [L, B, N, 4 * 33]``, ``refs [L, B, N, 4]``, ``hs [L, B, N, dim]`` (every layer's, or the
+        last layer's only) and layer 0's ``pre_logits [B, N, nc]`` / ``pre_boxes [B, N, 4]``."""
         b, _, dim = memory.shape
         values = list(memory.reshape(b, -1, self.heads, dim // self.heads).permute(0, 2, 3, 1)
                       .split([h * w for h, w in shapes], dim=-1))
@@ -245,7 +268,7 @@ class ECDecoder(nn.Module):
         output = content
         output_detach: Tensor | float = 0.0
         corners_prev: Tensor | float = 0.0
-        keep: dict[str, list[Tensor]] = {"logits": [], "boxes": [], "corners": [], "refs": []}
+        keep: dict[str, list[Tensor]] = {"logits": [], "boxes": [], "corners": [], "refs": [], "hs": []}
         pre: dict[str, Tensor] = {}
         initial = reference
         for i, layer in enumerate(self.decoder.layers):
@@ -261,5 +284,6 @@ class ECDecoder(nn.Module):
                 keep["boxes"].append(box)
                 keep["corners"].append(corners)
                 keep["refs"].append(initial)
+                keep["hs"].append(output)
             corners_prev, reference, output_detach = corners, box.detach(), output.detach()
         return {**{k: torch.stack(v) for k, v in keep.items()}, **pre}

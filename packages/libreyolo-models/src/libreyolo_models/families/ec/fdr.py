@@ -27,9 +27,10 @@ def weighting_function(reg_max: int, up: Tensor, reg_scale: Tensor) -> Tensor:
 
 
 def integral(corners: Tensor, project: Tensor, reg_max: int) -> Tensor:
-    """``[..., 4 * (reg_max + 1)]`` logits -> ``[..., 4]`` expected edge distances (softmax . W)."""
+    """``[..., n * (reg_max + 1)]`` logits -> ``[..., n]`` expected distances (softmax . W); n = 4
+    box edges, or 2 keypoint coordinates."""
     prob = corners.reshape(-1, reg_max + 1).softmax(1)
-    return (prob * project.to(prob.device)).sum(-1).reshape(*corners.shape[:-1], 4)
+    return (prob * project.to(prob.device)).sum(-1).reshape(*corners.shape[:-1], -1)
 
 
 def distance2bbox(points: Tensor, distance: Tensor, reg_scale: Tensor) -> Tensor:

@@ -18,9 +18,10 @@ import torch
 from torch import Tensor, nn
 
 from ...layers.normalize import InputNormalize
+from ...layers.query_masks import SegmentationHead
 from .deformable import DeformableAttention
 from .dinov2 import DinoV2Encoder
-from .heads import KeypointHead, SegmentationHead, decode_keypoints
+from .heads import KeypointHead, decode_keypoints
 from .projector import Projector
 from .transformer import MLP, Transformer, reparam_boxes
 from .variants import (
