@@ -107,3 +107,32 @@ def test_pose_training_outputs_cover_every_layer_and_reach_every_trained_paramet
     loss.backward()
     missing = {n.split(".")[1] for n, p in net.named_parameters() if p.requires_grad and p.grad is None}
     assert missing == {"label_enc", "pose_enc"}  # the denoising embeddings: used only with denoising queries
+
+
+def test_pose_denoising_queries_copy_each_person_and_reach_its_embeddings() -> None:
+    """Two images with 1 and 2 persons: 40 // 4 = 10 groups of (2 positives + 2 negatives) slots;
+    a positive copy's visible keypoints move by at most sqrt(2 ln 2) OKS sigmas, invisible ones
+    and the centre (the box centre) not at all."""
+    from libreyolo_models.families.ec.pose_denoising import COCO_SIGMAS, build_pose_denoising
+
+    torch.manual_seed(0)
+    keypoints = torch.rand(3, 17, 3) * 0.5 + 0.25
+    keypoints[..., 2] = 2.0
+    keypoints[1, 3, 2] = 0.0  # person 1's 4th keypoint unlabelled
+    boxes = torch.tensor([[0.2, 0.2, 0.6, 0.8], [0.1, 0.1, 0.5, 0.5], [0.5, 0.4, 0.9, 0.9]])
+    areas = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
+    dn = build_pose_denoising(torch.zeros(3, dtype=torch.int64), boxes, keypoints, areas, (1, 2), (64, 64), 60,
+                              label_noise_ratio=0.0)
+    assert (dn.groups, dn.max_persons, dn.num_queries) == (10, 2, 40)
+    assert dn.valid.sum().item() == 3 * 2 * 10 and dn.attn_mask is not None and dn.attn_mask.shape == (100, 100)
+    points = dn.points_unact.sigmoid()
+    first = points[1, 0]                      # image 1's first person, group 0's positive copy
+    torch.testing.assert_close(first[0], (boxes[1, :2] + boxes[1, 2:]) / 2)          # the centre stays
+    torch.testing.assert_close(first[4], keypoints[1, 3, :2])                          # unlabelled: stays
+    limit = torch.sqrt(2 * torch.log(torch.tensor(2.0)) * 2 * areas[1] * 64 * 64 * (2 * COCO_SIGMAS[0] / 10) ** 2) / 64
+    assert (first[1] - keypoints[1, 0, :2]).norm() <= limit + 1e-5
+    net = ECPoseNet("s", imgsz=(64, 64)).train()
+    out = net.forward_train(net.features(torch.rand(2, 3, 64, 64)), dn)
+    assert out["dn_logits"].shape == (3, 2, 40, 2) and out["logits"].shape == (3, 2, 60, 2)
+    (out["dn_logits"].sum() + out["logits"].sum()).backward()
+    assert net.decoder.label_enc.weight.grad is not None and net.decoder.pose_enc.weight.grad is not None

@@ -19,6 +19,7 @@ from .decoder import ECDecoder
 from .denoising import DenoisingQueries
 from .encoder import HybridEncoder
 from .pose_decoder import ECPoseDecoder
+from .pose_denoising import PoseDenoising
 from .variants import variant
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -89,6 +90,7 @@ class ECPoseNet(nn.Module):
         """Upstream's eval forward on its own input convention (ImageNet-normalised images)."""
         return self.decoder(self.encoder(self.backbone(x)))
 
-    def forward_train(self, features: list[Tensor]) -> dict[str, Tensor]:
-        """Every layer's outputs for the loss (``ECPoseDecoder.forward_train``; no denoising yet)."""
-        return self.decoder.forward_train(features)
+    def forward_train(self, features: list[Tensor], denoising: PoseDenoising | None = None) -> dict[str, Tensor]:
+        """Every layer's outputs for the loss, with optional denoising queries
+        (``ECPoseDecoder.forward_train``)."""
+        return self.decoder.forward_train(features, denoising)

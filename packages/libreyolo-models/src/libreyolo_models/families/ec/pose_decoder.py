@@ -10,8 +10,9 @@ feed-forward. Keypoints are refined like D-FINE boxes: layer 0 predicts coarse k
 each layer adds 33-bin x and y offset distributions (FDR); a quality head (LQE) samples the
 stride-8 map at the predicted keypoints and adds a score to the person logit.
 
-Training (not wired yet; see ``forward_train``): upstream adds DETRPose's contrastive denoising
-queries built from the keypoint targets (``label_enc`` / ``pose_enc`` hold their embeddings).
+Training: ``forward_train`` optionally puts DETRPose's contrastive denoising queries
+(``pose_denoising``, built from the keypoint targets; embedded with ``label_enc`` / ``pose_enc``)
+in front of the matching queries.
 Module names are upstream's checkpoint keys; ``anchors`` (points, logit space) and ``valid_mask``
 (True where the anchor is *invalid*, upstream's convention) are stored for the build size.
 """
@@ -26,6 +27,7 @@ from torch import Tensor, nn
 
 from .decoder import MLP, Gate, inverse_sigmoid
 from .fdr import integral, weighting_function
+from .pose_denoising import PoseDenoising
 from .variants import (
     DECODER_HEADS,
     KEYPOINTS,
@@ -288,12 +290,33 @@ class ECPoseDecoder(nn.Module):
                 detach_prev = out_pose
         return {**{k: torch.stack(v) for k, v in keep.items()}, **pre}
 
-    def forward_train(self, feats: list[Tensor]) -> dict[str, Tensor]:
-        """Training outputs without denoising queries (DETRPose's keypoint denoising needs the pose
-        task's targets; not wired yet): every layer's ``logits`` / ``keypoints`` / ``corners`` /
-        ``refs``, ``pre_*``, and the encoder's ``enc_logits [B, Q, classes]`` /
-        ``enc_keypoints [B, Q, K, 2]``, plus ``up`` and ``reg_scale``."""
-        queries, reference, enc_logits, values, shapes = self.select(feats)
-        out = self.refine(queries, reference.detach(), values, shapes, feats[0], None, every_layer=True)
-        return {**out, "enc_logits": enc_logits, "enc_keypoints": reference[:, :, 1:], "up": self.up,
-                "reg_scale": self.reg_scale}
+    def forward_train(self, feats: list[Tensor], denoising: PoseDenoising | None = None) -> dict[str, Tensor]:
+        """Training: every layer's ``logits`` / ``keypoints`` / ``corners`` / ``refs``, ``pre_*``,
+        the encoder's ``enc_logits [B, Q, classes]`` / ``enc_keypoints [B, Q, K, 2]`` and ``up`` /
+        ``reg_scale``; with ``denoising``, its ``D`` queries go first and every per-query output
+        has a ``dn_`` twin holding them (the un-prefixed ones hold the matching queries)."""
+        queries, proposals, enc_logits, values, shapes = self.select(feats)
+        reference = proposals.detach()
+        d = denoising.num_queries if denoising is not None else 0
+        mask = None
+        if denoising is not None:
+            b = queries.shape[0]
+            # The embeddings take part even when D == 0 (DDP needs every parameter reached).
+            embedded = torch.cat((self.label_enc(denoising.labels)[:, :, None],
+                                  self.pose_enc.weight[None, None].expand(b, d, -1, -1)), 2)
+            content = torch.where(denoising.valid[:, :, None, None], embedded, torch.zeros_like(embedded))
+            queries = torch.cat((content.to(queries.dtype), queries), 1)
+            reference = torch.cat((denoising.points_unact.sigmoid().to(reference.dtype), reference), 1)
+            mask = denoising.attn_mask
+        out = self.refine(queries, reference, values, shapes, feats[0], mask, every_layer=True)
+        result = {"enc_logits": enc_logits, "enc_keypoints": proposals[:, :, 1:], "up": self.up,
+                  "reg_scale": self.reg_scale}
+        if denoising is None:
+            return {**out, **result}
+        for key, value in out.items():
+            axis = 1 if key.startswith("pre_") else 2
+            result[key] = value.narrow(axis, d, value.shape[axis] - d)
+            result["dn_" + key] = value.narrow(axis, 0, d)
+        if d == 0:  # keep the denoising embeddings in the graph
+            result["logits"] = result["logits"] + 0.0 * (self.label_enc.weight.sum() + self.pose_enc.weight.sum())
+        return result
