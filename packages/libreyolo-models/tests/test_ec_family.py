@@ -89,15 +89,17 @@ def test_training_head_then_loss_reach_every_trainable_parameter(model: LibreYOL
 
 
 def test_loss_falls_over_20_steps_on_a_fixed_batch() -> None:
-    """Overfitting one batch: 2 images at 64 px (84 tokens, so 84 queries), AdamW at 5e-4.
-    Measured: 53.9 -> 40.8 over the 20 steps (about 6 s on 2 idle CPU threads)."""
+    """Overfitting one batch: 2 images at 64 px (84 tokens, so 84 queries; 20 denoising queries
+    instead of upstream's ~100, which would dominate the step at this size), AdamW at 1e-3.
+    Measured: 53.7 -> 37.5 over the 20 steps (4 s of CPU time on 2 threads)."""
     torch.manual_seed(0)
     model = LibreEC(size="s", nc=3, imgsz=64)
     net, family = model.net.train(), model.family
+    family.num_denoising = 20
     gains = model.spec.task("detect").loss_gains
     images = torch.rand(2, 3, 64, 64)
     targets = torch.tensor([[0, 1, 0.5, 0.5, 0.4, 0.3], [1, 2, 0.3, 0.6, 0.3, 0.5], [1, 0, 0.7, 0.3, 0.2, 0.2]])
-    optimizer = torch.optim.AdamW(net.parameters(), lr=5e-4)
+    optimizer = torch.optim.AdamW(net.parameters(), lr=1e-3)
     losses = []
     for _ in range(20):
         head = family.training_head(net, family.training_forward(net, images), targets)
@@ -106,7 +108,7 @@ def test_loss_falls_over_20_steps_on_a_fixed_batch() -> None:
         result.total.backward()
         optimizer.step()
         losses.append(result.total.item())
-    assert sum(losses[-3:]) / 3 < 0.85 * sum(losses[:3]) / 3, losses
+    assert sum(losses[-3:]) / 3 < 0.8 * sum(losses[:3]) / 3, losses
 
 
 def test_parameter_groups_slow_the_backbone_and_never_decay_norms_or_biases() -> None:

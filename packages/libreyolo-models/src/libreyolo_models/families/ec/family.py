@@ -48,6 +48,9 @@ class ECFamily(Family):
             raise ConfigError(f"imgsz={self.imgsz} does not fit EC: sides must be positive multiples of 32 "
                               "(16-pixel patches resampled to strides 8, 16 and 32)")
         self._loss: tuple[tuple[float, ...], ECLoss] | None = None
+        # Denoising queries per training batch (upstream: about 100). A smaller number makes quick
+        # CPU runs cheaper: at 64 px the decoder's 84 matching queries would carry ~200 of them.
+        self.num_denoising = NUM_DENOISING
 
     def build_network(self) -> nn.Module:
         return ECNet(self.size, self.nc, imgsz=self.imgsz)
@@ -88,7 +91,7 @@ class ECFamily(Family):
         queries = min(NUM_QUERIES, sum(int(f.shape[2]) * int(f.shape[3]) for f in outputs))
         # The noise comes from torch's global CPU generator: seeded per rank by the trainer, and
         # restored by graph capture around its warmup, so eager and graphed runs draw the same.
-        denoising = build_denoising(grouped, self.nc, queries, num_denoising=NUM_DENOISING,
+        denoising = build_denoising(grouped, self.nc, queries, num_denoising=self.num_denoising,
                                     label_noise_ratio=LABEL_NOISE_RATIO,
                                     box_noise_scale=BOX_NOISE_SCALE).to(outputs[0].device)
         head = net.forward_train(outputs, denoising)  # type: ignore[operator]
