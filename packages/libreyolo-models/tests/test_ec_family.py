@@ -138,3 +138,17 @@ def test_the_recipe_is_upstreams_and_the_user_still_wins() -> None:
     assert plan.gains == {"mal": 1.0, "bbox": 5.0, "giou": 2.0, "fgl": 0.15, "ddf": 1.5} and plan.sync_bn is False
     mine = resolve_plan(model, {"data": "shapes", "device": "cpu", "lr0": 1e-4, "gains": {"fgl": 0.3}}, "test")
     assert mine.cfg.lr0 == 1e-4 and mine.gains["fgl"] == 0.3
+
+
+def test_a_checkpoint_built_for_another_image_size_loads_with_this_networks_anchors(tmp_path: Path) -> None:
+    """Upstream stores anchors for its build size (640 for every published checkpoint); they are
+    generated, never trained, so another size's are replaced by this network's on load."""
+    torch.manual_seed(0)
+    spec = LibreEC(size="s", nc=3).spec
+    small = ECFamily(spec, "s", "detect", 3, imgsz=320).build_network()
+    state = small.state_dict()
+    model = LibreEC(size="s", nc=3)  # built for 640
+    model.family.check_state(model.net, state, "test")
+    model.net.load_state_dict(state)
+    assert model.net.decoder.anchors.shape == (1, 8400, 4)
+    assert torch.equal(model.net.decoder.enc_score_head.weight, small.decoder.enc_score_head.weight)

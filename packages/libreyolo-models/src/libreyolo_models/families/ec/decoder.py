@@ -16,6 +16,7 @@ registered on this module and again (the same tensors) on ``decoder``, as upstre
 
 from __future__ import annotations
 
+import logging
 import math
 
 import torch
@@ -27,6 +28,8 @@ from .attention import DeformableAttention
 from .denoising import DenoisingQueries
 from .fdr import distance2bbox, integral, weighting_function
 from .variants import DECODER_HEADS, DECODER_LAYERS, DECODER_POINTS, NUM_QUERIES, REG_MAX, REG_SCALE, STRIDES
+
+log = logging.getLogger(__name__)
 
 
 def inverse_sigmoid(x: Tensor, eps: float = 1e-5) -> Tensor:
@@ -183,6 +186,18 @@ class ECDecoder(nn.Module):
             nn.init.xavier_uniform_(layer.weight)  # type: ignore[arg-type]
         with torch.no_grad():
             nn.init.normal_(self.denoising_class_embed.weight[:-1])
+
+    def _load_from_state_dict(self, state_dict: dict[str, Tensor], prefix: str, *args: object, **kwargs: object) -> None:
+        """Anchors are derived data (upstream's are generated, never trained): a checkpoint built
+        for another image size brings anchors of another shape; this network keeps its own."""
+        for name in ("anchors", "valid_mask"):
+            key = prefix + name
+            own = getattr(self, name)
+            if key in state_dict and state_dict[key].shape != own.shape:
+                log.info("EC checkpoint anchors were built for another image size (%s rows, this network %s): "
+                         "using this network's", tuple(state_dict[key].shape), tuple(own.shape))
+                state_dict[key] = own
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     # ----------------------------------------------------------------- stages
     def flatten_memory(self, feats: list[Tensor]) -> tuple[Tensor, list[tuple[int, int]]]:

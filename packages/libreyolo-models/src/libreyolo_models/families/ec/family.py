@@ -20,6 +20,8 @@ from .loss import LOSS_NAMES, ECLoss
 from .nn import ECNet
 from .variants import BOX_NOISE_SCALE, LABEL_NOISE_RATIO, NUM_DENOISING, NUM_QUERIES, VARIANTS
 
+_ANCHOR_KEYS = ("decoder.anchors", "decoder.valid_mask")
+
 # Upstream's fine-tuning recipe trains the ViT and its adapter at 0.05x (s, m) or 0.01x (l, x).
 BACKBONE_LR_SCALE = {"s": 0.05, "m": 0.05, "l": 0.01, "x": 0.01}
 
@@ -73,6 +75,14 @@ class ECFamily(Family):
             if v.vit_width == width and int(width * v.vit_ffn_ratio) == hidden:
                 return size
         return None
+
+    def check_state(self, net: nn.Module, state: Mapping[str, Tensor], source: str) -> None:
+        """As the default, except that anchors built for another image size are accepted: they
+        are derived data, and the network keeps its own (``ECDecoder`` on load)."""
+        own = net.state_dict()
+        adapted = {k: (own[k] if k in _ANCHOR_KEYS and k in own and v.shape != own[k].shape else v)
+                   for k, v in state.items()}
+        super().check_state(net, adapted, source)
 
     # Graph seams -------------------------------------------------------------------------
     def inference_forward(self, net: nn.Module, images: Tensor) -> Tensor:
