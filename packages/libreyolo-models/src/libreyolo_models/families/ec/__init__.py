@@ -1,0 +1,1 @@
+"""EC (EdgeCrafter): a ViT with RoPE and a register token, a hybrid encoder and a D-FINE-style decoder."""

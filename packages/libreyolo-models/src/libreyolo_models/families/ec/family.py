@@ -1,0 +1,154 @@
+"""EC's implementation of the family contract: network, graph seams, denoising head, loss,
+post-processing and its optimizer groups."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from ...contract.family import NORM_TYPES, Family, LossContext, LossResult
+from ...contract.spec import FamilySpec
+from ...errors import CheckpointError, ConfigError
+from ...layers.set_postprocess import cxcywh_to_pixel_xyxy, topk_detections
+from ...layers.set_targets import group_targets
+from ...layers.targets import random_box_targets
+from .denoising import build_denoising
+from .loss import LOSS_NAMES, ECLoss
+from .nn import ECNet
+from .variants import BOX_NOISE_SCALE, LABEL_NOISE_RATIO, NUM_DENOISING, NUM_QUERIES, VARIANTS
+
+_ANCHOR_KEYS = ("decoder.anchors", "decoder.valid_mask")
+
+# Upstream's fine-tuning recipe trains the ViT and its adapter at 0.05x (s, m) or 0.01x (l, x).
+BACKBONE_LR_SCALE = {"s": 0.05, "m": 0.05, "l": 0.01, "x": 0.01}
+
+
+def _hw(imgsz: int | tuple[int, int]) -> tuple[int, int]:
+    return (imgsz, imgsz) if isinstance(imgsz, int) else (int(imgsz[0]), int(imgsz[1]))
+
+
+class ECFamily(Family):
+    """EC detect, sizes s/m/l/x (pose and segment networks: ``ECPoseNet`` / ``ECSegNet``).
+
+    Training is split: ``training_forward`` (backbone + encoder) is what a CUDA graph may capture;
+    ``training_head`` runs the decoder eagerly with this batch's denoising queries.
+    """
+
+    training_head_note = (
+        "the decoder and the loss stay eager: its contrastive denoising queries are built from each batch's "
+        "boxes, so its token count changes from batch to batch and no graph can hold it (backbone + "
+        "encoder are captured)")
+
+    imgsz: tuple[int, int]  # always set: the built size (H, W), the declared default when not given
+
+    def __init__(self, spec: FamilySpec, size: str, task: str, nc: int,
+                 imgsz: int | tuple[int, int] | None = None) -> None:
+        super().__init__(spec, size, task, nc)
+        self.imgsz = _hw(imgsz if imgsz is not None else spec.default_imgsz(size, task))
+        if any(side <= 0 or side % 32 for side in self.imgsz):
+            raise ConfigError(f"imgsz={self.imgsz} does not fit EC: sides must be positive multiples of 32 "
+                              "(16-pixel patches resampled to strides 8, 16 and 32)")
+        self._loss: tuple[tuple[float, ...], ECLoss] | None = None
+        # Denoising queries per training batch (upstream: about 100). A smaller number makes quick
+        # CPU runs cheaper: at 64 px the decoder's 84 matching queries would carry ~200 of them.
+        self.num_denoising = NUM_DENOISING
+
+    def build_network(self) -> nn.Module:
+        return ECNet(self.size, self.nc, imgsz=self.imgsz)
+
+    @classmethod
+    def infer_nc(cls, state: Mapping[str, Tensor], task: str) -> int:
+        key = "decoder.enc_score_head.weight"
+        if key not in state:
+            raise CheckpointError(f"not an EC detection state dict: {key!r} is missing")
+        return int(state[key].shape[0])
+
+    @classmethod
+    def infer_size(cls, state: Mapping[str, Tensor], task: str) -> str | None:
+        """The ViT's width and feed-forward width tell the size."""
+        token, fc1 = "backbone.backbone.register_token", "backbone.backbone.blocks.0.mlp.fc1.weight"
+        if token not in state or fc1 not in state:
+            return None
+        width, hidden = int(state[token].shape[-1]), int(state[fc1].shape[0])
+        for size, v in VARIANTS.items():
+            if v.vit_width == width and int(width * v.vit_ffn_ratio) == hidden:
+                return size
+        return None
+
+    def check_state(self, net: nn.Module, state: Mapping[str, Tensor], source: str) -> None:
+        """As the default, except that anchors built for another image size are accepted: they
+        are derived data, and the network keeps its own (``ECDecoder`` on load)."""
+        own = net.state_dict()
+        adapted = {k: (own[k] if k in _ANCHOR_KEYS and k in own and v.shape != own[k].shape else v)
+                   for k, v in state.items()}
+        super().check_state(net, adapted, source)
+
+    # Graph seams -------------------------------------------------------------------------
+    def inference_forward(self, net: nn.Module, images: Tensor) -> Tensor:
+        """``[B, 3, H, W]`` -> ``[B, 300, 4 + nc]``: xyxy boxes in input pixels, sigmoid scores."""
+        out = net(images)
+        h, w = images.shape[-2:]
+        return torch.cat((cxcywh_to_pixel_xyxy(out["pred_boxes"], h, w), out["pred_logits"].sigmoid()), -1)
+
+    def training_forward(self, net: nn.Module, images: Tensor) -> list[Tensor]:
+        """The captured prefix: backbone + encoder -> three maps (nothing depends on the targets)."""
+        return net.features(images)  # type: ignore[operator]
+
+    def training_head(self, net: nn.Module, outputs: list[Tensor], targets: Tensor) -> dict[str, Any]:
+        """The eager remainder's network part: the decoder with this batch's denoising queries."""
+        grouped = group_targets(targets, int(outputs[0].shape[0]), self.nc)
+        queries = min(NUM_QUERIES, sum(int(f.shape[2]) * int(f.shape[3]) for f in outputs))
+        # The noise comes from torch's global CPU generator: seeded per rank by the trainer, and
+        # restored by graph capture around its warmup, so eager and graphed runs draw the same.
+        denoising = build_denoising(grouped, self.nc, queries, num_denoising=self.num_denoising,
+                                    label_noise_ratio=LABEL_NOISE_RATIO,
+                                    box_noise_scale=BOX_NOISE_SCALE).to(outputs[0].device)
+        head = net.forward_train(outputs, denoising)  # type: ignore[operator]
+        return {**head, "targets": grouped, "denoising": denoising}
+
+    def compute_loss(self, outputs: Mapping[str, Any], targets: Tensor, ctx: LossContext) -> LossResult:
+        """Matching and the terms over ``training_head``'s outputs (which carry the grouped targets)."""
+        if not isinstance(outputs, Mapping) or "denoising" not in outputs:
+            raise TypeError("EC's compute_loss reads the training head's outputs: call "
+                            "training_head(net, training_forward(net, images), targets) first")
+        gains = {**self.spec.task(self.task).loss_gains, **ctx.gains}
+        key = tuple(float(gains[name]) for name in LOSS_NAMES)
+        if self._loss is None or self._loss[0] != key:
+            self._loss = (key, ECLoss(gains))
+        total, items = self._loss[1](outputs, outputs["targets"], outputs["denoising"],
+                                     normalizer_sum=ctx.normalizer_sum, world_size=ctx.world_size)
+        return LossResult(total, items)
+
+    def postprocess(self, outputs: Tensor, options: Any) -> list[Tensor]:
+        """Top ``max_det`` (query, class) pairs per image above ``conf``; no NMS."""
+        return topk_detections(outputs, conf=options.conf, max_det=options.max_det, classes=options.classes)
+
+    def sample_targets(self, batch: int, imgsz: int, generator: torch.Generator) -> Tensor:
+        return random_box_targets(batch, self.nc, generator)
+
+    def head_prefixes(self) -> tuple[str, ...]:
+        return ("decoder.enc_score_head.", "decoder.dec_score_head.", "decoder.denoising_class_embed.")
+
+    # Training hooks ------------------------------------------------------------------------
+    def parameter_groups(self, net: nn.Module, *, weight_decay: float) -> list[dict[str, Any]]:
+        """Backbone (ViT + adapter) at ``lr_scale`` 0.05 (s, m) or 0.01 (l, x); no decay on norms
+        and biases (attention's ``in_proj_bias`` included). No group is named ``bias``, so no warmup
+        starts from ``warmup_bias_lr``."""
+        buckets: dict[tuple[bool, bool], list[nn.Parameter]] = {(b, d): [] for b in (True, False) for d in (True, False)}
+        for module_name, module in net.named_modules():
+            backbone = module_name == "backbone" or module_name.startswith("backbone.")
+            for name, param in module.named_parameters(recurse=False):
+                if param.requires_grad:
+                    decays = not (name.endswith("bias") or isinstance(module, NORM_TYPES))
+                    buckets[(backbone, decays)].append(param)
+        groups = []
+        for (backbone, decays), params in buckets.items():
+            group: dict[str, Any] = {"params": params, "weight_decay": weight_decay if decays else 0.0,
+                                     "group": ("backbone" if backbone else "head") + ("" if decays else "_no_decay")}
+            if backbone:
+                group["lr_scale"] = BACKBONE_LR_SCALE[self.size]
+            groups.append(group)
+        return groups

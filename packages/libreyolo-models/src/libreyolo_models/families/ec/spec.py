@@ -1,0 +1,62 @@
+"""EC's declaration: data only (no torch import), read by the registry and the CLI."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ...contract.spec import SHORT_RUN_SHARES, FamilySpec, TaskDecl
+from .variants import VARIANTS
+
+if TYPE_CHECKING:
+    from ...contract.family import Family
+
+
+def _implementation() -> type[Family]:
+    from .family import ECFamily
+
+    return ECFamily
+
+
+# Upstream's (EdgeCrafter's published S/M) fine-tuning recipe as TrainConfig values: AdamW 5e-4
+# (momentum = beta1 0.9), weight decay 1e-4, 2 warmup epochs, then flat and cosine down to half
+# (here: cosine to lrf 0.5), 74 epochs of which the last 4 without mosaic, gradients clipped to
+# norm 0.1; mosaic 0.75, flips, rotation up to 10 degrees, translation 0.1, colour jitter. The
+# backbone's 0.05x learning rate (0.01x for l and x) is in the family's parameter_groups.
+# Not carried over: MixUp (the detect pipeline has none) and the flat phase before the cosine.
+RECIPE: dict[str, object] = {
+    "epochs": 74, "optimizer": "AdamW", "lr0": 5e-4, "lrf": 0.5, "cos_lr": True, "momentum": 0.9,
+    "weight_decay": 1e-4, "batch": 16, "nbs": 16, "warmup_epochs": 2.0, "warmup_bias_lr": 0.0,
+    "max_grad_norm": 0.1, "mosaic": 0.75, "close_mosaic": 4, "degrees": 10.0, "translate": 0.1, "shear": 0.0,
+}
+
+SPEC = FamilySpec(
+    name="ec",
+    display_name="EC",
+    weight_prefix="LibreEC",
+    sizes=tuple(VARIANTS),
+    default_size="s",
+    tasks={
+        "detect": TaskDecl(
+            loss_names=("mal", "bbox", "giou", "fgl", "ddf"),
+            loss_gains={"mal": 1.0, "bbox": 5.0, "giou": 2.0, "fgl": 0.15, "ddf": 1.5},
+            default_imgsz=640,
+            # Not verified on a GPU yet (no parity row): no graphs until one is green.
+            inference_capture=False,
+            train_capture=False,
+            half_weights=False,  # the decoder's heads run once per layer on shared weights
+            recipe=RECIPE,
+            recipe_shares=SHORT_RUN_SHARES,
+            dynamic_imgsz=False,
+            dynamic_imgsz_note="its deformable attention and query selection lay out the memory tokens from "
+                               "feature-map sizes read as Python numbers, which the trace freezes at the export's imgsz",
+        ),
+    },
+    implementation=_implementation,
+    stride=32,
+    mean=(0.485, 0.456, 0.406),
+    std=(0.229, 0.224, 0.225),
+    ddp_autospawn=True,
+    sync_bn_default=False,
+    summary="ViT (RoPE, register token) + hybrid encoder + D-FINE-style decoder (EdgeCrafter); "
+            "Hungarian matching, NMS-free",
+)

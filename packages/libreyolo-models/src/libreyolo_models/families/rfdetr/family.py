@@ -1,0 +1,157 @@
+"""RF-DETR's implementation of the family contract: network, graph seams, loss, post-processing
+and its optimizer groups."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from ...contract.family import NORM_TYPES, Family, LossContext, LossResult
+from ...contract.spec import FamilySpec
+from ...errors import CheckpointError, ConfigError
+from ...layers.set_postprocess import cxcywh_to_pixel_xyxy, topk_detections
+from ...layers.set_targets import group_targets
+from ...layers.targets import random_box_targets
+from .loss import LOSS_NAMES, RFDETRLoss
+from .nn import RFDETRNet
+from .variants import GROUPS, VARIANTS, VIT_DEPTH, variant
+
+# Upstream's optimizer: the ViT at lr_encoder (1.5e-4 against the base 1e-4, so 1.5x) times 0.7**2,
+# decayed by 0.8 per layer from the top (13 steps: embeddings at 0.8**14, the final norm at 1); the
+# decoder at 0.7x; everything else at 1x.
+ENCODER_LR_SCALE = 1.5 * 0.7**2
+LAYER_DECAY = 0.8
+DECODER_LR_SCALE = 0.7
+_ENCODER = "backbone.0.encoder."
+
+
+def _encoder_lr_scale(name: str) -> float:
+    """Layer-wise rate of a ViT parameter (``name`` relative to the network)."""
+    depth = VIT_DEPTH + 1          # upstream counts out_feature_indexes[-1] + 1 = 13 layers
+    layer = depth + 1
+    if "embeddings" in name:
+        layer = 0
+    elif ".layer." in name:
+        layer = int(name[name.find(".layer."):].split(".")[2]) + 1
+    return ENCODER_LR_SCALE * LAYER_DECAY ** (depth + 1 - layer)
+
+
+def _encoder_decays(name: str) -> bool:
+    """Upstream's rule for the ViT: no decay on biases, norms, embeddings or layer scales."""
+    return not any(key in name for key in ("gamma", "pos_embed", "rel_pos", "bias", "norm", "embeddings"))
+
+
+def _hw(imgsz: int | tuple[int, int]) -> tuple[int, int]:
+    return (imgsz, imgsz) if isinstance(imgsz, int) else (int(imgsz[0]), int(imgsz[1]))
+
+
+class RFDETRFamily(Family):
+    """RF-DETR detect, sizes n/s/m/l (pose and segment networks: ``RFDETRNet(task=...)``).
+
+    Training runs the whole network in the captured seam (it does not depend on the targets: no
+    denoising queries); matching and the loss stay eager.
+    """
+
+    imgsz: tuple[int, int]  # always set: the built size (H, W), the declared default when not given
+
+    def __init__(self, spec: FamilySpec, size: str, task: str, nc: int,
+                 imgsz: int | tuple[int, int] | None = None) -> None:
+        super().__init__(spec, size, task, nc)
+        v = variant(size, task)
+        self.imgsz = _hw(imgsz if imgsz is not None else spec.default_imgsz(size, task))
+        if any(side <= 0 or side % v.block for side in self.imgsz):
+            raise ConfigError(f"imgsz={self.imgsz} does not fit RF-DETR-{size} {task}: sides must be multiples of "
+                              f"{v.block} ({v.patch}-pixel patches in {v.windows}x{v.windows} windows)")
+        self._loss: tuple[tuple[float, ...], RFDETRLoss] | None = None
+        self._groups = GROUPS
+
+    def build_network(self) -> nn.Module:
+        return RFDETRNet(self.size, self.nc, task=self.task)
+
+    @classmethod
+    def infer_nc(cls, state: Mapping[str, Tensor], task: str) -> int:
+        """``class_embed`` has ``nc + 1`` outputs (``nc`` for pose, upstream's one-class layout)."""
+        key = "class_embed.bias"
+        if key not in state:
+            raise CheckpointError(f"not an RF-DETR state dict: {key!r} is missing")
+        return int(state[key].shape[0]) - (0 if task == "pose" else 1)
+
+    @classmethod
+    def infer_size(cls, state: Mapping[str, Tensor], task: str) -> str | None:
+        """The ViT's patch size and position-table side tell the size (each size has its own)."""
+        table_key = "backbone.0.encoder.encoder.embeddings.position_embeddings"
+        patch_key = "backbone.0.encoder.encoder.embeddings.patch_embeddings.projection.weight"
+        if table_key not in state or patch_key not in state or task not in VARIANTS:
+            return None
+        side = round((int(state[table_key].shape[1]) - 1) ** 0.5)
+        patch = int(state[patch_key].shape[-1])
+        for size, v in VARIANTS[task].items():
+            if v.pe_size == side and v.patch == patch:
+                return size
+        return None
+
+    # Graph seams -------------------------------------------------------------------------
+    def inference_forward(self, net: nn.Module, images: Tensor) -> Tensor:
+        """``[B, 3, H, W]`` -> ``[B, Q, 4 + nc]``: xyxy boxes in input pixels, sigmoid scores of the
+        ``nc`` classes (the class head's extra last output, never a target, is left out)."""
+        out = net(images)
+        h, w = images.shape[-2:]
+        boxes = cxcywh_to_pixel_xyxy(out["pred_boxes"], h, w)
+        return torch.cat((boxes, out["pred_logits"][..., :self.nc].sigmoid()), -1)
+
+    def training_forward(self, net: nn.Module, images: Tensor) -> dict[str, Any]:
+        """The whole network (nothing depends on the targets): every decoder layer's outputs and
+        the two-stage proposals, for every query group."""
+        if isinstance(net, RFDETRNet):
+            self._groups = (net.train_groups or net.groups) if net.training else 1
+        return net(images)
+
+    def compute_loss(self, outputs: Mapping[str, Any], targets: Tensor, ctx: LossContext) -> LossResult:
+        """Matching and the terms over ``training_forward``'s outputs."""
+        gains = {**self.spec.task(self.task).loss_gains, **ctx.gains}
+        key = tuple(float(gains[name]) for name in LOSS_NAMES)
+        if self._loss is None or self._loss[0] != key:
+            self._loss = (key, RFDETRLoss(gains))
+        grouped = group_targets(targets, int(outputs["pred_logits"].shape[0]), self.nc)
+        total, items = self._loss[1](outputs, grouped, self._groups, normalizer_sum=ctx.normalizer_sum,
+                                     world_size=ctx.world_size)
+        return LossResult(total, items)
+
+    def postprocess(self, outputs: Tensor, options: Any) -> list[Tensor]:
+        """Top ``max_det`` (query, class) pairs per image above ``conf``; no NMS (``iou`` and
+        ``agnostic`` do not apply to a set predictor)."""
+        return topk_detections(outputs, conf=options.conf, max_det=options.max_det, classes=options.classes)
+
+    def sample_targets(self, batch: int, imgsz: int, generator: torch.Generator) -> Tensor:
+        return random_box_targets(batch, self.nc, generator)
+
+    def head_prefixes(self) -> tuple[str, ...]:
+        return ("class_embed.", "transformer.enc_out_class_embed.")
+
+    # Training hooks ------------------------------------------------------------------------
+    def parameter_groups(self, net: nn.Module, *, weight_decay: float) -> list[dict[str, Any]]:
+        """Upstream's groups: the ViT layer-wise (``lr_scale`` from 0.735 x 0.8**14 at the
+        embeddings to 0.735 at its final norm; no decay on its biases, norms and embeddings), the
+        decoder at 0.7x, the rest (projector, two-stage heads, class and box heads, queries) at 1x.
+        Outside the ViT only biases and norm weights skip decay. No group is named ``bias``, so no
+        warmup starts from ``warmup_bias_lr``."""
+        buckets: dict[tuple[float, bool], list[nn.Parameter]] = {}
+        for module_name, module in net.named_modules():
+            for leaf, param in module.named_parameters(recurse=False):
+                if not param.requires_grad:
+                    continue
+                name = f"{module_name}.{leaf}" if module_name else leaf
+                if name.startswith(_ENCODER):
+                    scale, decays = _encoder_lr_scale(name), _encoder_decays(name)
+                else:
+                    scale = DECODER_LR_SCALE if name.startswith("transformer.decoder.") else 1.0
+                    decays = not (leaf.endswith("bias") or isinstance(module, NORM_TYPES))
+                buckets.setdefault((scale, decays), []).append(param)
+        groups = []
+        for (scale, decays), params in buckets.items():
+            groups.append({"params": params, "weight_decay": weight_decay if decays else 0.0,
+                           "group": f"lr{scale:.4g}" + ("" if decays else "_no_decay"), "lr_scale": scale})
+        return groups
