@@ -118,8 +118,10 @@ def extract_state_dict(ckpt: Mapping[str, Any], source: str) -> dict[str, torch.
 
 
 def checkpoint_metadata(*, family: str, size: str, task: str, nc: int, names: Mapping[int, str],
-                        imgsz: int, version: str) -> dict[str, Any]:
-    """The upstream schema's required metadata (everything but ``model``)."""
+                        imgsz: int, version: str, keypoints: int | None = None) -> dict[str, Any]:
+    """The upstream schema's required metadata (everything but ``model``); pose checkpoints add
+    ``num_keypoints`` (upstream's key), the keypoints per instance the network predicts."""
+    extra = {} if keypoints is None else {"num_keypoints": int(keypoints)}
     return {
         "schema_version": SCHEMA_VERSION,
         "libreyolo_version": version,
@@ -129,4 +131,5 @@ def checkpoint_metadata(*, family: str, size: str, task: str, nc: int, names: Ma
         "nc": int(nc),
         "names": {int(k): str(v) for k, v in names.items()},
         "imgsz": int(imgsz),
+        **extra,
     }

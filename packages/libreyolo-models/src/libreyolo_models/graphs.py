@@ -204,7 +204,7 @@ def capture_ahead(model: ModelHandle, *, imgsz: int, batch: int, dtype: torch.dt
         else:
             raise ConfigError(f"capture_graph(dtype={dtype}) must be torch.float16 or torch.float32")
     model.net.eval()
-    imgsz = model.spec.check_imgsz(imgsz)
+    imgsz = model.resolve_imgsz(imgsz)
     runner = model.graphs.inference_runner("on", model.inference_net(fusing))
     # The input exactly as predict hands it over (dtype, layout: a graph is keyed by both): the
     # task's own preprocessing of blank images (detectors: a uint8 letterbox, scaled in the call).

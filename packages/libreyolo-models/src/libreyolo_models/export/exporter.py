@@ -93,7 +93,7 @@ def export_model(model: ModelHandle, options: dict[str, Any]) -> Path:
     meta = ExportMetadata(format=cfg.format, family=model.spec.name, size=model.size, task=model.task, nc=model.nc,
                           names=dict(model.names), imgsz=imgsz, batch=cfg.batch, dynamic=cfg.dynamic,
                           dynamic_imgsz=dynamic_imgsz, half=cfg.half,
-                          input_dtype="float16" if half_graph else "float32", stride=model.spec.stride,
+                          input_dtype="float16" if half_graph else "float32", stride=model.stride,
                           mean=model.spec.mean, std=model.spec.std, outputs=outputs, version=__version__,
                           extra={"traced_on": device.type})
     path = Path(cfg.file) if cfg.file else default_path(model, cfg.format)

@@ -126,7 +126,8 @@ class Trainer:
         self._set_backend_flags()
         with self._setup_phase("data"):
             data = libreyolo_ddp.resolve_on_rank_zero(lambda: task.load_data(cfg.data))
-            self.model = model = adapt_to_classes(model, data.nc, data.names)
+            self.model = model = adapt_to_classes(model, data.nc, data.names,
+                                                  keypoints=getattr(data, "keypoints", None))
             self.imgsz = self.plan.imgsz
             self.global_batch = self.plan.global_batch
             self.batch = libreyolo_ddp.split_global_batch(self.global_batch, self.world)
@@ -454,7 +455,7 @@ class Trainer:
 
     def _multi_scale(self, images: torch.Tensor) -> torch.Tensor:
         """A random size in [0.5, 1.5] x imgsz (multiple of the stride) per batch; graphs never capture these."""
-        s = self.model.spec.stride
+        s = self.model.stride
         lo, hi = max(s, int(self.imgsz * 0.5) // s * s), int(self.imgsz * 1.5) // s * s
         size = int(torch.randint(lo // s, hi // s + 1, ()).item()) * s
         if size == images.shape[-1]:
