@@ -8,10 +8,13 @@ from ..errors import ConfigError
 from .base import EvalSettings, Prepared, Task, TaskMetrics
 from .classify.task import ClassifyOptions, ClassifyTask
 from .detect.task import DetectOptions, DetectTask
+from .pose.task import PoseTask
 from .results import RESULTS_FIELDS
+from .segment.task import SegmentTask
 from .semantic.task import SemanticTask
 
-TASKS: dict[str, Task] = {task.name: task for task in (DetectTask(), SemanticTask(), ClassifyTask())}
+TASKS: dict[str, Task] = {task.name: task for task in (DetectTask(), SemanticTask(), ClassifyTask(), SegmentTask(),
+                                                       PoseTask())}
 RESULTS_FIELDS.update(task.results_field for task in TASKS.values())
 
 _extra: dict[str, Task] = {}
@@ -51,5 +54,5 @@ def get_task(name: str) -> Task:
     return table[name]
 
 
-__all__ = ["TASKS", "ClassifyOptions", "ClassifyTask", "DetectOptions", "DetectTask", "EvalSettings", "Prepared",
-           "SemanticTask", "Task", "TaskMetrics", "get_task", "register_task", "tasks", "unregister_task"]
+__all__ = ["TASKS", "ClassifyOptions", "ClassifyTask", "DetectOptions", "DetectTask", "EvalSettings", "PoseTask", "Prepared",
+           "SegmentTask", "SemanticTask", "Task", "TaskMetrics", "get_task", "register_task", "tasks", "unregister_task"]
