@@ -155,7 +155,7 @@ def test_bundled_shapes_inst_masks_are_the_visible_pixels(tmp_path: Path) -> Non
     split = task.load_split(task.load_data(yaml_path), "val")
     image, objects = render_instances("val", 1)
     assert len(split.labels[1]) == len(objects) > 0
-    for shape, (cls, mask) in zip(split.extras[1], objects):
+    for shape, (_, mask) in zip(split.extras[1], objects):
         assert np.array_equal(shape.rasterize(*mask.shape), mask)
     masks = np.stack([m for _, m in objects])
     assert masks.sum(0).max() == 1  # visible parts never overlap
