@@ -7,8 +7,10 @@ exported model predicts and validates through the same task code as the PyTorch 
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -56,6 +58,23 @@ def flatten_outputs(out: Any, family: str) -> tuple[Tensor, ...]:
                       "a flat list of tensors; declare the task exportable=False with a reason, or flatten the seam")
 
 
+@contextlib.contextmanager
+def _unfused_attention() -> Iterator[None]:
+    """``nn.MultiheadAttention`` traced as its plain ops: in eval mode without gradients it would
+    take torch's fused fast path (``_native_multi_head_attention``), which ONNX cannot express.
+    The same arithmetic; the setting is restored afterwards."""
+    mha = getattr(torch.backends, "mha", None)
+    if mha is None:
+        yield
+        return
+    was = mha.get_fastpath_enabled()
+    mha.set_fastpath_enabled(False)
+    try:
+        yield
+    finally:
+        mha.set_fastpath_enabled(was)
+
+
 def default_path(model: ModelHandle, fmt: str) -> Path:
     stem = model.ckpt_path.with_suffix("") if model.ckpt_path else Path(model.spec.weight_name(model.size, model.task, ""))
     return Path(f"{stem}{SUFFIXES[fmt]}")
@@ -98,12 +117,13 @@ def export_model(model: ModelHandle, options: dict[str, Any]) -> Path:
                           extra={"traced_on": device.type})
     path = Path(cfg.file) if cfg.file else default_path(model, cfg.format)
     path.parent.mkdir(parents=True, exist_ok=True)
-    if cfg.format == "onnx":
-        written = write_onnx(seam, example, path, meta, opset=cfg.opset, simplify=cfg.simplify)
-    elif cfg.format == "torchscript":
-        written = write_torchscript(seam, example, path, meta)
-    else:
-        written = write_openvino(seam, example, path, meta, opset=cfg.opset, simplify=cfg.simplify)
+    with _unfused_attention():
+        if cfg.format == "onnx":
+            written = write_onnx(seam, example, path, meta, opset=cfg.opset, simplify=cfg.simplify)
+        elif cfg.format == "torchscript":
+            written = write_torchscript(seam, example, path, meta)
+        else:
+            written = write_openvino(seam, example, path, meta, opset=cfg.opset, simplify=cfg.simplify)
     shape = ("dynamic batch and image size" if dynamic_imgsz else "dynamic batch") if cfg.dynamic else f"batch {cfg.batch}"
     log.info("exported %s-%s %s to %s (%s, %s, imgsz %d%s)", model.spec.name, model.size, model.task, written,
              cfg.format, shape, imgsz, ", fp16" if cfg.half else "")
