@@ -34,7 +34,8 @@ def start_tracking(model: ModelHandle, source: object, *, tracker: str, previous
     for the facade to keep for ``persist=True``) and the lazy frame-by-frame tracking generator."""
     if model.task not in TRACKABLE_TASKS:
         raise ConfigError(f"model.track() follows detected boxes, and this {model.spec.name} model's task is "
-                          f"{model.task!r}; use a detect, segment or pose model (e.g. LibreYOLO('LibreYOLO9t.pt'))")
+                          f"{model.task!r}; use a detect model (segment and pose ones track too), e.g. "
+                          "LibreYOLO('LibreYOLO9t.pt')")
     spec = get_tracker(tracker)
     tracker_keys = spec.option_names()
     predict_keys = {f.name for f in fields(PredictConfig)}
