@@ -28,7 +28,7 @@ def test_onnx_round_trip(arch: str, task: str, imgsz: int, nc: int, tmp_path: Pa
                 param.normal_(0.0, 0.5)
     path = model.export(format="onnx", file=str(tmp_path / f"{task}.onnx"), device="cpu")
     exported = LibreYOLO(str(path))
-    assert exported.task == task
+    assert exported.task == task and exported.info().get("keypoints") == model.info().get("keypoints")
     images = torch.rand(2, 3, imgsz, imgsz, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         expected = model._model.inference_forward(images)

@@ -93,8 +93,9 @@ class ModelHandle:
         if wanted is not None and wanted.name != spec.name:
             raise ConfigError(f"{path} is an exported {spec.name} model, not {wanted.name}; load it with "
                               f"LibreYOLO({str(path)!r})")
+        keypoints = meta.extra.get("num_keypoints")
         handle = cls(spec, meta.size, meta.task, meta.nc, normalize_names(meta.names, meta.nc), meta.imgsz, runtime,
-                     ckpt_path=path, runtime=runtime)
+                     ckpt_path=path, runtime=runtime, keypoints=None if keypoints is None else int(keypoints))
         handle._imgsz = handle.resolve_imgsz(int(imgsz) if imgsz else None)
         return handle
 

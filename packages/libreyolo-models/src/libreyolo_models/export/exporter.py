@@ -114,7 +114,8 @@ def export_model(model: ModelHandle, options: dict[str, Any]) -> Path:
                           dynamic_imgsz=dynamic_imgsz, half=cfg.half,
                           input_dtype="float16" if half_graph else "float32", stride=model.stride,
                           mean=model.spec.mean, std=model.spec.std, outputs=outputs, version=__version__,
-                          extra={"traced_on": device.type})
+                          extra={"traced_on": device.type,
+                                 **({} if model.keypoints is None else {"num_keypoints": model.keypoints})})
     path = Path(cfg.file) if cfg.file else default_path(model, cfg.format)
     path.parent.mkdir(parents=True, exist_ok=True)
     with _unfused_attention():
