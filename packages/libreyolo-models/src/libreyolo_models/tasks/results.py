@@ -1,7 +1,8 @@
 """Prediction results: one ``Results`` per image or frame, whatever the task, with plotting,
 saving and conversions.
 
-The built-in tasks fill ``boxes`` (detect), ``probs`` (classify) or ``masks`` (semantic). A task
+The built-in tasks fill ``boxes`` (detect), ``probs`` (classify) or ``masks`` (semantic); instance
+segmentation fills ``boxes`` and ``masks`` (one mask per box), pose ``boxes`` and ``keypoints``. A task
 defined elsewhere (a plugin, a new task of the zoo) puts its own content under its
 ``results_field`` name in ``contents``: any object with the small ``ResultContent`` protocol.
 ``results.<name>`` then reads it, and ``summary``, ``plot``, ``to_list``, ``to_json``, ``to_csv``,
@@ -59,7 +60,8 @@ class ResultContent(Protocol):
 @dataclass
 class Results:
     """What ``model(source)`` returns for one image. Which field is set depends on the model's
-    task: ``boxes`` (detect), ``probs`` (classify), ``masks`` (semantic); the others are None."""
+    task: ``boxes`` (detect), ``probs`` (classify), ``masks`` (semantic: a class map), ``boxes`` and
+    ``masks`` (segment: a mask per box), ``boxes`` and ``keypoints`` (pose); the others are None."""
 
     orig_img: np.ndarray          # RGB uint8 [H, W, 3]
     path: str

@@ -78,6 +78,9 @@ class ECFamily(Family):
         # CPU runs cheaper: at 64 px the decoder's 84 matching queries would carry ~200 of them.
         self.num_denoising = NUM_DENOISING
         self.pose_denoising = POSE_DENOISING
+        # The backbone's learning-rate multiplier (upstream's, for a pretrained ViT); a run from
+        # scratch sets 1.0.
+        self.backbone_lr_scale = BACKBONE_LR_SCALE[size]
 
     def build_network(self) -> nn.Module:
         if self.task == "pose":
@@ -236,7 +239,7 @@ class ECFamily(Family):
             group: dict[str, Any] = {"params": params, "weight_decay": weight_decay if decays else 0.0,
                                      "group": ("backbone" if backbone else "head") + ("" if decays else "_no_decay")}
             if backbone:
-                group["lr_scale"] = BACKBONE_LR_SCALE[self.size]
+                group["lr_scale"] = self.backbone_lr_scale
             groups.append(group)
         return groups
 
