@@ -191,7 +191,8 @@ def capture_ahead(model: ModelHandle, *, imgsz: int, batch: int, dtype: torch.dt
                   fuse: bool | None = None) -> dict[str, Any]:
     """Capture the inference graph for ``batch x 3 x imgsz x imgsz`` ahead of the first request,
     of the network predict runs with the same ``fuse`` (the fused copy by default where the
-    family fuses), for the input predict hands it (``Task.prepare_batch``)."""
+    family fuses), for the input predict hands it (``Task.prepare_batch``); ``imgsz`` comes resolved
+    (``ModelHandle.resolve_imgsz``)."""
     check_graph_support(model, "capture_graph()")
     fusing = model.wants_fuse(fuse)
     if fusing and dtype is not None and dtype != model.dtype:
@@ -204,7 +205,6 @@ def capture_ahead(model: ModelHandle, *, imgsz: int, batch: int, dtype: torch.dt
         else:
             raise ConfigError(f"capture_graph(dtype={dtype}) must be torch.float16 or torch.float32")
     model.net.eval()
-    imgsz = model.spec.check_imgsz(imgsz)
     runner = model.graphs.inference_runner("on", model.inference_net(fusing))
     # The input exactly as predict hands it over (dtype, layout: a graph is keyed by both): the
     # task's own preprocessing of blank images (detectors: a uint8 letterbox, scaled in the call).
