@@ -107,9 +107,7 @@ def read_rows(run_dir: Path) -> list[dict[str, float]]:
 def run_arm(data: Path, project: Path, *, size: str, batch: int, arm: str, args: argparse.Namespace,
             run: int = 1) -> ArmResult:
     """Train one arm; ``run`` numbers an arm named more than once in ``--arms`` (its own run folder)."""
-    from libreyolo_cudagraph import GraphedTraining
     from libreyolo_models import LibreYOLO9
-    from libreyolo_models.graphs import ModelGraphs
     from libreyolo_models.tasks.detect import pipeline
     from libreyolo_models.tasks.detect.render_graph import RenderGraphs
     from libreyolo_models.train import half_weights
@@ -127,17 +125,7 @@ def run_arm(data: Path, project: Path, *, size: str, batch: int, arm: str, args:
     model = LibreYOLO9(size=size)
     result = ArmResult(rows=[])
     started = time.perf_counter()
-    # The trainer runs on a handle of its own (an untrained model is rebuilt from the seed), whose
-    # training graphs are released before train() returns: each one attached is kept here, and
-    # read when training ends.
-    attached: list[GraphedTraining] = []
     made: list[RenderGraphs] = []
-    attach = ModelGraphs.attach_training
-
-    def attach_and_keep(graphs: ModelGraphs, graphed: GraphedTraining | None) -> None:
-        if graphed is not None:
-            attached.append(graphed)
-        attach(graphs, graphed)
 
     class CountedRenderGraphs(RenderGraphs):
         """Keeps each instance, to report on its totals after training."""
@@ -149,14 +137,13 @@ def run_arm(data: Path, project: Path, *, size: str, batch: int, arm: str, args:
     def report(event: object) -> None:
         if isinstance(event, TrainStart):
             result.setup_s = time.perf_counter() - started
-        if isinstance(event, TrainEnd) and attached:  # the training graphs as they stand when training ends
-            info = attached[-1].info()
+        if isinstance(event, TrainEnd) and event.training_graphs is not None:  # as they stand when training ends
+            info = event.training_graphs
             result.pool_bytes = sum(g.pool_bytes for g in info.graphs)
             result.graph_note = (f"{len(info.graphs)} graph(s), {info.replays} replays, {info.eager_calls} eager calls"
                                  + (f", latched: {info.latched}" if info.latched else ""))
 
     with contextlib.ExitStack() as patches:  # each patch is undone when training ends, or fails
-        patches.enter_context(mock.patch.object(ModelGraphs, "attach_training", attach_and_keep))
         patches.enter_context(mock.patch.object(pipeline, "RenderGraphs", CountedRenderGraphs))
         if "casts" in suffixes:  # autocast casts every weight on every forward (no fp16 weight copies)
             patches.enter_context(mock.patch.object(half_weights, "applies", lambda **_: False))
