@@ -63,6 +63,7 @@ class ModelGraphs:
         self.training: GraphedTraining | None = None
         self.compiled: dict[tuple[int, str], CompiledForward] = {}  # (id(net), mode) -> compiled forward
         self._runner_compile: dict[bool, str | None] = {False: None, True: None}  # what each runner replays
+        self.last_invalidation: str | None = None
 
     def inference_runner(self, mode: str, net: torch.nn.Module | None = None, compile: str | None = None
                          ) -> GraphRunner:
@@ -132,7 +133,13 @@ class ModelGraphs:
 
     def invalidate(self, reason: str) -> None:
         """Drop captured graphs and compiled forwards; the next call recaptures per its mode (and
-        recompiles: a compiled forward was specialised to the weights' device and dtype)."""
+        recompiles: a compiled forward was specialised to the weights' device and dtype). The
+        reason is logged and kept (``describe()``'s ``last_invalidation``)."""
+        held = sum(r is not None for r in (self.inference, self.fused_inference, self.training))
+        # info when something held graphs; with nothing captured yet (a first move to the GPU) it is noise
+        log.log(logging.INFO if held else logging.DEBUG, "%s-%s: CUDA graphs invalidated (%d runner(s) held): %s",
+                self._model.spec.name, self._model.size, held, reason)
+        self.last_invalidation = reason
         for runner in (self.inference, self.fused_inference):
             if runner is not None:
                 runner.invalidate(reason)
@@ -158,11 +165,18 @@ class ModelGraphs:
         self.training = None
 
     def describe(self) -> dict[str, Any]:
-        """``graph_info()``: support, mode, and per graph its signature and replay count."""
+        """``graph_info()``: support, mode, per graph its signature and replay count, the latest
+        invalidation's reason, and the numerics certificate (``certificate.describe_numerics``:
+        the checkpoint's class and whether this environment matches the certified one)."""
+        from .certificate import describe_numerics
+
         model = self._model
         verified = model.spec.task(model.task).inference_capture
         info: dict[str, Any] = {"supported": verified and model.device.type == "cuda", "family_verified": verified,
-                                "device": str(model.device), "mode": "off", "graphs": [], "fallbacks": {}}
+                                "device": str(model.device), "mode": "off", "graphs": [], "fallbacks": {},
+                                "last_invalidation": self.last_invalidation,
+                                "numerics": describe_numerics(model.checkpoint, family=model.spec.name, size=model.size,
+                                                              task=model.task, device=model.device)}
         for fused, runner in ((False, self.inference), (True, self.fused_inference)):
             if runner is None:
                 continue

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from .certificate import CERTIFICATE_KEY
 from .checkpoint import checkpoint_metadata, cpu_state_dict
 from .coco_names import default_names
 from .contract.family import Family, TensorTree
@@ -350,6 +351,8 @@ class ModelHandle:
         meta = checkpoint_metadata(family=self._spec.name, size=self._size, task=self._task, nc=self._nc,
                                    names=self._names, imgsz=imgsz or self._imgsz, version=__version__)
         meta["model"] = cpu_state_dict(self._net) if weights is None else weights
+        if CERTIFICATE_KEY in self._checkpoint:  # the record of the run that made these weights travels with them
+            meta[CERTIFICATE_KEY] = dict(self._checkpoint[CERTIFICATE_KEY])
         return meta
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
