@@ -62,6 +62,12 @@ def test_quantize_casts_drops_graphs_with_the_reason_predicts_and_dequantize_res
     assert same(weights(model), before)  # bit for bit, not a cast back
 
 
+def test_a_quantized_model_validates_on_fp32_batches(mini_shapes) -> None:
+    model = LibreYOLO9(size="t", imgsz=64, nc=5).quantize("bf16")
+    metrics = model.val(data=str(mini_shapes), imgsz=64, workers=0, verbose=False, plots=False)
+    assert 0.0 <= metrics.map50 <= 1.0 and model.dtype == torch.bfloat16
+
+
 def test_int8_is_refused_for_a_convolutional_family_by_name() -> None:
     model = LibreYOLO9(size="t", imgsz=64)
     with pytest.raises(ConfigError, match=r"YOLOv9 \(yolo9\) keeps 0% of its parameters in linear layers"):

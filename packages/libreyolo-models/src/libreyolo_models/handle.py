@@ -229,10 +229,13 @@ class ModelHandle:
         """The inference seam (what inference capture records); ``net`` defaults to ``self.net``
         (validation passes the EMA copy). An exported model runs its runtime backend instead.
         ``images``: ``[B, 3, S, S]`` in [0, 1] in the network's dtype, or the uint8 pixels of a
-        letterbox (predict's), scaled here, inside what a graph captures."""
+        letterbox (predict's), scaled here, inside what a graph captures. A quantized model takes
+        [0, 1] images in any float dtype (validation's are fp32) and casts them to its own."""
         if images.dtype == torch.uint8:
             target = self._net if net is None else net
             images = to_network_input(images, next(target.parameters()).dtype, channels_last=is_channels_last(target))
+        elif self.quantization is not None and images.is_floating_point():
+            images = images.to(next((self._net if net is None else net).parameters()).dtype)
         if self._runtime is not None and (net is None or net is self._runtime):
             return self._runtime(images)
         return self._family.inference_forward(net if net is not None else self._net, images)
