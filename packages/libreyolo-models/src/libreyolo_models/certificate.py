@@ -69,6 +69,7 @@ class Certificate:
         source: who wrote it (``tools/numerics_classes.py (20 steps)``, ``train``).
         spread: eager-vs-eager relative distance per group (loss, weights, grads, buffers),
             where the numerics tool measured one.
+        distance: graphed-vs-eager relative distance per group, from the same measurement.
     """
 
     family: str
@@ -87,6 +88,7 @@ class Certificate:
     date: str = ""
     source: str = ""
     spread: dict[str, float] = field(default_factory=dict)
+    distance: dict[str, float] = field(default_factory=dict)
     schema: int = SCHEMA
 
     def environment(self) -> Environment:
