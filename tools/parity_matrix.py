@@ -178,7 +178,18 @@ def write_markdown(rows: list[dict[str, Any]], out: Path, command: str, *, gpu: 
         lines.append(f"| {r['family']} | {r['size']} | {r['task']} | {_cell(r['infer_fp32'])} | "
                      f"{_cell(r['infer_fp16'])} | {_cell(r['train_amp'])} | {verdict} |")
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("\n".join(lines) + "\n")
+    kept = _numerics_block(out)
+    out.write_text("\n".join(lines) + "\n" + (f"\n{kept}\n" if kept else ""))
+
+
+def _numerics_block(out: Path) -> str:
+    """The training numerics classes block ``tools/numerics_classes.py`` wrote into ``out``, kept
+    across a rewrite of the inference/step-0 table (empty when there is none)."""
+    from numerics_classes import find_block  # this folder is on sys.path when run as a script
+
+    text = out.read_text() if out.is_file() else ""
+    found = find_block(text)
+    return text[found[0]:found[1]] if found is not None else ""
 
 
 def main() -> int:
