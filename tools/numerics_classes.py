@@ -16,6 +16,7 @@ two eager ones: ``exact``, ``eager-noise`` (the eager-vs-eager spread is reporte
 
     python tools/numerics_classes.py --certificates packages/libreyolo-models/src/libreyolo_models/assets/certificates.json
     python tools/numerics_classes.py --rows yolo9:t,rtdetr:r18 --precisions fp32 --out /tmp/n.md
+    python tools/numerics_classes.py --smallest --families yolo9,rtdetr   # each family's first size
     python tools/numerics_classes.py --rows yolo9:t --device cpu --candidate eager --imgsz 64 --batch 2 --steps 3 \
         --out /tmp/n.md   # a CPU dry run: the third run is eager, and every row says "not graphed"
 
@@ -145,8 +146,13 @@ def _jobs(args: argparse.Namespace) -> list[tuple[str, str, str, str]]:
         rows = [(p[0], p[1], p[2] if len(p) > 2 else table[p[0]].default_task) for p in parts]
     else:
         chosen = args.families.split(",") if args.families else sorted(table)
-        rows = [(f, s, t) for f in chosen for t in table[f].tasks
-                for s in (args.sizes.split(",") if args.sizes else table[f].sizes) if s in table[f].sizes]
+
+        def sizes(family: str) -> tuple[str, ...]:
+            if args.smallest:
+                return table[family].sizes[:1]
+            return tuple(args.sizes.split(",")) if args.sizes else table[family].sizes
+
+        rows = [(f, s, t) for f in chosen for t in table[f].tasks for s in sizes(f) if s in table[f].sizes]
     return [(f, s, t, p) for f, s, t in rows for p in precisions]
 
 
@@ -155,6 +161,7 @@ def main() -> int:
     parser.add_argument("--one", nargs=4, metavar=("FAMILY", "SIZE", "TASK", "PRECISION"), help=argparse.SUPPRESS)
     parser.add_argument("--families", default=None, help="comma-separated (default: every registered family)")
     parser.add_argument("--sizes", default=None, help="comma-separated (default: every size of each family)")
+    parser.add_argument("--smallest", action="store_true", help="one size per family: its first (smallest)")
     parser.add_argument("--rows", default=None, help="exact rows instead: family:size[:task],... (e.g. yolo9:t)")
     parser.add_argument("--precisions", default="amp,fp32", help="comma-separated: amp (fp16 autocast), fp32")
     parser.add_argument("--steps", type=int, default=20)
