@@ -116,3 +116,12 @@ def test_saving_a_loaded_checkpoint_keeps_its_certificate(trained, tmp_path) -> 
     last, _ = trained
     copy = LibreYOLO(str(last)).save(tmp_path / "copy.pt")
     assert load_checkpoint(copy)["certificate"] == load_checkpoint(last)["certificate"]
+
+
+@pytest.mark.cuda
+def test_a_graphed_training_run_on_a_gpu_certifies_graphed_steps(mini_shapes, tmp_path) -> None:
+    options = {**FAST, "epochs": 2, "device": 0, "amp": True}
+    LibreYOLO9(size="t").train(data=str(mini_shapes), project=str(tmp_path), cuda_graph=True, **options)
+    cert = load_checkpoint(tmp_path / "exp" / "weights" / "last.pt")["certificate"]
+    assert cert["graphed"] is True and cert["device"] == "cuda" and cert["dtype"] == "amp-float16"
+    assert cert["gpu"] == torch.cuda.get_device_name(0)
