@@ -136,10 +136,12 @@ class ModelHandle:
 
     def renamed(self, names: Mapping[int, str]) -> ModelHandle:
         """A new handle on the same network (not copied) under other class names; this handle
-        should no longer be used (the two would share the network)."""
-        return ModelHandle(self._spec, self._size, self._task, self._nc, normalize_names(names, self._nc), self._imgsz,
-                           self._net, checkpoint=self._checkpoint, ckpt_path=self._ckpt_path, runtime=self._runtime,
-                           fuse_default=self.fuse_default, family=self._family)
+        should no longer be used (the two would share the network, and its quantization)."""
+        handle = ModelHandle(self._spec, self._size, self._task, self._nc, normalize_names(names, self._nc),
+                             self._imgsz, self._net, checkpoint=self._checkpoint, ckpt_path=self._ckpt_path,
+                             runtime=self._runtime, fuse_default=self.fuse_default, family=self._family)
+        handle.quantization = self.quantization
+        return handle
 
     # ------------------------------------------------------------------ identity (read-only)
     @property
