@@ -31,6 +31,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 MARK = "<!-- numerics-classes:start"  # a block starts at a comment that begins so
@@ -39,7 +40,7 @@ END = "<!-- numerics-classes:end -->"
 GROUPS = ("loss", "weights", "grads", "buffers")
 
 
-def measure_one(family: str, size: str, task: str, precision: str, args: argparse.Namespace) -> dict:
+def measure_one(family: str, size: str, task: str, precision: str, args: argparse.Namespace) -> dict[str, Any]:
     """The child's work: one row, as the certificate's dict plus the report's summary."""
     from libreyolo_models.train.numerics import measure_numerics
 
@@ -48,7 +49,7 @@ def measure_one(family: str, size: str, task: str, precision: str, args: argpars
     return {"certificate": cert.to_dict(), "summary": report.summary()}
 
 
-def _run_child(family: str, size: str, task: str, precision: str, args: argparse.Namespace) -> dict:
+def _run_child(family: str, size: str, task: str, precision: str, args: argparse.Namespace) -> dict[str, Any]:
     cmd = [sys.executable, __file__, "--one", family, size, task, precision, "--batch", str(args.batch),
            "--steps", str(args.steps), "--device", args.device, "--candidate", args.candidate]
     if args.imgsz:
@@ -67,11 +68,11 @@ def _run_child(family: str, size: str, task: str, precision: str, args: argparse
     return data
 
 
-def _key(cert: dict) -> tuple:
+def _key(cert: dict[str, Any]) -> tuple[str, ...]:
     return cert["family"], cert["size"], cert["task"], cert["dtype"], cert["device"]
 
 
-def merge_certificates(path: Path, new: list[dict]) -> list[dict]:
+def merge_certificates(path: Path, new: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The certificates in ``path`` with each of ``new`` replacing the row of its key; written back."""
     old = json.loads(path.read_text()) if path.is_file() else []
     merged = {_key(c): c for c in old}
@@ -81,11 +82,11 @@ def merge_certificates(path: Path, new: list[dict]) -> list[dict]:
     return rows
 
 
-def _groups(values: dict) -> str:
+def _groups(values: dict[str, float]) -> str:
     return " / ".join(f"{values[g]:.2g}" if g in values else "-" for g in GROUPS) if values else "-"
 
 
-def render_block(certs: list[dict], errors: list[dict], command: str) -> str:
+def render_block(certs: list[dict[str, Any]], errors: list[dict[str, Any]], command: str) -> str:
     """The markdown block: one row per certificate, then the rows that failed to measure."""
     lines = [
         START,
@@ -177,7 +178,8 @@ def main() -> int:
     parser.add_argument("--json", type=Path, default=None, help="also write the raw results here")
     args = parser.parse_args()
     if args.one:
-        data = measure_one(*args.one, args)
+        family, size, task, precision = args.one
+        data = measure_one(family, size, task, precision, args)
         print("RESULT " + json.dumps(data), flush=True)
         return 0
     results = []
