@@ -312,7 +312,9 @@ class Trainer:
                                epoch + 1 - self.start_epoch, stopped_early)
         if self.rank0 and self.cfg.plots:
             self.results.plot(self.run_dir / "results.png")
-        self.callbacks.emit(TrainEnd(self.run_dir, outcome.best, last, outcome.epochs_run, stopped_early, metrics))
+        graphed = self.model.graphs.training
+        self.callbacks.emit(TrainEnd(self.run_dir, outcome.best, last, outcome.epochs_run, stopped_early, metrics,
+                                     graphed.info() if graphed is not None else None))
         return outcome
 
     def _write_args(self) -> None:
