@@ -33,7 +33,7 @@ DECODER_LR_SCALE = 0.7
 _ENCODER = "backbone.0.encoder."
 
 
-def _encoder_lr_scale(name: str) -> float:
+def _encoder_lr_scale(name: str, scale: float = ENCODER_LR_SCALE, decay: float = LAYER_DECAY) -> float:
     """Layer-wise rate of a ViT parameter (``name`` relative to the network)."""
     depth = VIT_DEPTH + 1          # upstream counts out_feature_indexes[-1] + 1 = 13 layers
     layer = depth + 1
@@ -41,7 +41,7 @@ def _encoder_lr_scale(name: str) -> float:
         layer = 0
     elif ".layer." in name:
         layer = int(name[name.find(".layer."):].split(".")[2]) + 1
-    return ENCODER_LR_SCALE * LAYER_DECAY ** (depth + 1 - layer)
+    return scale * decay ** (depth + 1 - layer)
 
 
 def _encoder_decays(name: str) -> bool:
@@ -74,6 +74,9 @@ class RFDETRFamily(Family):
                               f"{v.block} ({v.patch}-pixel patches in {v.windows}x{v.windows} windows)")
         self._loss: tuple[tuple[float, ...], Any] | None = None
         self._groups = GROUPS
+        # The ViT's rate and its per-layer decay (upstream's, for a pretrained DINOv2); a run from
+        # scratch sets both to 1.0.
+        self.encoder_lr_scale, self.layer_decay = ENCODER_LR_SCALE, LAYER_DECAY
 
     def build_network(self) -> nn.Module:
         if self.task == "pose":
@@ -187,7 +190,8 @@ class RFDETRFamily(Family):
                     continue
                 name = f"{module_name}.{leaf}" if module_name else leaf
                 if name.startswith(_ENCODER):
-                    scale, decays = _encoder_lr_scale(name), _encoder_decays(name)
+                    scale = _encoder_lr_scale(name, self.encoder_lr_scale, self.layer_decay)
+                    decays = _encoder_decays(name)
                 else:
                     scale = DECODER_LR_SCALE if name.startswith("transformer.decoder.") else 1.0
                     decays = not (leaf.endswith("bias") or isinstance(module, NORM_TYPES))
