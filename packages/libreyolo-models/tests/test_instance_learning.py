@@ -1,16 +1,21 @@
-"""Learning works for the instance tasks: EC-s from scratch on the bundled ``shapes-inst`` (masks)
-and ``shapes-pose`` (house corners), on the CPU, through ``LibreYOLO.train``.
+"""Learning works for the instance tasks, from scratch on the CPU, through ``LibreYOLO.train``:
+EC-s on the bundled ``shapes-inst`` (masks), RF-DETR-n and EC-s on ``shapes-pose`` (house corners).
 
-Settings for a transformer from scratch: AdamW at 1e-3 with the backbone at 1x (the recipe's 0.05x
-is for a pretrained ViT), 10-20 denoising queries instead of upstream's ~100 (they would dominate a
-64-pixel step), no mosaic or rotation. A model is saved and reloaded before training so the knobs
-survive (an untrained model is re-initialised from the training seed when ``train`` starts).
+Settings for a transformer from scratch: AdamW at 1e-3 with the backbone at 1x (the recipes' slow
+backbone rates are for pretrained ViTs: ``family.backbone_lr_scale`` / ``encoder_lr_scale`` and
+``layer_decay``), 20 EC denoising queries (10 for pose) instead of upstream's ~100, RF-DETR's
+training queries cut to 20 in 2 groups, no mosaic, rotation or colour jitter. The model is saved
+and reloaded before training, so those knobs survive (an untrained model is re-initialised from
+the training seed when ``train`` starts).
 
-The CI tests (``ci``) fit four images and validate on the same images: what they check is that
-the whole path (augmentation off, targets, matching, mask or keypoint loss, post-processing,
-COCO metric) learns, in CI's time. The ``learning`` tests train on a training slice and validate
-on held-out images; issue 41 asks for mask mAP50 >= 0.5 and OKS mAP50 >= 0.5 there. Measured
-numbers are in each test's docstring and in docs/families/ec.md.
+These tests fit four images at 64 px in 150 optimizer steps and validate on the same images: they
+check that the whole path learns (targets, matching, the mask or keypoint loss, post-processing,
+the COCO metric). Measured on this machine (2026-12-05, one thread, a 2-core machine shared with
+four other jobs): EC-s segment mask mAP50 0.60 (box mAP50 1.00), 0.41 s of CPU a step; RF-DETR-n
+pose OKS mAP50 1.00 (mAP50-95 0.96), 0.33 s a step; EC-s pose OKS mAP50 1.00 (mAP50-95 0.91),
+2.3 s a step (its decoder attends over 60 persons x 18 tokens). Issue 41's targets are on held-out
+images (mask mAP50 and OKS mAP50 >= 0.5): see docs/families/ec.md for the held-out runs measured
+here and what a GPU run needs.
 """
 
 from __future__ import annotations
@@ -23,18 +28,18 @@ import pytest
 
 from libreyolo_models import LibreYOLO
 
-ISSUE_TARGET = 0.5  # issue 41: mask mAP50 on shapes-inst, OKS mAP50 on shapes-pose
+FIT = {"imgsz": 64, "batch": 4, "nbs": 4, "epochs": 150, "lr0": 1e-3, "warmup_epochs": 1, "mosaic": 0.0,
+       "degrees": 0.0, "close_mosaic": 0, "scale": 0.0, "translate": 0.0, "fliplr": 0.0, "hsv_h": 0.0, "hsv_s": 0.0,
+       "hsv_v": 0.0, "workers": 0, "device": "cpu", "val": False, "verbose": False, "plots": False}
 
 
-def _data(kind: str, root: Path, train: int, val: int, *, fit: bool) -> Path:
-    """A slice of the bundled set; ``fit``: validation on the training images."""
+def fit_data(task: str, root: Path, images: int = 4) -> Path:
+    """The first ``images`` training images of the bundled set, validated on themselves."""
     from libreyolo_models.tasks.pose.shapes_pose import ensure_shapes_pose
     from libreyolo_models.tasks.segment.shapes_inst import ensure_shapes_inst
 
-    sizes = {"train": train, "val": val}
-    path = ensure_shapes_inst(root, split_sizes=sizes) if kind == "segment" else ensure_shapes_pose(root, split_sizes=sizes)
-    if not fit:
-        return path
+    sizes = {"train": images, "val": 1}
+    path = ensure_shapes_inst(root, split_sizes=sizes) if task == "segment" else ensure_shapes_pose(root, split_sizes=sizes)
     text = path.read_text().replace("val: annotations/val.json", "val: annotations/train.json")
     text = text.replace("val: images/val\n", "val: images/train\n").replace("val: images/val}", "val: images/train}")
     fitted = path.parent / "fit.yaml"
@@ -42,58 +47,59 @@ def _data(kind: str, root: Path, train: int, val: int, *, fit: bool) -> Path:
     return fitted
 
 
-def _model(task: str, imgsz: int, tmp_path: Path) -> LibreYOLO:
-    model = LibreYOLO("LibreECs.yaml", task=task, nc=1 if task == "pose" else 5, imgsz=imgsz)
+def from_scratch(arch: str, task: str, imgsz: int, tmp_path: Path) -> LibreYOLO:
+    """An untrained model with the settings of the module docstring, saved and reloaded."""
+    model = LibreYOLO(arch, task=task, nc=1 if task == "pose" else 5, imgsz=imgsz)
     if task == "pose":
         model._replace(model._model.rebuilt(keypoints=5, names={0: "house"}), "the houses' five corners")
     model.save(tmp_path / "init.pt")
     model = LibreYOLO(str(tmp_path / "init.pt"))
     family: Any = model.family
-    family.backbone_lr_scale, family.num_denoising, family.pose_denoising = 1.0, 20, 10
+    if hasattr(family, "backbone_lr_scale"):  # EC
+        family.backbone_lr_scale, family.num_denoising, family.pose_denoising = 1.0, 20, 10
+    else:  # RF-DETR
+        family.encoder_lr_scale = family.layer_decay = 1.0
+        model.net.set_training_queries(queries=20, groups=2)
     return model
 
 
-def _train(model: LibreYOLO, data: Path, tmp_path: Path, **options: Any) -> Any:
-    settings = {"lr0": 1e-3, "warmup_epochs": 1, "mosaic": 0.0, "degrees": 0.0, "close_mosaic": 0, "hsv_h": 0.0,
-                "hsv_s": 0.0, "hsv_v": 0.0, "workers": 0, "device": "cpu", "val": False, "verbose": False,
-                "plots": False, "project": str(tmp_path / "runs"), **options}
+def fit(arch: str, task: str, tmp_path: Path) -> Any:
+    data = fit_data(task, tmp_path / "data")
+    model = from_scratch(arch, task, 64, tmp_path)
     started = time.perf_counter()
-    model.train(data=str(data), **settings)
-    metrics = model.val(data=str(data), imgsz=settings["imgsz"], batch=settings["batch"], workers=0, verbose=False)
-    print(f"trained in {(time.perf_counter() - started) / 60:.1f} min: {metrics.summary()}")
+    model.train(data=str(data), project=str(tmp_path / "runs"), **FIT)
+    metrics = model.val(data=str(data), imgsz=64, batch=4, workers=0, verbose=False)
+    print(f"{arch} {task}: {(time.perf_counter() - started) / 60:.1f} min, {metrics.summary()}")
     return metrics
-
-
-CI_FIT = {"imgsz": 64, "batch": 4, "nbs": 4, "epochs": 150, "scale": 0.0, "translate": 0.0, "fliplr": 0.0}
 
 
 @pytest.mark.slow
 @pytest.mark.learning
 @pytest.mark.ci
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("task", ["segment", "pose"])
-def test_ec_fits_four_images_in_ci_time(task: str, tmp_path: Path) -> None:
-    """EC-s from scratch fits 4 images at 64 px in 150 optimizer steps, validated on the same
-    images; an untrained model scores 0 (see ``REACHED``)."""
-    data = _data(task, tmp_path / "data", 4, 2, fit=True)
-    metrics = _train(_model(task, 64, tmp_path), data, tmp_path, **CI_FIT)
-    assert metrics.map50 >= REACHED[f"fit-{task}"], metrics.table()
-
-
-REACHED: dict[str, float] = {"fit-segment": 0.0, "fit-pose": 0.0, "segment": 0.0, "pose": 0.0}
-"""What the runs reached on this machine, minus a margin (see the module docstring)."""
+def test_ec_segment_fits_four_shapes_inst_images(tmp_path: Path) -> None:
+    """The segment task's CI learning test (about 65 s of CPU on an idle machine); measured mask
+    mAP50 0.60, box mAP50 1.00."""
+    metrics = fit("LibreECs.yaml", "segment", tmp_path)
+    assert metrics.box.map50 >= 0.8 and metrics.map50 >= 0.4, metrics.table()
 
 
 @pytest.mark.slow
 @pytest.mark.learning
-@pytest.mark.timeout(7200)
-@pytest.mark.parametrize("task", ["segment", "pose"])
-def test_ec_learns_the_bundled_set_on_cpu(task: str, tmp_path: Path) -> None:
-    """EC-s from scratch on 64 training images at 96 px (light scale / translate / flip
-    augmentation), validated on 16 held-out images."""
-    data = _data(task, tmp_path / "data", 64, 16, fit=False)
-    metrics = _train(_model(task, 96, tmp_path), data, tmp_path, imgsz=96, batch=8, nbs=8, epochs=300, scale=0.1,
-                     translate=0.05, fliplr=0.5)
-    assert metrics.map50 >= REACHED[task], metrics.table()
-    if metrics.map50 < ISSUE_TARGET:
-        pytest.xfail(f"mAP50 {metrics.map50:.3f}: issue 41's {ISSUE_TARGET} is not reached on the CPU yet")
+@pytest.mark.ci
+@pytest.mark.timeout(900)
+def test_rfdetr_pose_fits_four_shapes_pose_images(tmp_path: Path) -> None:
+    """The pose task's CI learning test (about 50 s of CPU on an idle machine); measured OKS mAP50
+    1.00 (mAP50-95 0.96)."""
+    metrics = fit("LibreRFDETRn.yaml", "pose", tmp_path)
+    assert metrics.map50 >= 0.8 and metrics.map50_95 >= 0.5, metrics.table()
+
+
+@pytest.mark.slow
+@pytest.mark.learning
+@pytest.mark.timeout(3600)
+def test_ec_pose_fits_four_shapes_pose_images(tmp_path: Path) -> None:
+    """EC pose (DETRPose's criterion and keypoint denoising) learns too, at 2.3 s of CPU a step:
+    about 6 min; measured OKS mAP50 1.00 (mAP50-95 0.91)."""
+    metrics = fit("LibreECs.yaml", "pose", tmp_path)
+    assert metrics.map50 >= 0.8, metrics.table()
