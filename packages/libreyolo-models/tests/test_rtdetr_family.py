@@ -18,7 +18,7 @@ from libreyolo_models import (
     LossContext,
     UnknownFamilyError,
 )
-from libreyolo_models.families.rtdetr.postprocess import postprocess
+from libreyolo_models.layers.detr.postprocess import postprocess
 from libreyolo_models.registry import parse_model_name
 
 

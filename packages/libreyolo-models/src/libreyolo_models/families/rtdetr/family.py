@@ -12,12 +12,12 @@ from torch import Tensor, nn
 from ...contract import NORM_TYPES, Family, LossContext, LossResult
 from ...errors import CheckpointError
 from ...family_spec import FamilySpec
+from ...layers.detr.denoising import build_denoising
+from ...layers.detr.postprocess import postprocess
+from ...layers.detr.set_loss import LOSS_NAMES, RTDETRLoss
+from ...layers.detr.targets import group_targets
 from ...layers.targets import random_box_targets
-from .denoising import build_denoising
-from .loss import LOSS_NAMES, RTDETRLoss
 from .nn import RTDETRNet
-from .postprocess import postprocess
-from .targets import group_targets
 from .variants import BOX_NOISE_SCALE, LABEL_NOISE_RATIO, NUM_DENOISING, NUM_QUERIES
 
 BACKBONE_LR_SCALE = 0.1  # the official recipe trains the backbone at a tenth of the base rate

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from .decoder import RTDETRDecoder
-from .denoising import DenoisingQueries
-from .encoder import HybridEncoder
+from ...layers.detr.csp_encoder import HybridEncoder
+from ...layers.detr.denoising import DenoisingQueries
+from ...layers.detr.resnet import ResNetVd
+from ...layers.detr.rtdetr_decoder import RTDETRDecoder
 from .hgnet import HGNetv2
-from .resnet import ResNetVd
 from .variants import NUM_HEADS, NUM_POINTS, NUM_QUERIES, VARIANTS
 
 

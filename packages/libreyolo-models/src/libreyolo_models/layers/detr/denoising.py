@@ -20,8 +20,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ...layers.boxes import xywh_to_xyxy, xyxy_to_xywh
-from .decoder import inverse_sigmoid
+from ..boxes import xywh_to_xyxy, xyxy_to_xywh
+from .anchors import inverse_sigmoid
 from .targets import GroupedTargets
 
 

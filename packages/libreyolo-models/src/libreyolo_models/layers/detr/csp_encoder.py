@@ -1,4 +1,4 @@
-"""RT-DETR's hybrid encoder: attention within the coarsest level (AIFI), then CNN fusion across
+"""RT-DETR's (and RT-DETRv2's) hybrid encoder: attention within the coarsest level (AIFI), then CNN fusion across
 levels (CCFM: a top-down then a bottom-up pass of CSP blocks built from RepVGG units).
 
 Attention is spent only where it is cheap and pays most: on the stride-32 map (400 tokens at
@@ -13,63 +13,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ...layers.fuse import merge_parallel_convs
-from .determinism import needs_deterministic_backward
+from ..fuse import merge_parallel_convs
+from .aifi import TransformerEncoder, attend_level
 from .norms import NORM_EPS, ConvNorm
 
 AIFI_LEVEL = 2          # the encoder attends within the stride-32 level only
-PE_TEMPERATURE = 10000.0
 CCFM_BLOCKS = 3         # RepVGG units per CSP block
-
-
-def sincos_position_embedding(w: int, h: int, dim: int, *, device: torch.device,
-                              temperature: float = PE_TEMPERATURE) -> Tensor:
-    """Fixed 2-D sine-cosine embedding ``float32 [1, h * w, dim]`` for a ``h x w`` token grid.
-
-    Built from ``arange`` on ``device`` (no host-to-device copy), so it is safe inside a CUDA
-    graph. The grid is enumerated column-major (x outer, y inner) while tokens are row-major:
-    upstream's (and the official) convention, which trained weights depend on.
-    """
-    if dim % 4:
-        raise ValueError(f"position embedding width {dim} must be a multiple of 4")
-    grid_w, grid_h = torch.meshgrid(torch.arange(w, dtype=torch.float32, device=device),
-                                    torch.arange(h, dtype=torch.float32, device=device), indexing="ij")
-    quarter = dim // 4
-    omega = 1.0 / temperature ** (torch.arange(quarter, dtype=torch.float32, device=device) / quarter)
-    out_w = grid_w.flatten()[:, None] * omega[None]
-    out_h = grid_h.flatten()[:, None] * omega[None]
-    return torch.cat((out_w.sin(), out_w.cos(), out_h.sin(), out_h.cos()), 1)[None]
-
-
-class EncoderLayer(nn.Module):
-    """Post-norm transformer encoder layer (self-attention with position embedding, GELU FFN)."""
-
-    def __init__(self, dim: int, heads: int, ffn: int) -> None:
-        super().__init__()
-        self.self_attn = nn.MultiheadAttention(dim, heads, batch_first=True)
-        self.linear1 = nn.Linear(dim, ffn)
-        self.linear2 = nn.Linear(ffn, dim)
-        self.norm1 = nn.LayerNorm(dim)
-        self.norm2 = nn.LayerNorm(dim)
-
-    def forward(self, src: Tensor, pos: Tensor) -> Tensor:
-        q = k = src + pos
-        # need_weights=True takes plain matmul + softmax (deterministic backward); else fused SDPA.
-        src = self.norm1(src + self.self_attn(q, k, src, need_weights=needs_deterministic_backward(src))[0])
-        return self.norm2(src + self.linear2(F.gelu(self.linear1(src))))
-
-
-class TransformerEncoder(nn.Module):
-    """A stack of encoder layers (one in every RT-DETR size)."""
-
-    def __init__(self, dim: int, heads: int, ffn: int, depth: int = 1) -> None:
-        super().__init__()
-        self.layers = nn.ModuleList(EncoderLayer(dim, heads, ffn) for _ in range(depth))
-
-    def forward(self, src: Tensor, pos: Tensor) -> Tensor:
-        for layer in self.layers:
-            src = layer(src, pos)
-        return src
 
 
 class RepVggBlock(nn.Module):
@@ -124,17 +73,9 @@ class HybridEncoder(nn.Module):
         self.downsample_convs = nn.ModuleList(ConvNorm(dim, dim, 3, 2, act=nn.SiLU) for _ in range(levels - 1))
         self.pan_blocks = nn.ModuleList(CSPRepLayer(2 * dim, dim, CCFM_BLOCKS, expansion) for _ in range(levels - 1))
 
-    def attend(self, feat: Tensor) -> Tensor:
-        """AIFI: self-attention over the tokens of one level, with the fixed position embedding."""
-        b, _, h, w = feat.shape
-        tokens = feat.flatten(2).permute(0, 2, 1)
-        pos = sincos_position_embedding(w, h, self.dim, device=feat.device).to(tokens.dtype)
-        memory = self.encoder[0](tokens, pos)
-        return memory.permute(0, 2, 1).reshape(b, self.dim, h, w).contiguous()
-
     def forward(self, feats: list[Tensor]) -> list[Tensor]:
         proj = [p(f) for p, f in zip(self.input_proj, feats)]
-        proj[AIFI_LEVEL] = self.attend(proj[AIFI_LEVEL])
+        proj[AIFI_LEVEL] = attend_level(self.encoder[0], proj[AIFI_LEVEL])
         # Top-down: each coarser map, laterally projected, is upsampled and fused with the finer one.
         inner = [proj[-1]]
         for j, low in enumerate(reversed(proj[:-1])):

@@ -15,7 +15,7 @@ import torch
 from scipy.optimize import linear_sum_assignment
 from torch import Tensor
 
-from ...layers.boxes import xywh_to_xyxy
+from ..boxes import xywh_to_xyxy
 from .giou import generalized_iou
 from .targets import GroupedTargets
 

@@ -1,11 +1,13 @@
-"""RT-DETR's decoder: query selection from the encoder, then deformable decoder layers that
-refine a box per query layer by layer, each layer with its own score and box head.
+"""RT-DETR's decoder (and RT-DETRv2's): query selection from the encoder, then deformable decoder
+layers that refine a box per query layer by layer, each layer with its own score and box head.
 
-The 300 queries are not learned embeddings: the encoder scores every token of every level, the
-top 300 become the queries (their features as content, their predicted boxes as references).
-Module names are upstream's checkpoint keys (``input_proj``, ``decoder.layers``,
+The queries are not learned embeddings: the encoder scores every token of every level, the top
+``num_queries`` become the queries (their features as content, their predicted boxes as
+references). Module names are upstream's checkpoint keys (``input_proj``, ``decoder.layers``,
 ``denoising_class_embed``, ``query_pos_head``, ``enc_output``, ``enc_score_head``,
-``enc_bbox_head``, ``dec_score_head``, ``dec_bbox_head``).
+``enc_bbox_head``, ``dec_score_head``, ``dec_bbox_head``). RT-DETRv2's layout differs only in
+names and buffers (``enc_output.proj``/``.norm``, persistent ``anchors``/``valid_mask`` and
+``num_points_scale``): constructor options, the same computation.
 """
 
 from __future__ import annotations
@@ -18,68 +20,28 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ...errors import ConfigError
+from .anchors import AnchorBuffers, encoder_anchors, inverse_sigmoid, level_shapes
 from .deformable import MSDeformableAttention
 from .determinism import needs_deterministic_backward
+from .mlp import MLP
 from .norms import NORM_EPS
+from .queries import gather_tokens, topk_tokens
 
 if TYPE_CHECKING:
     from .denoising import DenoisingQueries
 
-ANCHOR_SIZE = 0.05   # anchor width/height at stride 8 (doubling per level), as a fraction of the image
-ANCHOR_MARGIN = 0.01  # anchors this close to the border are invalid (their logit would be huge)
 FP16_MAX = 65504.0
-
-
-def inverse_sigmoid(x: Tensor, eps: float = 1e-5) -> Tensor:
-    """``log(x / (1 - x))`` with both clamped to ``eps``: finite for boxes touching the border."""
-    x = x.clip(min=0.0, max=1.0)
-    return torch.log(x.clip(min=eps) / (1 - x).clip(min=eps))
-
-
-def encoder_anchors(shapes: list[tuple[int, int]], *, device: torch.device) -> tuple[Tensor, Tensor]:
-    """Per-token anchor boxes in logit space ``float32 [1, S, 4]`` and their validity ``[1, S, 1]``.
-
-    Anchors sit at cell centres with a size of 0.05 of the image at stride 8, doubling per level;
-    anchors within 0.01 of the border are invalid: their logit is +inf and their memory is zeroed.
-    Built with ``arange`` on ``device`` and Python scalars, so it is safe inside a CUDA graph.
-    """
-    anchors = []
-    for level, (h, w) in enumerate(shapes):
-        gy, gx = torch.meshgrid(torch.arange(h, dtype=torch.float32, device=device),
-                                torch.arange(w, dtype=torch.float32, device=device), indexing="ij")
-        cx, cy = (gx + 0.5) / w, (gy + 0.5) / h
-        size = torch.full_like(cx, ANCHOR_SIZE * 2.0**level)
-        anchors.append(torch.stack((cx, cy, size, size), -1).reshape(1, h * w, 4))
-    boxes = torch.cat(anchors, 1)
-    valid = ((boxes > ANCHOR_MARGIN) * (boxes < 1 - ANCHOR_MARGIN)).all(-1, keepdim=True)
-    logits = torch.log(boxes / (1 - boxes))
-    return torch.where(valid, logits, torch.inf), valid
-
-
-class MLP(nn.Module):
-    """Linear layers with ReLU between them (none after the last)."""
-
-    def __init__(self, c_in: int, hidden: int, c_out: int, depth: int) -> None:
-        super().__init__()
-        widths = [c_in] + [hidden] * (depth - 1) + [c_out]
-        self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(widths[:-1], widths[1:]))
-
-    def forward(self, x: Tensor) -> Tensor:
-        for i, layer in enumerate(self.layers):
-            x = layer(x) if i == len(self.layers) - 1 else F.relu(layer(x))
-        return x
 
 
 class DecoderLayer(nn.Module):
     """Self-attention among queries, deformable cross-attention into the memory, ReLU FFN;
     post-norm after each (the last norm's input clamped to fp16's range, as upstream)."""
 
-    def __init__(self, dim: int, heads: int, ffn: int, levels: int, points: int) -> None:
+    def __init__(self, dim: int, heads: int, ffn: int, levels: int, points: int, scale_buffer: bool = False) -> None:
         super().__init__()
         self.self_attn = nn.MultiheadAttention(dim, heads, batch_first=True)
         self.norm1 = nn.LayerNorm(dim)
-        self.cross_attn = MSDeformableAttention(dim, heads, levels, points)
+        self.cross_attn = MSDeformableAttention(dim, heads, levels, points, scale_buffer=scale_buffer)
         self.norm2 = nn.LayerNorm(dim)
         self.linear1 = nn.Linear(dim, ffn)
         self.linear2 = nn.Linear(ffn, dim)
@@ -99,35 +61,45 @@ class DecoderStack(nn.Module):
     """Holds the decoder layers (key ``decoder.decoder.layers``); the refinement loop that needs
     the per-layer heads lives in :class:`RTDETRDecoder`."""
 
-    def __init__(self, dim: int, heads: int, ffn: int, depth: int, levels: int, points: int) -> None:
+    def __init__(self, dim: int, heads: int, ffn: int, depth: int, levels: int, points: int,
+                 scale_buffer: bool = False) -> None:
         super().__init__()
-        self.layers = nn.ModuleList(DecoderLayer(dim, heads, ffn, levels, points) for _ in range(depth))
+        self.layers = nn.ModuleList(DecoderLayer(dim, heads, ffn, levels, points, scale_buffer) for _ in range(depth))
 
 
-class RTDETRDecoder(nn.Module):
+class RTDETRDecoder(AnchorBuffers):
     """Encoder maps -> per-query class logits and boxes (upstream's ``RTDETRTransformer``).
 
     Args:
         nc: classes. feat_channels: width of each encoder map. dim, ffn, heads: decoder widths.
         depth: decoder layers. points: sampling points per head and level.
         eval_idx: the layer inference reads (negative counts from the end).
-        num_queries: queries selected from the encoder.
+        num_queries: queries selected from the encoder (``num_queries`` may be changed later:
+            the count does not change the weights).
+        v2_layout: RT-DETRv2's keys: ``enc_output.proj``/``.norm`` and persistent
+            ``num_points_scale`` buffers, plus ``anchors``/``valid_mask`` buffers built for
+            ``imgsz`` (H, W) at ``strides``.
     """
 
     def __init__(self, nc: int, feat_channels: list[int], *, dim: int, ffn: int, heads: int, depth: int,
-                 points: int, eval_idx: int, num_queries: int) -> None:
+                 points: int, eval_idx: int, num_queries: int, v2_layout: bool = False,
+                 imgsz: tuple[int, int] = (640, 640), strides: tuple[int, ...] = (8, 16, 32)) -> None:
         super().__init__()
         self.nc, self.num_queries, self.depth = nc, num_queries, depth
         self.eval_idx = eval_idx % depth
+        self.v2_layout, self.strides = v2_layout, tuple(strides)
         levels = len(feat_channels)
+        if v2_layout:
+            self.register_anchor_buffers(level_shapes(imgsz, strides))
         self.input_proj = nn.ModuleList(nn.Sequential(OrderedDict([
             ("conv", nn.Conv2d(c, dim, 1, bias=False)), ("norm", nn.BatchNorm2d(dim, eps=NORM_EPS))]))
             for c in feat_channels)
-        self.decoder = DecoderStack(dim, heads, ffn, depth, levels, points)
+        self.decoder = DecoderStack(dim, heads, ffn, depth, levels, points, scale_buffer=v2_layout)
         # Row ``nc`` is the padding label of denoising slots without a box.
         self.denoising_class_embed = nn.Embedding(nc + 1, dim, padding_idx=nc)
         self.query_pos_head = MLP(4, 2 * dim, dim, 2)
-        self.enc_output = nn.Sequential(nn.Linear(dim, dim), nn.LayerNorm(dim))
+        self.enc_output = (nn.Sequential(OrderedDict([("proj", nn.Linear(dim, dim)), ("norm", nn.LayerNorm(dim))]))
+                           if v2_layout else nn.Sequential(nn.Linear(dim, dim), nn.LayerNorm(dim)))
         self.enc_score_head = nn.Linear(dim, nc)
         self.enc_bbox_head = MLP(dim, dim, 4, 3)
         self.dec_score_head = nn.ModuleList(nn.Linear(dim, nc) for _ in range(depth))
@@ -164,21 +136,17 @@ class RTDETRDecoder(nn.Module):
         encoder boxes [B, Q, 4])``; content and references are detached (the decoder refines
         them; the encoder learns from its own supervised top-k outputs).
         """
-        tokens = memory.shape[1]
-        if tokens < self.num_queries:
-            side = max(h for h, _ in shapes) * 8
-            raise ConfigError(f"RT-DETR selects {self.num_queries} queries from the encoder's tokens, but an "
-                              f"input of about {side} px gives only {tokens}; use imgsz >= 128")
-        anchors, valid = encoder_anchors(shapes, device=memory.device)
+        if self.v2_layout:
+            anchors, valid = self.anchors_for(shapes, memory.device)
+        else:
+            anchors, valid = encoder_anchors(shapes, device=memory.device)
         memory = valid.to(memory.dtype) * memory
         content = self.enc_output(memory)
         logits = self.enc_score_head(content)
         coords = self.enc_bbox_head(content) + anchors.to(memory.dtype)
-        top = logits.max(-1).values.topk(self.num_queries, dim=1).indices
-        reference = coords.gather(1, top[..., None].expand(-1, -1, 4))
-        enc_logits = logits.gather(1, top[..., None].expand(-1, -1, logits.shape[-1]))
-        queries = content.gather(1, top[..., None].expand(-1, -1, content.shape[-1]))
-        return queries.detach(), reference.detach(), enc_logits, reference.sigmoid()
+        top = topk_tokens(logits, self.num_queries, shapes, self.strides)
+        reference = gather_tokens(coords, top)
+        return gather_tokens(content, top).detach(), reference.detach(), gather_tokens(logits, top), reference.sigmoid()
 
     # ----------------------------------------------------------------- passes
     def forward(self, feats: list[Tensor]) -> dict[str, Tensor]:

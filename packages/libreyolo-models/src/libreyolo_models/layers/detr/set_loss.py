@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ...layers.boxes import aligned_iou, xywh_to_xyxy
+from ..boxes import aligned_iou, xywh_to_xyxy
 from .denoising import DenoisingQueries
 from .giou import generalized_iou
 from .matcher import HungarianMatcher, Match

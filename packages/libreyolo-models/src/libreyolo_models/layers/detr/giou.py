@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ...layers.boxes import box_area, wh_area
+from ..boxes import box_area, wh_area
 
 
 def generalized_iou(a: Tensor, b: Tensor, eps: float = 1e-7) -> Tensor:

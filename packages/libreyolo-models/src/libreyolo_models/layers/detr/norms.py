@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from ...layers.fuse import fold_batchnorm
+from ..fuse import fold_batchnorm
 
 NORM_EPS = 1e-5  # RT-DETR's BatchNorm and FrozenBatchNorm epsilon (not stored in checkpoints)
 
