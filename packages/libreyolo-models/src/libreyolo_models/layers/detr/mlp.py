@@ -28,3 +28,10 @@ class MLP(nn.Module):
         for i, layer in enumerate(self.layers):
             x = layer(x) if i == last else self.act(layer(x))
         return x
+
+    def zero_output(self) -> None:
+        """Zero the last layer, so the head starts by predicting 0 (a box on its reference)."""
+        last = self.layers[-1]
+        assert isinstance(last, nn.Linear)
+        nn.init.zeros_(last.weight)
+        nn.init.zeros_(last.bias)

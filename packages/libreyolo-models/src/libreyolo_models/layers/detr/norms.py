@@ -1,4 +1,4 @@
-"""The convolution + norm unit RT-DETR's ResNet backbone and hybrid encoder are built from, and
+"""The convolution + norm unit the DETR backbones and hybrid encoders are built from, and
 the frozen BatchNorm the larger backbones use.
 
 Attribute names (``conv``, ``norm``; ``weight``, ``bias``, ``running_mean``, ``running_var``)
@@ -57,9 +57,10 @@ class ConvNorm(nn.Module):
     """
 
     def __init__(self, c_in: int, c_out: int, k: int, s: int = 1, *, act: type[nn.Module] | None = None,
-                 frozen: bool = False, padding: int | None = None) -> None:
+                 frozen: bool = False, padding: int | None = None, groups: int = 1) -> None:
         super().__init__()
-        self.conv = nn.Conv2d(c_in, c_out, k, s, (k - 1) // 2 if padding is None else padding, bias=False)
+        self.conv = nn.Conv2d(c_in, c_out, k, s, (k - 1) // 2 if padding is None else padding, groups=groups,
+                              bias=False)
         self.norm = batch_norm(c_out, frozen)
         self.act = act() if act is not None else nn.Identity()
 
