@@ -15,6 +15,7 @@ from pathlib import Path
 from .config import suggest
 from .errors import ConfigError, UnknownFamilyError
 from .families.convnext.spec import SPEC as CONVNEXT
+from .families.dfine.spec import SPEC as DFINE
 from .families.efficientnetv2.spec import SPEC as EFFICIENTNETV2
 from .families.mobilenetv4.spec import SPEC as MOBILENETV4
 from .families.resnet.spec import SPEC as RESNET
@@ -26,7 +27,7 @@ from .families.yolox.spec import SPEC as YOLOX
 from .family_spec import TASK_SUFFIXES, FamilySpec
 
 BUILTIN: dict[str, FamilySpec] = {spec.name: spec for spec in (YOLO9, YOLOX, RTMDET, RTDETR, SEGFORMER, RESNET,
-                                                                EFFICIENTNETV2, CONVNEXT, MOBILENETV4)}
+                                                                EFFICIENTNETV2, CONVNEXT, MOBILENETV4, DFINE)}
 
 _extra: dict[str, FamilySpec] = {}
 

@@ -10,7 +10,7 @@ import torch
 from torch import Tensor, nn
 
 from ...contract import NORM_TYPES, Family, LossContext, LossResult
-from ...errors import CheckpointError
+from ...errors import CheckpointError, ConfigError
 from ...family_spec import FamilySpec
 from ...layers.detr.denoising import build_denoising
 from ...layers.detr.postprocess import postprocess
@@ -83,7 +83,8 @@ class RTDETRFamily(Family):
         grouped = group_targets(targets, int(outputs[0].shape[0]), self.nc)
         # The noise comes from torch's global CPU generator: seeded per rank by the trainer, and
         # restored by graph capture around its warmup, so eager and graphed runs draw the same.
-        denoising = build_denoising(grouped, self.nc, NUM_QUERIES, num_denoising=NUM_DENOISING,
+        num_queries = int(net.decoder.num_queries)  # type: ignore[union-attr, arg-type]
+        denoising = build_denoising(grouped, self.nc, num_queries, num_denoising=NUM_DENOISING,
                                     label_noise_ratio=LABEL_NOISE_RATIO,
                                     box_noise_scale=BOX_NOISE_SCALE).to(outputs[0].device)
         head = net.forward_train(outputs, denoising)  # type: ignore[operator]
@@ -111,6 +112,13 @@ class RTDETRFamily(Family):
         return random_box_targets(batch, self.nc, generator)
 
     # Training hooks ------------------------------------------------------------------------
+    def set_num_queries(self, net: nn.Module, num_queries: int) -> None:
+        """Select ``num_queries`` queries from the encoder from now on (the weights do not change)."""
+        if isinstance(num_queries, bool) or not isinstance(num_queries, int) or num_queries < 1:
+            raise ConfigError(f"num_queries={num_queries!r} must be a positive number of decoder queries "
+                              f"(RT-DETR's default: {NUM_QUERIES})")
+        net.decoder.num_queries = num_queries  # type: ignore[union-attr]
+
     def parameter_groups(self, net: nn.Module, *, weight_decay: float) -> list[dict[str, Any]]:
         """Backbone at ``lr_scale`` 0.1; no decay on norms and biases (attention's ``in_proj_bias``
         included). No group is named ``bias``, so no warmup starts from ``warmup_bias_lr``."""

@@ -66,7 +66,7 @@ class DenoisingQueries:
 
 
 def build_denoising(targets: GroupedTargets, nc: int, num_queries: int, *, num_denoising: int = 100,
-                    label_noise_ratio: float = 0.5, box_noise_scale: float = 1.0,
+                    label_noise_ratio: float = 0.5, box_noise_scale: float = 1.0, abs_sizes: bool = False,
                     generator: torch.Generator | None = None) -> DenoisingQueries:
     """The denoising queries of a batch (CPU tensors; see the module docstring).
 
@@ -79,6 +79,8 @@ def build_denoising(targets: GroupedTargets, nc: int, num_queries: int, *, num_d
         label_noise_ratio: a label is replaced by a random class with probability half this.
         box_noise_scale: corners move by up to this many half-extents (positives by less than
             one, negatives between one and two).
+        abs_sizes: a box whose noised corners crossed keeps a positive width/height (D-FINE's
+            families); RT-DETR leaves it negative (its logit then clamps to the border).
         generator: the random source (default: torch's global CPU generator).
     """
     b, most = targets.batch, targets.max_count
@@ -103,6 +105,8 @@ def build_denoising(targets: GroupedTargets, nc: int, num_queries: int, *, num_d
         amount = torch.rand(b, d, 4, generator=generator)
         amount = (amount + 1.0) * negative + amount * (1 - negative)
         boxes = xyxy_to_xywh((corners + amount * sign * half).clip(0.0, 1.0))
+        if abs_sizes:
+            boxes = boxes.abs()
     return DenoisingQueries(labels, inverse_sigmoid(boxes), _attention_mask(d, num_queries, 2 * most), groups, most,
                             targets.counts)
 

@@ -9,6 +9,7 @@ unchanged. The two halves are methods because training captures only the first: 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from torch import Tensor, nn
@@ -98,3 +99,16 @@ class DFINENet(nn.Module):
     def forward_train(self, features: list[Tensor], denoising: DenoisingQueries) -> dict[str, Tensor]:
         """The eager training remainder (see ``FDRDecoder.forward_train``)."""
         return self.decoder.forward_train(features, denoising)
+
+
+def infer_size(state: Mapping[str, Tensor]) -> str | None:
+    """A bare state dict's size: the encoder's width (n 128, x 384), else its first input's
+    (s 256, m 384, l 512: the backbone's stage-2 width)."""
+    lateral = state.get("encoder.lateral_convs.0.conv.weight")
+    first = state.get("encoder.input_proj.0.conv.weight")
+    if lateral is None or first is None:
+        return None
+    width = int(lateral.shape[1])
+    if width != 256:
+        return {128: "n", 384: "x"}.get(width)
+    return {256: "s", 384: "m", 512: "l"}.get(int(first.shape[1]))

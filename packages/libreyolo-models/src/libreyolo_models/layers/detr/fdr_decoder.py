@@ -157,7 +157,7 @@ class FDRDecoder(AnchorBuffers):
         anchors, valid = self.anchors_for(shapes, memory.device)
         content = self.enc_output(valid.to(memory.dtype) * memory)
         logits = self.enc_score_head(content)
-        top = topk_tokens(logits, self.num_queries, shapes, self.strides)
+        top = topk_tokens(logits, self.num_queries, shapes, self.strides, clamp=True)
         chosen = gather_tokens(content, top)
         anchor = gather_tokens(anchors.to(memory.dtype).expand(memory.shape[0], -1, -1), top)
         reference = self.enc_bbox_head(chosen) + anchor
@@ -188,7 +188,10 @@ class FDRDecoder(AnchorBuffers):
         dn_content = self.denoising_class_embed(denoising.labels).to(queries.dtype)
         queries = torch.cat((dn_content, queries), 1)
         reference = torch.cat((denoising.boxes_unact.to(reference.dtype), reference), 1)
-        out = self._refine(queries, reference, memory, shapes, denoising.attn_mask, every_layer=True)
+        mask = denoising.attn_mask
+        if mask is not None:  # built for num_queries; a small input may have selected fewer
+            mask = mask[:queries.shape[1], :queries.shape[1]]
+        out = self._refine(queries, reference, memory, shapes, mask, every_layer=True)
         d = denoising.num_queries
         result = {"enc_logits": enc_logits, "enc_boxes": enc_boxes, "up": self.up, "reg_scale": self.reg_scale}
         for key in ("logits", "boxes", "corners"):

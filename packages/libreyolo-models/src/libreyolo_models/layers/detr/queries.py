@@ -7,19 +7,34 @@ uses fewer; DEIMv2's smallest sizes use 100), but it cannot exceed the tokens an
 
 from __future__ import annotations
 
+import logging
+
 from torch import Tensor
 
 from ...errors import ConfigError
 
+log = logging.getLogger(__name__)
+_warned: set[tuple[int, int]] = set()
 
-def topk_tokens(logits: Tensor, num_queries: int, shapes: list[tuple[int, int]], strides: tuple[int, ...]) -> Tensor:
-    """``int64 [B, num_queries]``: the tokens of ``logits [B, S, C]`` with the best class score, best first.
+
+def topk_tokens(logits: Tensor, num_queries: int, shapes: list[tuple[int, int]], strides: tuple[int, ...], *,
+                clamp: bool = False) -> Tensor:
+    """``int64 [B, Q]``: the tokens of ``logits [B, S, C]`` with the best class score, best first;
+    ``Q = num_queries``, or with ``clamp`` at most the ``S`` tokens an input has (logged once per
+    size: a small image then yields fewer queries, and fewer detections at most).
 
     Raises:
-        ConfigError: the input has fewer tokens than queries (an image too small), naming the
-            smallest input size that has enough.
+        ConfigError: without ``clamp``, the input has fewer tokens than queries (an image too
+            small), naming the smallest input size that has enough.
     """
     tokens = logits.shape[1]
+    if clamp and tokens < num_queries:
+        if (num_queries, tokens) not in _warned:
+            _warned.add((num_queries, tokens))
+            log.warning("an input of about %d px has %d encoder tokens, fewer than the %d queries the decoder "
+                        "selects: it selects all %d (a larger imgsz, or num_queries <= %d, avoids this)",
+                        shapes[0][0] * strides[0], tokens, num_queries, tokens, tokens)
+        num_queries = tokens
     if tokens < num_queries:
         need = next(side for side in range(32, 4096, 32)
                     if sum((side // s) ** 2 for s in strides) >= num_queries)
