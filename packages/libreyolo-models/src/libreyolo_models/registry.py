@@ -15,11 +15,14 @@ from pathlib import Path
 from .config import suggest
 from .errors import ConfigError, UnknownFamilyError
 from .families.convnext.spec import SPEC as CONVNEXT
+from .families.deim.spec import SPEC as DEIM
 from .families.dfine.spec import SPEC as DFINE
 from .families.efficientnetv2.spec import SPEC as EFFICIENTNETV2
 from .families.mobilenetv4.spec import SPEC as MOBILENETV4
 from .families.resnet.spec import SPEC as RESNET
 from .families.rtdetr.spec import SPEC as RTDETR
+from .families.rtdetrv2.spec import SPEC as RTDETRV2
+from .families.rtdetrv4.spec import SPEC as RTDETRV4
 from .families.rtmdet.spec import SPEC as RTMDET
 from .families.segformer.spec import SPEC as SEGFORMER
 from .families.yolo9.spec import SPEC as YOLO9
@@ -27,7 +30,8 @@ from .families.yolox.spec import SPEC as YOLOX
 from .family_spec import TASK_SUFFIXES, FamilySpec
 
 BUILTIN: dict[str, FamilySpec] = {spec.name: spec for spec in (YOLO9, YOLOX, RTMDET, RTDETR, SEGFORMER, RESNET,
-                                                                EFFICIENTNETV2, CONVNEXT, MOBILENETV4, DFINE)}
+                                                                EFFICIENTNETV2, CONVNEXT, MOBILENETV4, DFINE, DEIM,
+                                                                RTDETRV2, RTDETRV4)}
 
 _extra: dict[str, FamilySpec] = {}
 

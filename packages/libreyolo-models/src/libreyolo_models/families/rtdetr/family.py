@@ -14,11 +14,11 @@ from ...errors import CheckpointError, ConfigError
 from ...family_spec import FamilySpec
 from ...layers.detr.denoising import build_denoising
 from ...layers.detr.postprocess import postprocess
+from ...layers.detr.rtdetr_sizes import BOX_NOISE_SCALE, LABEL_NOISE_RATIO, NUM_DENOISING, NUM_QUERIES
 from ...layers.detr.set_loss import LOSS_NAMES, RTDETRLoss
 from ...layers.detr.targets import group_targets
 from ...layers.targets import random_box_targets
 from .nn import RTDETRNet
-from .variants import BOX_NOISE_SCALE, LABEL_NOISE_RATIO, NUM_DENOISING, NUM_QUERIES
 
 BACKBONE_LR_SCALE = 0.1  # the official recipe trains the backbone at a tenth of the base rate
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ...family_spec import FamilySpec, TaskDecl
-from .variants import VARIANTS
+from ...layers.detr.rtdetr_sizes import VARIANTS
 
 if TYPE_CHECKING:
     from ...contract import Family

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from ...layers.detr.norms import batch_norm
-from ...layers.fuse import fold_batchnorm
+from ..fuse import fold_batchnorm
+from .norms import batch_norm
 
 
 @dataclass(frozen=True)
