@@ -127,8 +127,12 @@ class DETRFamily(Family):
         grouped: GroupedTargets = outputs["targets"]
         denoising: DenoisingQueries = outputs["denoising"]
         total, items = self._loss[1](outputs, grouped, denoising, normalizer_sum=ctx.normalizer_sum,
-                                     world_size=ctx.world_size)
+                                     world_size=ctx.world_size, **self.loss_options(ctx))
         return LossResult(total, items)
+
+    def loss_options(self, ctx: LossContext) -> dict[str, Any]:
+        """Extra keyword arguments of this family's loss from the context (default: none)."""
+        return {}
 
     def postprocess(self, outputs: Tensor, options: Any) -> list[Tensor]:
         """Top ``max_det`` (query, class) pairs per image above ``conf``; no NMS (``iou`` and

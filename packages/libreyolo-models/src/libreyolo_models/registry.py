@@ -16,6 +16,7 @@ from .config import suggest
 from .errors import ConfigError, UnknownFamilyError
 from .families.convnext.spec import SPEC as CONVNEXT
 from .families.deim.spec import SPEC as DEIM
+from .families.deimv2.spec import SPEC as DEIMV2
 from .families.dfine.spec import SPEC as DFINE
 from .families.efficientnetv2.spec import SPEC as EFFICIENTNETV2
 from .families.mobilenetv4.spec import SPEC as MOBILENETV4
@@ -31,7 +32,7 @@ from .family_spec import TASK_SUFFIXES, FamilySpec
 
 BUILTIN: dict[str, FamilySpec] = {spec.name: spec for spec in (YOLO9, YOLOX, RTMDET, RTDETR, SEGFORMER, RESNET,
                                                                 EFFICIENTNETV2, CONVNEXT, MOBILENETV4, DFINE, DEIM,
-                                                                RTDETRV2, RTDETRV4)}
+                                                                RTDETRV2, RTDETRV4, DEIMV2)}
 
 _extra: dict[str, FamilySpec] = {}
 

@@ -46,6 +46,8 @@ class FDRConfig:
         gateway: gated fusion in each layer (always outside DEIMv2; DEIMv2 n to x).
         share_bbox_head: one box head for every layer (DEIMv2 atto/femto/pico; aliased keys).
         imgsz: (H, W) the ``anchors``/``valid_mask`` buffers are built for.
+        integer_reg_scale: keep ``reg_scale`` as int64 (DEIMv2 n-x: upstream's config writes
+            ``4``, so its checkpoints hold an int64 tensor; the arithmetic promotes it to float).
     """
 
     feat_channels: tuple[int, ...]
@@ -64,6 +66,7 @@ class FDRConfig:
     gateway: bool = True
     share_bbox_head: bool = False
     imgsz: tuple[int, int] = (640, 640)
+    integer_reg_scale: bool = False
 
 
 class FDRStack(nn.Module):
@@ -90,7 +93,8 @@ class FDRDecoder(AnchorBuffers):
         self.depth, self.reg_max, self.strides = cfg.depth, cfg.reg_max, cfg.strides
         dim = cfg.dim
         self.up = nn.Parameter(torch.tensor([0.5]), requires_grad=False)
-        self.reg_scale = nn.Parameter(torch.tensor([cfg.reg_scale]), requires_grad=False)
+        scale_dtype = torch.int64 if cfg.integer_reg_scale else torch.float32
+        self.reg_scale = nn.Parameter(torch.tensor([cfg.reg_scale], dtype=scale_dtype), requires_grad=False)
         self.register_anchor_buffers(level_shapes(cfg.imgsz, cfg.strides))
         self.input_proj = nn.ModuleList(
             nn.Identity() if c == dim else nn.Sequential(OrderedDict([

@@ -45,6 +45,7 @@ from .targets import GroupedTargets
 
 DISTILL_TEMPERATURE = 5.0
 DDF_BATCH_SCALE = 8.0  # upstream's reference batch for the matched/unmatched mixing weights
+IOU_ORDER = 4.0        # DEIMv2's late matching cost: -p * IoU**4
 
 
 def union_matches(sets: list[list[Match]]) -> list[Match]:
@@ -75,26 +76,29 @@ class FDRLoss:
         local: FGL and DDF on (off for DEIMv2's smallest sizes: their terms are then 0).
         union: box terms on the union of all sets' matches (else each set's own).
         matcher: the Hungarian matcher (costs 2, 5, 2 by default).
+        iou_order_from: DEIMv2: from this share of the run on (``progress``), match by
+            ``-p * IoU**4`` instead of the weighted cost.
     """
 
     def __init__(self, nc: int, gains: Mapping[str, float], *, cls_term: Literal["vfl", "mal"] = "vfl",
                  alpha: float = 0.75, gamma: float = 2.0, reg_max: int = 32, local: bool = True, union: bool = True,
-                 matcher: HungarianMatcher | None = None) -> None:
+                 matcher: HungarianMatcher | None = None, iou_order_from: float | None = None) -> None:
         self.names = (cls_term, "bbox", "giou", "fgl", "ddf")
         missing = [name for name in self.names if name not in gains]
         if missing:
             raise ValueError(f"loss gains {dict(gains)} lack {missing}; the terms are {self.names}")
         self.nc, self.cls_term, self.alpha, self.gamma, self.reg_max = nc, cls_term, alpha, gamma, reg_max
-        self.local, self.union = local, union
+        self.local, self.union, self.iou_order_from = local, union, iou_order_from
         self.gains = torch.tensor([float(gains[name]) for name in self.names])
         self.matcher = matcher or HungarianMatcher()
 
     def __call__(self, outputs: Mapping[str, Tensor], targets: GroupedTargets, denoising: DenoisingQueries, *,
-                 normalizer_sum: Callable[[Tensor], Tensor] | None = None,
-                 world_size: int = 1) -> tuple[Tensor, Tensor]:
+                 normalizer_sum: Callable[[Tensor], Tensor] | None = None, world_size: int = 1,
+                 progress: float = 0.0) -> tuple[Tensor, Tensor]:
         """The loss of one (rank's) batch: ``(total, items [5] detached)``, gains applied.
 
-        ``outputs``: ``FDRDecoder.forward_train``'s; ``targets``/``denoising``: the batch's.
+        ``outputs``: ``FDRDecoder.forward_train``'s; ``targets``/``denoising``: the batch's;
+        ``progress``: the share of the run done (epoch / epochs).
         """
         layers = outputs["logits"].shape[0]
         logits = torch.cat((outputs["logits"], outputs["pre_logits"][None], outputs["enc_logits"][None])).float()
@@ -103,7 +107,8 @@ class FDRLoss:
         offsets = targets.offsets()
         gt_labels = targets.labels.to(device, non_blocking=True)
         gt_boxes = targets.boxes.to(device, non_blocking=True)
-        own = self.matcher(logits.detach(), boxes.detach(), targets)       # [layers..., pre, enc][image]
+        late = self.iou_order_from is not None and progress >= self.iou_order_from
+        own = self.matcher(logits.detach(), boxes.detach(), targets, iou_order=IOU_ORDER if late else None)
         union = union_matches(own) if self.union else None
         box_sets = [union] * len(own) if union is not None else own
         matched = sum(len(p) for p, _ in union) if union is not None else targets.total

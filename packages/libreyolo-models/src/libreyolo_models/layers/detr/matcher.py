@@ -15,7 +15,7 @@ import torch
 from scipy.optimize import linear_sum_assignment
 from torch import Tensor
 
-from ..boxes import xywh_to_xyxy
+from ..boxes import aligned_iou, xywh_to_xyxy
 from .giou import generalized_iou
 from .targets import GroupedTargets
 
@@ -40,7 +40,8 @@ class HungarianMatcher:
         self.alpha, self.gamma = alpha, gamma
 
     @torch.no_grad()
-    def cost(self, logits: Tensor, boxes: Tensor, gt_labels: Tensor, gt_boxes: Tensor) -> Tensor:
+    def cost(self, logits: Tensor, boxes: Tensor, gt_labels: Tensor, gt_boxes: Tensor, *,
+             iou_order: float | None = None) -> Tensor:
         """Cost of every prediction against every ground truth of its own image.
 
         Args:
@@ -48,21 +49,27 @@ class HungarianMatcher:
             boxes: ``[S, B, Q, 4]`` cx, cy, w, h in [0, 1].
             gt_labels: ``int64 [B, G]`` (any valid class on padding). gt_boxes: ``[B, G, 4]`` cx, cy, w, h.
 
+            iou_order: DEIMv2's late-training cost ``-p * IoU**iou_order`` instead of the weighted
+                sum: it ranks by how well a prediction already fits (score and overlap together).
+
         Returns:
             ``float32 [S, B, Q, G]``, on the predictions' device.
         """
         s, b, q, _ = logits.shape
         g = gt_labels.shape[1]
         prob = logits.float().sigmoid().gather(-1, gt_labels[None, :, None, :].expand(s, b, q, g))
-        positive = self.alpha * (1 - prob) ** self.gamma * -(prob + 1e-8).log()
-        negative = (1 - self.alpha) * prob**self.gamma * -(1 - prob + 1e-8).log()
         pred = boxes.float()[:, :, :, None]         # [S, B, Q, 1, 4]
         gt = gt_boxes.float()[None, :, None]         # [1, B, 1, G, 4]
+        if iou_order is not None:
+            return -prob * aligned_iou(xywh_to_xyxy(pred), xywh_to_xyxy(gt)).pow(iou_order)
+        positive = self.alpha * (1 - prob) ** self.gamma * -(prob + 1e-8).log()
+        negative = (1 - self.alpha) * prob**self.gamma * -(1 - prob + 1e-8).log()
         l1 = (pred - gt).abs().sum(-1)
         giou = generalized_iou(xywh_to_xyxy(pred), xywh_to_xyxy(gt))
         return self.cost_class * (positive - negative) + self.cost_bbox * l1 - self.cost_giou * giou
 
-    def __call__(self, logits: Tensor, boxes: Tensor, targets: GroupedTargets) -> list[list[Match]]:
+    def __call__(self, logits: Tensor, boxes: Tensor, targets: GroupedTargets, *,
+                 iou_order: float | None = None) -> list[list[Match]]:
         """Matches of each of ``S`` prediction sets (``[S, B, Q, ...]``) for each image: ``[S][B]``.
 
         Raises:
@@ -76,7 +83,7 @@ class HungarianMatcher:
         labels, gt_boxes, _ = targets.padded(pad_label=0)
         device = logits.device
         costs = self.cost(logits, boxes, labels.to(device, non_blocking=True),
-                          gt_boxes.to(device, non_blocking=True)).cpu().numpy()
+                          gt_boxes.to(device, non_blocking=True), iou_order=iou_order).cpu().numpy()
         matches: list[list[Match]] = []
         for s in range(sets):
             row: list[Match] = []
