@@ -144,7 +144,7 @@ class RTDETRDecoder(AnchorBuffers):
         content = self.enc_output(memory)
         logits = self.enc_score_head(content)
         coords = self.enc_bbox_head(content) + anchors.to(memory.dtype)
-        top = topk_tokens(logits, self.num_queries, shapes, self.strides)
+        top = topk_tokens(logits, self.num_queries, shapes, self.strides, clamp=self.v2_layout)
         reference = gather_tokens(coords, top)
         return gather_tokens(content, top).detach(), reference.detach(), gather_tokens(logits, top), reference.sigmoid()
 
