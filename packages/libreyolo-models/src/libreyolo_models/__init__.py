@@ -25,10 +25,15 @@ from .facade import LibreYOLO  # noqa: E402
 from .family_spec import FamilySpec, TaskDecl, WeightsEntry  # noqa: E402
 from .named import (  # noqa: E402
     LibreConvNeXt,
+    LibreDEIM,
+    LibreDEIMv2,
+    LibreDFINE,
     LibreEfficientNetV2,
     LibreMobileNetV4,
     LibreResNet,
     LibreRTDETR,
+    LibreRTDETRv2,
+    LibreRTDETRv4,
     LibreRTMDet,
     LibreSegFormer,
     LibreYOLO9,
@@ -39,8 +44,9 @@ from .predict.results import Boxes, Results  # noqa: E402
 from .registry import families, register_family, unregister_family  # noqa: E402
 
 __all__ = [
-    "SAMPLE_IMAGE", "Boxes", "CheckpointError", "ConfigError", "Family", "FamilySpec", "LibreConvNeXt", "LibreEfficientNetV2",
-    "LibreMobileNetV4", "LibreRTDETR", "LibreRTMDet", "LibreResNet", "LibreSegFormer", "LibreYOLO", "LibreYOLO9", "LibreYOLOX",
+    "SAMPLE_IMAGE", "Boxes", "CheckpointError", "ConfigError", "Family", "FamilySpec", "LibreConvNeXt", "LibreDEIM",
+    "LibreDEIMv2", "LibreDFINE", "LibreEfficientNetV2", "LibreMobileNetV4", "LibreRTDETR", "LibreRTDETRv2", "LibreRTDETRv4",
+    "LibreRTMDet", "LibreResNet", "LibreSegFormer", "LibreYOLO", "LibreYOLO9", "LibreYOLOX",
     "LibreYOLOError", "LossContext", "LossResult", "Probs", "Results", "SourceError", "TaskDecl", "UnknownFamilyError",
     "WeightsEntry", "WeightsNotFoundError", "__version__", "families", "register_family", "unregister_family",
 ]

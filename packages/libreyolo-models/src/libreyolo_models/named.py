@@ -28,6 +28,31 @@ def LibreRTDETR(model: str | Path | None = None, **kwargs: Any) -> LibreYOLO:  #
     return LibreYOLO(model, family="rtdetr", **kwargs)
 
 
+def LibreRTDETRv2(model: str | Path | None = None, **kwargs: Any) -> LibreYOLO:  # noqa: N802 - upstream's name
+    """RT-DETRv2: ``LibreRTDETRv2(size="r18", nc=3)`` (untrained) or ``LibreRTDETRv2("LibreRTDETRv2r18.pt")``."""
+    return LibreYOLO(model, family="rtdetrv2", **kwargs)
+
+
+def LibreRTDETRv4(model: str | Path | None = None, **kwargs: Any) -> LibreYOLO:  # noqa: N802 - upstream's name
+    """RT-DETRv4: ``LibreRTDETRv4(size="s", nc=3)`` (untrained) or ``LibreRTDETRv4("LibreRTDETRv4s.pt")``."""
+    return LibreYOLO(model, family="rtdetrv4", **kwargs)
+
+
+def LibreDFINE(model: str | Path | None = None, **kwargs: Any) -> LibreYOLO:  # noqa: N802 - upstream's name
+    """D-FINE: ``LibreDFINE(size="n", nc=3)`` (untrained) or ``LibreDFINE("LibreDFINEn.pt")``."""
+    return LibreYOLO(model, family="dfine", **kwargs)
+
+
+def LibreDEIM(model: str | Path | None = None, **kwargs: Any) -> LibreYOLO:  # noqa: N802 - upstream's name
+    """DEIM: ``LibreDEIM(size="n", nc=3)`` (untrained) or ``LibreDEIM("LibreDEIMn.pt")``."""
+    return LibreYOLO(model, family="deim", **kwargs)
+
+
+def LibreDEIMv2(model: str | Path | None = None, **kwargs: Any) -> LibreYOLO:  # noqa: N802 - upstream's name
+    """DEIMv2: ``LibreDEIMv2(size="atto", nc=3)`` (untrained) or ``LibreDEIMv2("LibreDEIMv2atto.pt")``."""
+    return LibreYOLO(model, family="deimv2", **kwargs)
+
+
 def LibreYOLOX(model: str | Path | None = None, **kwargs: Any) -> LibreYOLO:  # noqa: N802 - upstream's name
     """YOLOX: ``LibreYOLOX(size="s", nc=3)`` (untrained) or ``LibreYOLOX("LibreYOLOXs.pt")``."""
     return LibreYOLO(model, family="yolox", **kwargs)
