@@ -90,6 +90,7 @@ class FDRDecoder(AnchorBuffers):
     def __init__(self, nc: int, cfg: FDRConfig) -> None:
         super().__init__()
         self.nc, self.cfg, self.num_queries = nc, cfg, cfg.num_queries
+        self.logged: set[tuple[int, int]] = set()   # (queries, tokens) already logged as too few tokens
         self.depth, self.reg_max, self.strides = cfg.depth, cfg.reg_max, cfg.strides
         dim = cfg.dim
         self.up = nn.Parameter(torch.tensor([0.5]), requires_grad=False)
@@ -161,7 +162,7 @@ class FDRDecoder(AnchorBuffers):
         anchors, valid = self.anchors_for(shapes, memory.device)
         content = self.enc_output(valid.to(memory.dtype) * memory)
         logits = self.enc_score_head(content)
-        top = topk_tokens(logits, self.num_queries, shapes, self.strides, clamp=True)
+        top = topk_tokens(logits, self.num_queries, shapes, self.strides, clamp=True, logged=self.logged)
         chosen = gather_tokens(content, top)
         anchor = gather_tokens(anchors.to(memory.dtype).expand(memory.shape[0], -1, -1), top)
         reference = self.enc_bbox_head(chosen) + anchor

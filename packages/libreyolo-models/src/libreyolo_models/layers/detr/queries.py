@@ -14,14 +14,14 @@ from torch import Tensor
 from ...errors import ConfigError
 
 log = logging.getLogger(__name__)
-_warned: set[tuple[int, int]] = set()
 
 
 def topk_tokens(logits: Tensor, num_queries: int, shapes: list[tuple[int, int]], strides: tuple[int, ...], *,
-                clamp: bool = False) -> Tensor:
+                clamp: bool = False, logged: set[tuple[int, int]] | None = None) -> Tensor:
     """``int64 [B, Q]``: the tokens of ``logits [B, S, C]`` with the best class score, best first;
     ``Q = num_queries``, or with ``clamp`` at most the ``S`` tokens an input has (logged once per
-    size: a small image then yields fewer queries, and fewer detections at most).
+    query and token count in ``logged``, the caller's record: a small image then yields fewer
+    queries, and fewer detections at most).
 
     Raises:
         ConfigError: without ``clamp``, the input has fewer tokens than queries (an image too
@@ -29,8 +29,9 @@ def topk_tokens(logits: Tensor, num_queries: int, shapes: list[tuple[int, int]],
     """
     tokens = logits.shape[1]
     if clamp and tokens < num_queries:
-        if (num_queries, tokens) not in _warned:
-            _warned.add((num_queries, tokens))
+        if logged is None or (num_queries, tokens) not in logged:
+            if logged is not None:
+                logged.add((num_queries, tokens))
             log.warning("an input of about %d px has %d encoder tokens, fewer than the %d queries the decoder "
                         "selects: it selects all %d (a larger imgsz, or num_queries <= %d, avoids this)",
                         shapes[0][0] * strides[0], tokens, num_queries, tokens, tokens)

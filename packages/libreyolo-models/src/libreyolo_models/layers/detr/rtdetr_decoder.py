@@ -86,6 +86,7 @@ class RTDETRDecoder(AnchorBuffers):
                  imgsz: tuple[int, int] = (640, 640), strides: tuple[int, ...] = (8, 16, 32)) -> None:
         super().__init__()
         self.nc, self.num_queries, self.depth = nc, num_queries, depth
+        self.logged: set[tuple[int, int]] = set()   # (queries, tokens) already logged as too few tokens
         self.eval_idx = eval_idx % depth
         self.v2_layout, self.strides = v2_layout, tuple(strides)
         levels = len(feat_channels)
@@ -144,7 +145,8 @@ class RTDETRDecoder(AnchorBuffers):
         content = self.enc_output(memory)
         logits = self.enc_score_head(content)
         coords = self.enc_bbox_head(content) + anchors.to(memory.dtype)
-        top = topk_tokens(logits, self.num_queries, shapes, self.strides, clamp=self.v2_layout)
+        top = topk_tokens(logits, self.num_queries, shapes, self.strides, clamp=self.v2_layout,
+                          logged=self.logged)
         reference = gather_tokens(coords, top)
         return gather_tokens(content, top).detach(), reference.detach(), gather_tokens(logits, top), reference.sigmoid()
 
