@@ -1,6 +1,7 @@
-"""The part of the family contract the fixed-size DETR families share (RT-DETRv2, D-FINE, DEIM,
-RT-DETRv4, DEIMv2): seams, the denoising training head, loss caching, post-processing, optimizer
-groups, checkpoint tolerance for another size's anchor buffers, and the query count.
+"""The part of the family contract the DETR families share (RT-DETR, and the fixed-size RT-DETRv2,
+D-FINE, DEIM, RT-DETRv4, DEIMv2): seams, the denoising training head, loss caching,
+post-processing, optimizer groups, checkpoint tolerance for another size's anchor buffers, and
+the query count.
 
 A family subclasses ``DETRFamily`` and says how to build its network (``build_network``, for
 ``self.imgsz``), how to build its loss (``make_loss``), where a bare state dict tells its size
@@ -79,7 +80,7 @@ class DETRFamily(Family):
     def infer_nc(cls, state: Mapping[str, Tensor], task: str) -> int:
         key = "decoder.dec_score_head.0.weight"
         if key not in state:
-            raise CheckpointError(f"not a {cls.__name__} detection state dict: {key!r} is missing")
+            raise CheckpointError(f"not a DETR detection state dict: {key!r} is missing")
         return int(state[key].shape[0])
 
     def check_state(self, net: nn.Module, state: Mapping[str, Tensor], source: str) -> None:

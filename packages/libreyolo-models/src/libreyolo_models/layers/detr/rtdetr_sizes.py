@@ -53,13 +53,9 @@ VARIANTS: dict[str, Variant] = {
 }
 
 # Shared by every size (the official configs'): three feature levels, eight heads, four sampling
-# points per head and level, 300 queries chosen from the encoder's top-k, up to 100 denoising
-# queries per batch, half of their labels flipped with probability 0.25 (ratio 0.5, halved), and
-# box noise of up to one half-extent.
+# points per head and level, 300 queries chosen from the encoder's top-k. (The denoising settings
+# every DETR family shares are in ``detr_family``.)
 STRIDES = (8, 16, 32)
 NUM_HEADS = 8
 NUM_POINTS = 4
 NUM_QUERIES = 300
-NUM_DENOISING = 100
-LABEL_NOISE_RATIO = 0.5
-BOX_NOISE_SCALE = 1.0
