@@ -73,3 +73,15 @@ def test_checkpoint_round_trip_keeps_weights_metadata_and_predictions(family: st
     torch.save(model.net.state_dict(), bare)   # no metadata: size and classes from the weights
     from_bare = LibreYOLO(bare, family=family)
     assert (from_bare.size, from_bare.nc) == (SMALLEST[family], 3)
+
+
+@pytest.mark.parametrize("family", ["dfine", "rtdetrv2"])
+def test_an_input_with_fewer_tokens_than_queries_still_trains(family: str) -> None:
+    """The denoising attention mask is built for ``num_queries``; the decoder cuts it to the
+    queries a small input gave (64 px: 20 tokens for D-FINE n, 84 for RT-DETRv2 r18)."""
+    model = _model(family)
+    net, fam = model.net.train(), model.family
+    targets = torch.tensor([[0, 1, 0.5, 0.5, 0.3, 0.3]])
+    head = fam.training_head(net, fam.training_forward(net, torch.rand(1, 3, 64, 64)), targets)
+    result = fam.compute_loss(head, targets, LossContext(gains=model.spec.task("detect").loss_gains))
+    assert head["logits"].shape[2] < 300 and torch.isfinite(result.total)

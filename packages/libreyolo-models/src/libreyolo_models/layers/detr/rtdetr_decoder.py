@@ -173,8 +173,10 @@ class RTDETRDecoder(AnchorBuffers):
         dn_content = self.denoising_class_embed(denoising.labels).to(queries.dtype)
         queries = torch.cat((dn_content, queries), 1)
         reference = torch.cat((denoising.boxes_unact.to(reference.dtype), reference), 1)
-        logits, boxes = self._refine(queries, reference, memory, shapes, denoising.attn_mask, last=self.depth - 1,
-                                     every_layer=True)
+        mask = denoising.attn_mask
+        if mask is not None:  # built for num_queries; a small input may have selected fewer (v2 layout)
+            mask = mask[:queries.shape[1], :queries.shape[1]]
+        logits, boxes = self._refine(queries, reference, memory, shapes, mask, last=self.depth - 1, every_layer=True)
         d = denoising.num_queries
         return {"logits": logits[:, :, d:], "boxes": boxes[:, :, d:], "enc_logits": enc_logits, "enc_boxes": enc_boxes,
                 "dn_logits": logits[:, :, :d], "dn_boxes": boxes[:, :, :d]}
