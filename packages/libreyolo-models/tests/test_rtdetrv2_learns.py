@@ -8,8 +8,11 @@ epochs at 128 px). A detection transformer is costly on a CPU at any image size:
 queries (plus about 200 denoising queries per image) cost the same at 128 px as at 640 px, so this
 test is outside the default (CI) selection (``learning``).
 
-Measured here (2026-12-04, the shared 2-core machine at load average ~9-10, one process):
-see ``MEASURED`` below.
+Measured here (2026-12-04, the shared 2-core machine at load average 4-10, one process, these
+settings but validating after every epoch): 10 epochs in 57 min, mAP50 0.406 (mAP50-95 0.295);
+mAP50 by epoch 0.03, 0.07, 0.10, 0.13, 0.16, 0.22, 0.26, 0.33, 0.37, 0.41; bbox loss 6.63 -> 2.81,
+giou 8.34 -> 4.20. (D-FINE n, by contrast, at 160 px with 100 queries: mAP50 0.04 after 6 epochs;
+its stem is frozen at random initialisation, as upstream builds it for a pretrained backbone.)
 """
 
 from __future__ import annotations
@@ -26,7 +29,6 @@ log = logging.getLogger(__name__)
 
 QUICK = {"data": "shapes", "imgsz": 128, "batch": 8, "nbs": 8, "epochs": 10, "lr0": 5e-4, "workers": 0,
          "device": "cpu", "val": False, "verbose": False, "plots": False}
-MEASURED = "pending"
 
 
 @pytest.mark.slow
