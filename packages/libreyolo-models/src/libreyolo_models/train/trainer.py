@@ -138,6 +138,8 @@ class Trainer:
             self.train_index = train_index = task.load_split(data, "train")
             val_index = task.load_split(data, "val") if has_val else None
         with self._setup_phase("model"):
+            if cfg.num_queries is not None:  # before the EMA copy, so validation selects as many
+                model.family.set_num_queries(model.net, cfg.num_queries)
             model.net.to(self.device).float()
             self.channels_last = self.device.type == "cuda" and cfg.channels_last in (True, "auto")
             if self.channels_last:  # before the EMA copy and the optimizer, so both see NHWC parameters
