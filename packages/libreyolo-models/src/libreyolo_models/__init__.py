@@ -27,11 +27,13 @@ from .named import (  # noqa: E402
     LibreConvNeXt,
     LibreEfficientNetV2,
     LibreMobileNetV4,
+    LibrePICODET,
     LibreResNet,
     LibreRTDETR,
     LibreRTMDet,
     LibreSegFormer,
     LibreYOLO9,
+    LibreYOLONAS,
     LibreYOLOX,
 )
 from .predict.probs import Probs  # noqa: E402
@@ -40,7 +42,8 @@ from .registry import families, register_family, unregister_family  # noqa: E402
 
 __all__ = [
     "SAMPLE_IMAGE", "Boxes", "CheckpointError", "ConfigError", "Family", "FamilySpec", "LibreConvNeXt", "LibreEfficientNetV2",
-    "LibreMobileNetV4", "LibreRTDETR", "LibreRTMDet", "LibreResNet", "LibreSegFormer", "LibreYOLO", "LibreYOLO9", "LibreYOLOX",
+    "LibreMobileNetV4", "LibrePICODET", "LibreRTDETR", "LibreRTMDet", "LibreResNet", "LibreSegFormer", "LibreYOLO",
+    "LibreYOLO9", "LibreYOLONAS", "LibreYOLOX",
     "LibreYOLOError", "LossContext", "LossResult", "Probs", "Results", "SourceError", "TaskDecl", "UnknownFamilyError",
     "WeightsEntry", "WeightsNotFoundError", "__version__", "families", "register_family", "unregister_family",
 ]

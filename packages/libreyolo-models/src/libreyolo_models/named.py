@@ -56,3 +56,13 @@ def LibreConvNeXt(model: str | Path | None = None, **kwargs: Any) -> LibreYOLO: 
 def LibreMobileNetV4(model: str | Path | None = None, **kwargs: Any) -> LibreYOLO:  # noqa: N802 - a class-like name
     """MobileNetV4 classifier: ``LibreMobileNetV4(size="small", nc=10)`` or ``LibreMobileNetV4("best.pt")``."""
     return LibreYOLO(model, family="mobilenetv4", **kwargs)
+
+
+def LibreYOLONAS(model: str | Path | None = None, **kwargs: Any) -> LibreYOLO:  # noqa: N802 - upstream's name
+    """YOLO-NAS: ``LibreYOLONAS(size="s", nc=3)`` (untrained) or ``LibreYOLONAS("best.pt")``."""
+    return LibreYOLO(model, family="yolonas", **kwargs)
+
+
+def LibrePICODET(model: str | Path | None = None, **kwargs: Any) -> LibreYOLO:  # noqa: N802 - upstream's name
+    """PicoDet: ``LibrePICODET(size="s", nc=3)`` (untrained) or ``LibrePICODET("LibrePICODETs.pt")``."""
+    return LibreYOLO(model, family="picodet", **kwargs)

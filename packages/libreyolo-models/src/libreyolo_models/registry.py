@@ -17,16 +17,19 @@ from .errors import ConfigError, UnknownFamilyError
 from .families.convnext.spec import SPEC as CONVNEXT
 from .families.efficientnetv2.spec import SPEC as EFFICIENTNETV2
 from .families.mobilenetv4.spec import SPEC as MOBILENETV4
+from .families.picodet.spec import SPEC as PICODET
 from .families.resnet.spec import SPEC as RESNET
 from .families.rtdetr.spec import SPEC as RTDETR
 from .families.rtmdet.spec import SPEC as RTMDET
 from .families.segformer.spec import SPEC as SEGFORMER
 from .families.yolo9.spec import SPEC as YOLO9
+from .families.yolonas.spec import SPEC as YOLONAS
 from .families.yolox.spec import SPEC as YOLOX
 from .family_spec import TASK_SUFFIXES, FamilySpec
 
 BUILTIN: dict[str, FamilySpec] = {spec.name: spec for spec in (YOLO9, YOLOX, RTMDET, RTDETR, SEGFORMER, RESNET,
-                                                                EFFICIENTNETV2, CONVNEXT, MOBILENETV4)}
+                                                                EFFICIENTNETV2, CONVNEXT, MOBILENETV4, YOLONAS,
+                                                                PICODET)}
 
 _extra: dict[str, FamilySpec] = {}
 

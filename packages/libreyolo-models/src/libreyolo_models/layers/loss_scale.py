@@ -45,3 +45,21 @@ def global_normalizer(local: Tensor, normalizer_sum: Callable[[Tensor], Tensor] 
                         f"{tuple(total.shape) if isinstance(total, Tensor) else ''}; it must return a "
                         "one-element tensor, the sum of its argument over ranks (all-reduce-sum)")
     return total.detach().reshape(()).to(local.device, local.dtype).clamp(min=1.0)
+
+
+def global_normalizers(local: Tensor, normalizer_sum: Callable[[Tensor], Tensor] | None,
+                       floors: tuple[float, ...]) -> tuple[Tensor, ...]:
+    """Several normalisers of one loss (``local``: a 1-d tensor of them, rank-local), summed over all
+    ranks in one call of ``normalizer_sum``, then each clamped to at least its floor (after the
+    reduce, so ranks agree). For losses that divide different terms by different counts (PicoDet:
+    positives for the class term, quality weights for the box terms)."""
+    local = local.detach().float().reshape(-1)
+    if local.numel() != len(floors):
+        raise ValueError(f"{local.numel()} normalisers but {len(floors)} floors; pass one floor per normaliser")
+    total = local if normalizer_sum is None else normalizer_sum(local)
+    if not isinstance(total, Tensor) or total.numel() != local.numel():
+        raise TypeError(f"normalizer_sum returned {type(total).__name__} "
+                        f"{tuple(total.shape) if isinstance(total, Tensor) else ''}; it must return a tensor "
+                        f"shaped like its argument ({local.numel()} elements), its sum over ranks (all-reduce-sum)")
+    total = total.detach().reshape(-1).to(local.device, local.dtype)
+    return tuple(total[i].clamp(min=floor) for i, floor in enumerate(floors))
