@@ -25,7 +25,8 @@ from libreyolo_models import SAMPLE_IMAGE, LibreYOLO, families
 # family -> (size, imgsz): the smallest of each, at the smallest size its layout accepts
 # (RT-DETR selects 300 queries from the encoder tokens: 128 px and up).
 CASES = {"yolo9": ("t", 64), "yolox": ("n", 64), "rtdetr": ("r18", 128), "segformer": ("b0", 64), "rtmdet": ("t", 64),
-         "resnet": ("18", 64), "efficientnetv2": ("b0", 64), "convnext": ("tiny", 64), "mobilenetv4": ("small", 64)}
+         "resnet": ("18", 64), "efficientnetv2": ("b0", 64), "convnext": ("tiny", 64), "mobilenetv4": ("small", 64),
+         "yolonas": ("s", 64), "picodet": ("s", 64)}
 FORMATS = ("onnx", "torchscript", "openvino")
 # Over ~10 s on an idle 2-core CPU (export of a big graph, or 21 images at 128 px through RT-DETR).
 SLOW = {"rtdetr", "convnext"}

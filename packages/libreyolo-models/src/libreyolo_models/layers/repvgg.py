@@ -17,8 +17,6 @@ of YOLO-NAS weights (SuperGradients' and upstream LibreYOLO's): treat them as a 
 
 from __future__ import annotations
 
-from collections import OrderedDict
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -61,6 +59,18 @@ def identity_kernel(channels: int, groups: int, size: int, *, device: torch.devi
     return kernel
 
 
+class ConvBN(nn.Module):
+    """``bn(conv(x))``: a bias-free convolution and its BatchNorm (a RepVGG branch; keys ``conv``, ``bn``)."""
+
+    def __init__(self, c_in: int, c_out: int, k: int, stride: int, *, bn_eps: float, bn_momentum: float) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(c_in, c_out, k, stride, k // 2, bias=False)
+        self.bn = BatchNorm2d(c_out, eps=bn_eps, momentum=bn_momentum)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.bn(self.conv(x))
+
+
 class QARepVGGBlock(nn.Module):
     """QARepVGG: ``act(post_bn(bn(conv3x3(x)) + alpha * conv1x1(x) + x))``; fuses into one conv.
 
@@ -93,9 +103,7 @@ class QARepVGGBlock(nn.Module):
         self.alpha: nn.Parameter | float = nn.Parameter(torch.ones(1)) if use_alpha else 1.0
         self.nonlinearity = act if act is not None else nn.ReLU()
         self.se = nn.Identity()  # upstream's squeeze-excitation slot, unused by YOLO-NAS
-        self.branch_3x3 = nn.Sequential(OrderedDict(
-            conv=nn.Conv2d(c_in, c_out, 3, stride, 1, bias=False),
-            bn=BatchNorm2d(c_out, eps=bn_eps, momentum=bn_momentum)))
+        self.branch_3x3 = ConvBN(c_in, c_out, 3, stride, bn_eps=bn_eps, bn_momentum=bn_momentum)
         self.branch_1x1 = nn.Conv2d(c_in, c_out, 1, stride, 0, bias=True)
         self.post_bn = BatchNorm2d(c_out, eps=bn_eps, momentum=bn_momentum)
         self.rbr_reparam = nn.Conv2d(c_in, c_out, 3, stride, 1, bias=True)

@@ -71,9 +71,14 @@ class SELayer(nn.Module):
 
 
 def channel_shuffle(x: Tensor, groups: int = 2) -> Tensor:
-    """Interleave the channels of ``groups`` equal groups (ShuffleNet). Written without reading the
-    sizes as numbers, so an exported trace follows the input's size."""
-    return x.unflatten(1, (groups, -1)).transpose(1, 2).flatten(1, 2)
+    """Interleave the channels of ``groups`` equal groups (ShuffleNet).
+
+    The sizes come from ``x.shape`` (a trace records them as the input's sizes). Not ``unflatten``:
+    its ONNX export left every later shape of the graph fixed at the traced batch (a batch of 8 then
+    failed in a reshape of the head).
+    """
+    b, c, h, w = x.shape
+    return x.view(b, groups, c // groups, h, w).transpose(1, 2).reshape(b, c, h, w)
 
 
 class ESBlock(nn.Module):

@@ -122,24 +122,22 @@ class PicoHead(nn.Module):
         super().__init__()
         self.nc = nc
         self.cls_convs = nn.ModuleList(
-            nn.ModuleList(DepthwiseSeparable(width, width, k) for _ in range(head_convs)) for _ in range(levels))
-        self.gfl_cls = nn.ModuleList(nn.Conv2d(width, nc + 4 * BINS, 1) for _ in range(levels))
+            nn.Sequential(*(DepthwiseSeparable(width, width, k) for _ in range(head_convs))) for _ in range(levels))
+        outputs = [nn.Conv2d(width, nc + 4 * BINS, 1) for _ in range(levels)]
+        self.gfl_cls = nn.ModuleList(outputs)
         for module in self.modules():  # upstream: Normal(0, 0.01) convs, unit BatchNorms
             if isinstance(module, nn.Conv2d):
                 nn.init.normal_(module.weight, std=0.01)
                 if module.bias is not None:
                     nn.init.zeros_(module.bias)
-        for conv in self.gfl_cls:
-            nn.init.constant_(conv.bias[:nc], -math.log((1 - PRIOR_PROB) / PRIOR_PROB))
+        with torch.no_grad():
+            for conv in outputs:
+                if conv.bias is not None:  # built with a bias; the check is for the type checker
+                    conv.bias[:nc] = -math.log((1 - PRIOR_PROB) / PRIOR_PROB)
 
     def forward(self, feats: list[Tensor]) -> list[Tensor]:
         """Per level ``[B, nc + 32, H, W]``: class logits, then box-side logits (side-major)."""
-        maps = []
-        for convs, out, x in zip(self.cls_convs, self.gfl_cls, feats):
-            for conv in convs:
-                x = conv(x)
-            maps.append(out(x))
-        return maps
+        return [out(convs(x)) for convs, out, x in zip(self.cls_convs, self.gfl_cls, feats)]
 
 
 def decode(raw: list[Tensor], nc: int, anchors: AnchorCache) -> Tensor:

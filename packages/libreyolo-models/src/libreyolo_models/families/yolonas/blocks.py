@@ -9,14 +9,12 @@ format. Every BatchNorm uses eps 1e-3 and momentum 0.03 (what upstream sets afte
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
 
-from ...layers.conv import BN_EPS, BN_MOMENTUM, BatchNorm2d, Conv
-from ...layers.fuse import fold_batchnorm
+from ...layers.conv import Conv
 from ...layers.repvgg import QARepVGGBlock
 
 BlockFactory = Callable[[int, int], nn.Module]
@@ -33,24 +31,14 @@ class ConvReLU(Conv):
 
 class SeqConvReLU(nn.Module):
     """The head's conv unit: the same ``relu(bn(conv(x)))``, nested in ``seq`` (keys ``seq.conv``,
-    ``seq.bn``), as SuperGradients' ``ConvBNReLU`` stores it."""
+    ``seq.bn``), as SuperGradients' ``ConvBNReLU`` stores it; it folds like every ``Conv``."""
 
     def __init__(self, c_in: int, c_out: int, k: int = 1) -> None:
         super().__init__()
-        self.seq = nn.Sequential(OrderedDict(
-            conv=nn.Conv2d(c_in, c_out, k, 1, k // 2, bias=False),
-            bn=BatchNorm2d(c_out, eps=BN_EPS, momentum=BN_MOMENTUM),
-            act=nn.ReLU()))
+        self.seq = ConvReLU(c_in, c_out, k)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.seq(x)
-
-    def fuse_for_inference(self) -> bool:
-        """Fold ``seq.bn`` into ``seq.conv`` (see ``layers.fuse``); True when something changed."""
-        if not hasattr(self.seq, "bn"):
-            return False
-        self.seq = nn.Sequential(OrderedDict(conv=fold_batchnorm(self.seq.conv, self.seq.bn), act=self.seq.act))
-        return True
 
 
 def repvgg_block(c_in: int, c_out: int) -> nn.Module:

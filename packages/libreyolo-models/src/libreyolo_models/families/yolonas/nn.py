@@ -146,7 +146,8 @@ class DFLHead(nn.Module):
         self.reg_convs = nn.Sequential(SeqConvReLU(width, width, 3))
         self.cls_pred = nn.Conv2d(width, nc, 1)
         self.reg_pred = nn.Conv2d(width, 4 * BINS, 1)
-        nn.init.constant_(self.cls_pred.bias, -math.log((1 - PRIOR_PROB) / PRIOR_PROB))
+        if self.cls_pred.bias is not None:  # built with a bias; the check is for the type checker
+            nn.init.constant_(self.cls_pred.bias, -math.log((1 - PRIOR_PROB) / PRIOR_PROB))
 
     def forward(self, x: Tensor) -> Tensor:
         """``[B, 4 * BINS + nc, H, W]``: box-side logits (side-major l, t, r, b), then class logits."""

@@ -47,7 +47,8 @@ class PoseHead(nn.Module):
         self.cls_pred = nn.Conv2d(box_width, 1 + num_keypoints, 1)
         self.reg_pred = nn.Conv2d(box_width, 4 * BINS, 1)
         self.pose_pred = nn.Conv2d(pose_width, 2 * num_keypoints, 1)
-        nn.init.constant_(self.cls_pred.bias, -math.log((1 - PRIOR_PROB) / PRIOR_PROB))
+        if self.cls_pred.bias is not None:  # built with a bias; the check is for the type checker
+            nn.init.constant_(self.cls_pred.bias, -math.log((1 - PRIOR_PROB) / PRIOR_PROB))
 
     def forward(self, x: Tensor) -> Tensor:
         """``[B, 4 * BINS + 1 + 3K, H, W]``: box-side logits, person logit, K visibility logits, then
