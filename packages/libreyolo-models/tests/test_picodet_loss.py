@@ -8,10 +8,10 @@ import math
 
 import pytest
 import torch
+from family_steps import losses_over_steps
 from rank_split import assert_two_ranks_average_to_one_process, leaves
 
 from libreyolo_models import LibrePICODET
-from libreyolo_models.contract import LossContext
 from libreyolo_models.families.picodet.loss import PicoDetLoss
 from libreyolo_models.layers.boxes import xyxy_to_xywh
 from libreyolo_models.layers.simota import SimOTAAssigner
@@ -129,16 +129,8 @@ def test_loss_falls_over_twenty_steps_through_the_family() -> None:
     """PicoDet-s at 64 px, batch 2, SGD: the family's seams and loss learn a fixed batch."""
     torch.manual_seed(0)
     model = LibrePICODET(size="s", nc=3, imgsz=IMGSZ)
-    net, family = model.net.train(), model.family
     images = torch.rand(2, 3, IMGSZ, IMGSZ, generator=torch.Generator().manual_seed(0))
     targets = torch.tensor([box(0, 0, 8, 8, 30, 30), box(0, 1, 36, 20, 60, 50), box(1, 2, 10, 12, 54, 58)])
-    ctx = LossContext(gains=dict(model.spec.task("detect").loss_gains))
-    optimizer = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
-    losses = []
-    for _ in range(20):
-        result = family.compute_loss(family.training_forward(net, images), targets, ctx)
-        optimizer.zero_grad()
-        result.total.backward()
-        optimizer.step()
-        losses.append(result.total.item())
+    optimizer = torch.optim.SGD(model.net.parameters(), lr=0.01, momentum=0.9)
+    losses = losses_over_steps(model, images, targets, optimizer)
     assert max(losses[-3:]) < 0.6 * losses[0], losses

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from libreyolo_models.layers.fuse import fused_copy, fuse_network
+from libreyolo_models.layers.fuse import fuse_network, fused_copy
 from libreyolo_models.layers.repvgg import QARepVGGBlock, centred_kernel, identity_kernel
 
 

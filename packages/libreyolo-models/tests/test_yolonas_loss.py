@@ -6,10 +6,10 @@ from __future__ import annotations
 import math
 
 import torch
+from family_steps import losses_over_steps
 from rank_split import assert_two_ranks_average_to_one_process, leaves
 
 from libreyolo_models import LibreYOLONAS
-from libreyolo_models.contract import LossContext
 from libreyolo_models.families.yolonas.loss import YoloNasLoss
 
 NC = 2
@@ -100,16 +100,8 @@ def test_loss_falls_over_twenty_steps_through_the_family() -> None:
     """YOLO-NAS-s at 64 px, batch 2, AdamW: the family's seams and loss learn a fixed batch."""
     torch.manual_seed(0)
     model = LibreYOLONAS(size="s", nc=3, imgsz=IMGSZ)
-    net, family = model.net.train(), model.family
     images = torch.rand(2, 3, IMGSZ, IMGSZ, generator=torch.Generator().manual_seed(0))
     targets = torch.tensor([box(0, 0, 8, 8, 30, 30), box(0, 1, 36, 20, 60, 50), box(1, 2, 10, 12, 54, 58)])
-    ctx = LossContext(gains=dict(model.spec.task("detect").loss_gains))
-    optimizer = torch.optim.AdamW([p for p in net.parameters() if p.requires_grad], lr=1e-3)
-    losses = []
-    for _ in range(20):
-        result = family.compute_loss(family.training_forward(net, images), targets, ctx)
-        optimizer.zero_grad()
-        result.total.backward()
-        optimizer.step()
-        losses.append(result.total.item())
+    optimizer = torch.optim.AdamW([p for p in model.net.parameters() if p.requires_grad], lr=1e-3)
+    losses = losses_over_steps(model, images, targets, optimizer)
     assert max(losses[-3:]) < 0.5 * losses[0], losses

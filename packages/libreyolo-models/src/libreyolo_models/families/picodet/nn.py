@@ -20,7 +20,7 @@ from torch import Tensor, nn
 
 from ...layers.anchors import AnchorCache, dfl_expectation, distances_to_boxes, level_shapes
 from ...layers.normalize import InputNormalize
-from .blocks import CSPLayer, ConvBNAct, DepthwiseSeparable, ESBlock, ESBlockDS
+from .blocks import ConvBNAct, CSPLayer, DepthwiseSeparable, ESBlock, ESBlockDS
 
 STRIDES = (8, 16, 32, 64)
 BINS = 8  # DFL bins per box side (upstream's reg_max = 7)
