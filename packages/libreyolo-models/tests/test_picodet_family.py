@@ -96,3 +96,4 @@ def test_recipe_is_upstreams_sgd_schedule_per_image() -> None:
     assert (cfg.optimizer, cfg.nbs, cfg.momentum, cfg.cos_lr, cfg.lrf) == ("SGD", 16, 0.9, True, 0.0)
     assert cfg.lr0 == pytest.approx(0.1 / 16) and cfg.weight_decay == pytest.approx(4e-5 * 16)
     assert (cfg.mosaic, cfg.scale, cfg.translate, cfg.degrees, cfg.fliplr) == (0.0, 0.0, 0.0, 0.0, 0.5)
+    assert cfg.max_grad_norm == 0.0  # upstream does not clip

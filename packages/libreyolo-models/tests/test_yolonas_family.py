@@ -98,6 +98,7 @@ def test_recipe_is_upstreams_adamw_schedule_in_train_config_values() -> None:
     cfg = load_config(TrainConfig, {**decl.recipe, "data": "shapes"}, "recipe")
     assert (cfg.optimizer, cfg.lr0, cfg.weight_decay, cfg.nbs, cfg.cos_lr, cfg.lrf) == ("AdamW", 5e-4, 1e-5, 16, True, 0.1)
     assert (cfg.mosaic, cfg.translate, cfg.scale, cfg.fliplr, cfg.amp, cfg.warmup_bias_lr) == (0.0, 0.25, 0.5, 0.5, False, 0.0)
+    assert cfg.max_grad_norm == 0.0  # upstream does not clip
     assert decl.recipe_shares == {"warmup_epochs": 0.3, "close_mosaic": 0.3}
 
 

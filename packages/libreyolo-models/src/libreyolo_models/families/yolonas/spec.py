@@ -20,14 +20,15 @@ def _implementation() -> type[Family]:
 # TrainConfig values: AdamW at lr 5e-4 with decay 1e-5 for batches of 16 (nbs), cosine down to 10 %
 # after one warmup epoch that starts near 0 for every group (warmup_bias_lr 0: AdamW, no YOLO-style
 # bias warmup), no mosaic, translation 0.25, scale +/- 0.5, flips, HSV jitter, fp32 (amp off), 300
-# epochs. What TrainConfig cannot say (mixup at 0.5, EMA decay 0.9997, the HSV probability 0.5) is
-# listed in docs/families/yolonas.md. The loss is a per-target mean (see loss.py): AdamW's steps do
-# not depend on its scale, so the learning rate carries over unchanged.
+# epochs, gradients unclipped (max_grad_norm 0: upstream does not clip). What TrainConfig cannot say
+# (mixup at 0.5, EMA decay 0.9997, the HSV probability 0.5) is listed in docs/families/yolonas.md.
+# The loss is a per-target mean (see loss.py): AdamW's steps do not depend on its scale, so the
+# learning rate carries over unchanged.
 RECIPE: dict[str, object] = {
     "epochs": 300, "optimizer": "AdamW", "lr0": 5e-4, "nbs": 16, "momentum": 0.9, "weight_decay": 1e-5,
     "cos_lr": True, "lrf": 0.1, "warmup_epochs": 1.0, "warmup_bias_lr": 0.0, "warmup_momentum": 0.9,
     "mosaic": 0.0, "close_mosaic": 0, "degrees": 0.0, "translate": 0.25, "scale": 0.5, "shear": 0.0,
-    "fliplr": 0.5, "amp": False,
+    "fliplr": 0.5, "amp": False, "max_grad_norm": 0.0,
 }
 
 SPEC = FamilySpec(
