@@ -42,3 +42,6 @@ def test_family_trains_validates_predicts_and_exports_through_the_cli(name: str,
     out = capsys.readouterr().out
     family = "yolonas" if "NAS" in name else "picodet"
     assert f"family: {family}" in out and "mAP50=" in out
+    assert main(["info"]) == 0
+    listing = [line.split() for line in capsys.readouterr().out.splitlines()]
+    assert [family, "detect", "s,m,l", f"{name}.pt"] in [row[:4] for row in listing]

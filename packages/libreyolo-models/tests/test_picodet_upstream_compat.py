@@ -4,7 +4,7 @@ and eval-mode numerics (size s, both deterministic fills, 320x320 input, four le
 The data under ``data/upstream/`` comes from upstream (``SOURCE-yolonas-picodet.md``); the fill
 rules are restated in ``upstream_fill.py``. Upstream's eval output is ``(class logits, box-side
 logits)`` per level (strides 8, 16, 32, 64), for ImageNet-normalised RGB input (the network's
-``forward``; the zoo's seams normalise RGB in [0, 1] inside). The vectors are well conditioned
+``upstream_outputs``; the zoo's seams normalise RGB in [0, 1] inside). The vectors are well conditioned
 (float32 noise <= 2.4e-7 on magnitudes below 0.4): absolute tolerance 1e-5.
 """
 
@@ -57,7 +57,7 @@ def test_forward_matches_upstream_vectors(variant: str) -> None:
     fill_weights(model, variant)
     assert torch.equal(vector_input(), torch.from_numpy(ref["input"]))
     with torch.no_grad():
-        cls_scores, box_logits = model(torch.from_numpy(ref["input"]))
+        cls_scores, box_logits = model.upstream_outputs(torch.from_numpy(ref["input"]))
     got = [(f"[0][{i}]", t) for i, t in enumerate(cls_scores)] + [(f"[1][{i}]", t) for i, t in enumerate(box_logits)]
     assert [name for name, _ in got] == list(ref["out_names"])
     assert [t.shape[2] for _, t in got[:4]] == [40, 20, 10, 5]
@@ -73,7 +73,7 @@ def test_zoo_input_is_normalised_inside_the_network() -> None:
     normalised = (images - torch.tensor(MEAN_RGB).view(1, 3, 1, 1)) / torch.tensor(STD_RGB).view(1, 3, 1, 1)
     with torch.no_grad():
         ours = model.raw_outputs(images)
-        cls_scores, box_logits = model(normalised)
+        cls_scores, box_logits = model.upstream_outputs(normalised)
     for mine, c, b in zip(ours, cls_scores, box_logits):
         torch.testing.assert_close(mine, torch.cat((c, b), 1))
 

@@ -2,9 +2,9 @@
 GFL head with a shared class/box output): tensors in, tensors out.
 
 No NMS, no ``.item()``, no I/O and no data-dependent shapes: this module is what a CUDA graph
-captures. ``PicoDetNet.forward`` takes what upstream's network takes (ImageNet-normalised RGB)
-and returns what it returns; ``raw_outputs`` / ``predictions`` take the zoo's RGB in [0, 1] and
-normalise inside the network (so inside a captured graph).
+captures. ``PicoDetNet.upstream_outputs`` (and ``forward``) takes what upstream's network takes
+(ImageNet-normalised RGB) and returns what it returns; ``raw_outputs`` / ``predictions`` take the
+zoo's RGB in [0, 1] and normalise inside the network (so inside a captured graph).
 
 State-dict keys (``backbone.``, ``neck.``, ``head.``) match upstream LibreYOLO's PicoDet with no
 remapping; ``tests/test_picodet_upstream_compat.py`` pins them for s, m and l.
@@ -153,10 +153,11 @@ def decode(raw: list[Tensor], nc: int, anchors: AnchorCache) -> Tensor:
 class PicoDetNet(nn.Module):
     """PicoDet detector network.
 
-    ``forward`` input: ``float [B, 3, H, W]``, ImageNet-normalised RGB (upstream's input), H and W
-    multiples of 32 (the fourth level is ``ceil(H / 64)``). Output ``(cls_scores, box_logits)``:
-    per level (strides 8, 16, 32, 64) class logits ``[B, nc, H/s, W/s]`` and box-side logits
-    ``[B, 32, H/s, W/s]``, upstream's eval output. ``raw_outputs`` and the seams take RGB in [0, 1].
+    ``forward`` / ``upstream_outputs`` input: ``float [B, 3, H, W]``, ImageNet-normalised RGB
+    (upstream's input), H and W multiples of 32 (the fourth level is ``ceil(H / 64)``). Output
+    ``(cls_scores, box_logits)``: per level (strides 8, 16, 32, 64) class logits ``[B, nc, H/s,
+    W/s]`` and box-side logits ``[B, 32, H/s, W/s]``, upstream's eval output. ``raw_outputs`` and
+    ``predictions`` (the seams) take RGB in [0, 1].
     """
 
     def __init__(self, size: str = "s", nc: int = 80) -> None:
@@ -180,9 +181,14 @@ class PicoDetNet(nn.Module):
         """Upstream's input -> per level ``[B, nc + 32, H/s, W/s]``."""
         return self.head(self.neck(self.backbone(x)))
 
-    def forward(self, x: Tensor) -> tuple[list[Tensor], list[Tensor]]:
+    def upstream_outputs(self, x: Tensor) -> tuple[list[Tensor], list[Tensor]]:
+        """Upstream's eval-mode forward on its own input (ImageNet-normalised RGB): per level class
+        logits and box-side logits. What the compatibility vectors hold."""
         maps = self.maps(x)
         return [m[:, :self.nc] for m in maps], [m[:, self.nc:] for m in maps]
+
+    def forward(self, x: Tensor) -> tuple[list[Tensor], list[Tensor]]:
+        return self.upstream_outputs(x)
 
     def raw_outputs(self, images: Tensor) -> list[Tensor]:
         """RGB in [0, 1] -> the four raw head maps (the training seam)."""
