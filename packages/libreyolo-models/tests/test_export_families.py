@@ -30,10 +30,11 @@ CASES = {"yolo9": ("t", 64), "yolox": ("n", 64), "rtdetr": ("r18", 128), "segfor
 FORMATS = ("onnx", "torchscript", "openvino")
 # Over ~10 s on an idle 2-core CPU (export of a big graph, or 21 images at 128 px through RT-DETR).
 SLOW = {"rtdetr", "convnext"}
+SLOW_FORMATS = {("yolonas", "openvino")}  # YOLO-NAS-s (19M parameters) through OpenVINO's converter: 9-27 s
 
 
 def _case(family: str, fmt: str) -> object:
-    marks = [pytest.mark.slow] if family in SLOW else []
+    marks = [pytest.mark.slow] if family in SLOW or (family, fmt) in SLOW_FORMATS else []
     return pytest.param(family, fmt, marks=marks, id=f"{family}-{fmt}")
 
 
