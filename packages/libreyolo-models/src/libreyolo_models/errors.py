@@ -25,3 +25,9 @@ class WeightsNotFoundError(LibreYOLOError, FileNotFoundError):
 
 class SourceError(LibreYOLOError, ValueError):
     """A prediction input (file, folder, array, tensor) cannot be read."""
+
+
+class TrainingDivergedError(LibreYOLOError, RuntimeError):
+    """Training stopped because its loss or weights became NaN or inf (the message says when,
+    what was saved, and what to change)."""
+
