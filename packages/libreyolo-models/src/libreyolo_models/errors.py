@@ -31,3 +31,14 @@ class TrainingDivergedError(LibreYOLOError, RuntimeError):
     """Training stopped because its loss or weights became NaN or inf (the message says when,
     what was saved, and what to change)."""
 
+
+class ModelBusyError(LibreYOLOError, RuntimeError):
+    """A model object was asked to do something while it trains (another ``train()``, a predict)."""
+
+
+class RunFolderBusyError(LibreYOLOError, RuntimeError):
+    """A run folder is in use by another live training run (its lock names the process)."""
+
+
+class MissingExtraError(LibreYOLOError, ImportError):
+    """An optional dependency is not installed; the message is the command that installs it."""

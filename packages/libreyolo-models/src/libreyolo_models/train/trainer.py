@@ -26,12 +26,11 @@ from ..atomic_write import remove_stale_temps
 from ..contract.family import LossContext, has_training_head
 from ..devices import describe_device
 from ..errors import ConfigError
-from ..rundir import next_run_dir
 from ..tasks import EvalSettings
 from ..tensor_trees import unpack_tensors
 from ..workers import default_workers
 from . import half_weights
-from .adapt import adapt_to_classes
+from .adapt import adapt_to_classes, check_resume_classes
 from .backend_flags import restored_backend_flags, set_autotune, set_deterministic
 from .callbacks import (
     CallbackRunner,
@@ -43,7 +42,7 @@ from .callbacks import (
     TrainStart,
 )
 from .checkpoints import build_training_checkpoint, write_epoch_checkpoints
-from .elastic import forget_run, record_run_dir
+from .elastic import forget_run
 from .divergence import DivergenceWatch
 from .ema import ModelEMA
 from .grad_tools import LeanGradScaler
@@ -53,6 +52,7 @@ from .loggers.images import first_images, prediction_images
 from .optim import OptimizerChoice, build_optimizer, choose_optimizer
 from .plan import TrainPlan
 from .results_log import ResultsLog
+from .run_folder import claim_training_folder, restore_missing_best
 from .schedule import MIN_STEPS_PER_EPOCH, accumulate_steps, apply_lr, nominal_accumulation, warmup_iterations
 from .start_plots import plot_start_of_training, plot_train_batch
 from .step import SeamThenHead, StepTimer, TrainStep
@@ -128,6 +128,8 @@ class Trainer:
         set_deterministic(cfg.deterministic)
         with self._setup_phase("data"):
             data = libreyolo_ddp.resolve_on_rank_zero(lambda: task.load_data(cfg.data))
+            if self.resume is not None:
+                check_resume_classes(model, data.nc, data.names, cfg.data)
             self.model = model = adapt_to_classes(model, data.nc, data.names)
             self.imgsz = self.plan.imgsz
             self.global_batch = self.plan.global_batch
@@ -171,7 +173,7 @@ class Trainer:
         # -inf: a task's fitness may be negative (an error to minimise: fitness = -error)
         self.best: dict[str, Any] = {"fitness": float("-inf"), "epoch": -1, "fields": task.empty_best()}
         with self._setup_phase("run folder"):
-            self.run_dir = self._resolve_run_dir()
+            self.run_dir, self.lock = claim_training_folder(cfg, self.resume)
             self.weights_dir = self.run_dir / "weights"
             if self.rank0:  # rank 0 owns the run folder: temp files there are an interrupted write's
                 remove_stale_temps(self.weights_dir, owned_folder=True)
@@ -179,8 +181,10 @@ class Trainer:
             self.results = ResultsLog.read(self.run_dir / "results.csv") if self.resume else ResultsLog(
                 self.run_dir / "results.csv")
         with self._setup_phase("resume"):
-            if self.resume:
-                self._restore(self.resume)
+            if (ckpt := self.resume) is not None:
+                self._restore(ckpt)
+                if libreyolo_ddp.resolve_on_rank_zero(lambda: restore_missing_best(self.weights_dir, ckpt)):
+                    self.best = {"fitness": float("-inf"), "epoch": -1, "fields": task.empty_best()}
         set_autotune(cfg, self.device, steps=self.n_batches * max(cfg.epochs - self.start_epoch, 0))
         self.timer = StepTimer(cfg.profile and self.world == 1, self.device)
         if cfg.profile and self.world > 1:
@@ -201,17 +205,6 @@ class Trainer:
             self.step.nonfinite, world=self.world, last=self.weights_dir / "last.pt",
             advice=f"the learning rate may be too high ({self.choice.name} lr0={self.choice.lr0:g}): train again with "
                    "a lower lr0, or check the dataset's labels")
-
-    def _resolve_run_dir(self) -> Path:
-        cfg = self.cfg
-        if self.resume:
-            run_dir = Path(self.resume["run_dir"])
-        else:
-            run_dir = libreyolo_ddp.resolve_on_rank_zero(
-                lambda: next_run_dir(cfg.project, cfg.name, exist_ok=cfg.exist_ok))
-        if self.rank0:
-            record_run_dir(cfg.project, run_dir)  # torchrun: where a restart of this job resumes
-        return run_dir
 
     def _restore(self, ckpt: dict[str, Any]) -> None:
         self.model.net.load_state_dict(unpack_tensors(ckpt["train_model"]))
@@ -262,6 +255,9 @@ class Trainer:
             try:
                 return self._run()
             finally:
+                lock = getattr(self, "lock", None)
+                if lock is not None:  # the folder is free for another run from here
+                    lock.release()
                 self.model.graphs.release_training()
                 close = getattr(getattr(self, "train_data", None), "close", None)
                 if close is not None:  # the rendering graphs' pool and resident images: free now
