@@ -28,6 +28,7 @@ from .contract.spec import FamilySpec
 from .errors import ConfigError
 from .graphs import ModelGraphs, capture_ahead
 from .handle import ModelHandle
+from .job_guard import JobGuard
 from .runtime import RuntimeNetwork, is_exported
 from .settings import PredictConfig
 from .zoo.building import resolve_source
@@ -69,6 +70,7 @@ class LibreYOLO:
         """What the last ``val()`` returned (None before any)."""
         self.track_session: TrackSession | None = None
         """What ``track(persist=True)`` continues."""
+        self._guard = JobGuard()  # one train() at a time, no other job during it (job_guard says why)
         if is_exported(model):
             if size is not None or nc is not None or names is not None or task is not None:
                 raise ConfigError(f"size/task/nc/names describe an untrained model; {str(model)!r} is an exported "
@@ -302,6 +304,7 @@ class LibreYOLO:
         """
         from .predict.predictor import run_prediction
 
+        self._guard.refuse_while_training("predict")
         cfg = load_config(PredictConfig, options, "predict()")
         if cfg.cuda_graph is not False:
             self._model.require_pytorch(f"predict(cuda_graph={cfg.cuda_graph!r})")
@@ -335,6 +338,7 @@ class LibreYOLO:
         """
         from .track.runner import start_tracking
 
+        self._guard.refuse_while_training("track")
         session, frames = start_tracking(self._model, source, tracker=tracker,
                                          previous=self.track_session if persist else None, options=options)
         self.track_session = session
@@ -342,27 +346,33 @@ class LibreYOLO:
 
     def train(self, **options: Any) -> Any:
         """Train on ``data`` (see ``train.settings.TrainConfig``); the instance ends with the best
-        weights (or, when the run saved none, the last), on the device it was on."""
+        weights (or, when the run saved none, the last), on the device it was on.
+
+        One ``train()`` per model object at a time: a second one, and a predict, val, export or
+        track of this object while it trains (from another thread), raise ``ModelBusyError``
+        (``job_guard``); load the run's ``last.pt`` into another object to predict meanwhile."""
         from .train.entry import train_model
 
         self._model.require_pytorch("train")
-        self._model.drop_fused("training")  # frees its memory for the run; rebuilt from the trained weights
-        try:
-            outcome, trained = train_model(self._model, options)
-            self._replace(trained, "network rebuilt for training")
-            best = outcome.best or outcome.last
-            if best is not None and Path(best).is_file():
-                self.load(best)
-                log.info("model now holds the best weights: %s", best)
-            return outcome
-        finally:
-            self._model.drop_fused("trained")
+        with self._guard.training():
+            self._model.drop_fused("training")  # frees its memory for the run; rebuilt from the trained weights
+            try:
+                outcome, trained = train_model(self._model, options)
+                self._replace(trained, "network rebuilt for training")
+                best = outcome.best or outcome.last
+                if best is not None and Path(best).is_file():
+                    self.load(best)
+                    log.info("model now holds the best weights: %s", best)
+                return outcome
+            finally:
+                self._model.drop_fused("trained")
 
     def val(self, **options: Any) -> Any:
         """Validate on ``data``'s ``split`` (see ``val.settings.ValConfig``); returns the metrics
         (also kept as ``model.metrics``)."""
         from .val.entry import validate_model
 
+        self._guard.refuse_while_training("val")
         self.metrics = validate_model(self._model, options)
         return self.metrics
 
@@ -373,6 +383,7 @@ class LibreYOLO:
         from .export import export_model
 
         self._model.require_pytorch("export")
+        self._guard.refuse_while_training("export")
         return export_model(self._model, options)
 
     # ----------------------------------------------------------------- CUDA graphs
@@ -404,5 +415,6 @@ def _from_handle(handle: ModelHandle) -> LibreYOLO:
     model = LibreYOLO.__new__(LibreYOLO)
     model.metrics = None
     model.track_session = None
+    model._guard = JobGuard()
     model._model = handle
     return model
