@@ -18,7 +18,7 @@ import glob
 import logging
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
@@ -39,6 +39,7 @@ from ..data.decode import (
 )
 from ..errors import SourceError
 from ..workers import usable_cores
+from .daemon_pool import DaemonPool
 
 __all__ = ["IMAGE_SUFFIXES", "SourceImage", "SourceReport", "expand_paths", "iter_sources"]
 
@@ -219,13 +220,13 @@ def decode_in_order(items: Sequence[P], read: Callable[[P], D], threads: int | N
     """Each item with what ``read`` made of it (pixels, or why it cannot be read), in order,
     reading up to ``threads`` (default ``decode_threads()``) items ahead on a pool; closing the
     iterator early cancels what has not started. An item still being read after
-    ``DECODE_TIMEOUT_S`` is reported as unreadable, so no wait is unbounded."""
-    threads = decode_threads() if threads is None else threads
-    if threads <= 1 or len(items) <= 1:
-        for item in items:
-            yield item, read(item)
+    ``DECODE_TIMEOUT_S`` is reported as unreadable, so no wait is unbounded; its thread is a
+    daemon (``daemon_pool``), so a read that never returns cannot keep the process from exiting.
+    A single item, or ``threads=1``, is read on one such thread too: never in the caller's."""
+    if not items:
         return
-    pool = ThreadPoolExecutor(min(threads, len(items)), thread_name_prefix="libreyolo-decode")
+    threads = max(1, decode_threads() if threads is None else threads)
+    pool = DaemonPool(min(threads, len(items)), "libreyolo-decode")
     pending: deque[tuple[P, Future[D]]] = deque()
     ahead = iter(items)
     try:
@@ -241,9 +242,10 @@ def decode_in_order(items: Sequence[P], read: Callable[[P], D], threads: int | N
             try:
                 yield item, future.result(timeout=DECODE_TIMEOUT_S)
             except TimeoutError:
+                pool.add_thread()  # the stuck one is abandoned; the rest keep their pace
                 yield item, stalled(item)
     finally:
-        pool.shutdown(wait=False, cancel_futures=True)
+        pool.shutdown()
 
 
 def stalled(item: object) -> ImageDecodeError:
