@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 
+def abbreviated(text: str, limit: int = 120) -> str:
+    """``text`` as an error message quotes it: whole when short, else its ends and its length (a
+    5,000-character path would bury the reason)."""
+    return text if len(text) <= limit else f"{text[:60]}...{text[-40:]} ({len(text)} characters)"
+
+
 class LibreYOLOError(Exception):
     """Base of every error this package raises on purpose."""
 

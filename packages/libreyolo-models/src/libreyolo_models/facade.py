@@ -25,7 +25,7 @@ from .checkpoint import atomic_save
 from .config import load_config
 from .contract.family import Family, TensorTree
 from .contract.spec import FamilySpec
-from .errors import ConfigError
+from .errors import ConfigError, LibreYOLOError, abbreviated
 from .graphs import ModelGraphs, capture_ahead
 from .handle import ModelHandle
 from .job_guard import JobGuard
@@ -71,14 +71,19 @@ class LibreYOLO:
         self.track_session: TrackSession | None = None
         """What ``track(persist=True)`` continues."""
         self._guard = JobGuard()  # one train() at a time, no other job during it (job_guard says why)
-        if is_exported(model):
-            if size is not None or nc is not None or names is not None or task is not None:
-                raise ConfigError(f"size/task/nc/names describe an untrained model; {str(model)!r} is an exported "
-                                  "model whose metadata sets them")
-            self._model = ModelHandle.from_exported(Path(str(model)), family, imgsz)
-        else:
-            self._model = ModelHandle.from_source(resolve_source(model, family=family, size=size, task=task, nc=nc,
-                                                                 names=names, imgsz=imgsz))
+        try:
+            if is_exported(model):
+                if size is not None or nc is not None or names is not None or task is not None:
+                    raise ConfigError(f"size/task/nc/names describe an untrained model; {str(model)!r} is an "
+                                      "exported model whose metadata sets them")
+                self._model = ModelHandle.from_exported(Path(str(model)), family, imgsz)
+            else:
+                self._model = ModelHandle.from_source(resolve_source(model, family=family, size=size, task=task,
+                                                                     nc=nc, names=names, imgsz=imgsz))
+        except OSError as err:  # a name too long, a loop of links, no permission: not a missing model
+            if isinstance(err, LibreYOLOError):
+                raise
+            raise ConfigError(f"model={abbreviated(str(model))!r} cannot be read: {err.strerror or err}") from None
         if device is not None:
             self.to(device)
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import glob
 import logging
+import os
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
@@ -37,7 +38,7 @@ from ..data.decode import (
     read_image_file,
     tensor_to_rgb8,
 )
-from ..errors import SourceError
+from ..errors import SourceError, abbreviated
 from ..workers import usable_cores
 from .daemon_pool import DaemonPool
 
@@ -108,10 +109,15 @@ def expand_paths(source: str | Path) -> list[Path]:
     if "://" in text:
         raise SourceError(f"{text}: unsupported source: URLs are not downloaded; download the file and pass "
                           "its path")
-    expanded = str(Path(text).expanduser())
+    try:
+        return _expand(text, str(Path(text).expanduser()))
+    except OSError as err:  # a name too long for the file system, a loop of links, no permission...
+        raise SourceError(f"source {abbreviated(text)!r} cannot be read: {err.strerror or err}") from None
+
+
+def _expand(text: str, expanded: str) -> list[Path]:
     if any(ch in expanded for ch in "*?["):
-        matches = sorted(Path(p) for p in glob.glob(expanded, recursive=True))
-        files = [p for p in matches if _is_image_entry(p)]
+        files = _once_each(p for p in glob.glob(expanded, recursive=True) if _is_image_entry(Path(p)))
         if not files:
             raise SourceError(f"glob {text!r} matched no image files ({', '.join(sorted(IMAGE_SUFFIXES))})")
         return files
@@ -127,6 +133,18 @@ def expand_paths(source: str | Path) -> list[Path]:
     if not path.exists():
         raise SourceError(f"source {text!r} does not exist (expected an image file, a folder or a glob)")
     return [path]
+
+
+def _once_each(matches: Iterable[str]) -> list[Path]:
+    """Glob matches, sorted, each file once: ``**`` follows links to folders, so a link back up the
+    tree (``dir/loop -> dir``) yields the same files again under ever longer paths, until the
+    file system's limit. A match whose folder resolves to one already seen, under the same name,
+    is a repeat; the shortest path is kept. (Two names of one file in one folder both stay.)"""
+    kept: dict[tuple[str, str], str] = {}
+    for match in sorted(matches, key=lambda p: (p.count(os.sep), p)):
+        key = (os.path.realpath(os.path.dirname(match) or "."), os.path.basename(match))
+        kept.setdefault(key, match)
+    return sorted(Path(p) for p in kept.values())
 
 
 def _is_image_entry(path: Path) -> bool:

@@ -42,8 +42,8 @@ from .callbacks import (
     TrainStart,
 )
 from .checkpoints import build_training_checkpoint, write_epoch_checkpoints
-from .elastic import forget_run
 from .divergence import DivergenceWatch
+from .elastic import forget_run
 from .ema import ModelEMA
 from .grad_tools import LeanGradScaler
 from .graph_forward import graph_forward, wants_graphs
@@ -155,10 +155,11 @@ class Trainer:
         self.skipped = [*getattr(self.train_data, "skipped", ()), *getattr(self.val_data, "skipped", ())]
         self.n_batches = len(self.train_data)
         self.accumulate = nominal_accumulation(cfg.nbs, self.global_batch, self.n_batches)
-        if self.accumulate < nominal_accumulation(cfg.nbs, self.global_batch):
-            log.info("small dataset: %d batches an epoch, so gradients accumulate over %d batches instead of "
-                     "nbs/batch = %d (every epoch keeps at least %d optimizer steps)", self.n_batches,
-                     self.accumulate, nominal_accumulation(cfg.nbs, self.global_batch), MIN_STEPS_PER_EPOCH)
+        if self.accumulate < (nominal := nominal_accumulation(cfg.nbs, self.global_batch)):
+            log.info("small dataset: %d batches an epoch, so gradients accumulate over %d instead of nbs/batch = %d: "
+                     "%d optimizer steps an epoch instead of %d (up to %d, as many as the batches allow)",
+                     self.n_batches, self.accumulate, nominal, math.ceil(self.n_batches / self.accumulate),
+                     math.ceil(self.n_batches / nominal), MIN_STEPS_PER_EPOCH)
         weight_decay = cfg.weight_decay * self.global_batch * self.accumulate / cfg.nbs
         iterations = math.ceil(self.n_batches / self.accumulate) * cfg.epochs
         with self._setup_phase("optimizer"):
