@@ -240,8 +240,12 @@ def decode_in_order(items: Sequence[P], read: Callable[[P], D], threads: int | N
     iterator early cancels what has not started. An item still being read after
     ``DECODE_TIMEOUT_S`` is reported as unreadable, so no wait is unbounded; its thread is a
     daemon (``daemon_pool``), so a read that never returns cannot keep the process from exiting.
-    A single item, or ``threads=1``, is read on one such thread too: never in the caller's."""
-    if not items:
+    Several items take the pool even at ``threads=1`` (the timeout needs another thread); a single
+    item is read in the caller's thread, with no thread hop on a one-image call (a read that
+    never returns then blocks that thread as any read would, and Ctrl-C still ends it)."""
+    if len(items) <= 1:
+        for item in items:
+            yield item, read(item)
         return
     threads = max(1, decode_threads() if threads is None else threads)
     pool = DaemonPool(min(threads, len(items)), "libreyolo-decode")
