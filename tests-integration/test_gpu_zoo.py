@@ -179,9 +179,9 @@ def test_train_with_cuda_graph_gives_eager_losses(tmp_path: Path, mini_shapes: P
         torch.manual_seed(0)
         model = LibreYOLO9(size="t")
 
-        def record(event, model=model):  # noqa: ANN001 - the graph state at the end of training
-            if type(event).__name__ == "TrainEnd" and model.graphs.training is not None:
-                infos.append(model.graphs.training.info())
+        def record(event):  # noqa: ANN001 - the graph state at the end of training
+            if type(event).__name__ == "TrainEnd" and event.training_graphs is not None:
+                infos.append(event.training_graphs)
 
         out = model.train(data=str(mini_shapes), epochs=3, imgsz=128, batch=8, device=0, workers=2,
                           cuda_graph=graph, deterministic=True, close_mosaic=1, project=str(tmp_path),

@@ -221,6 +221,23 @@ class LibreYOLO:
         self._model.float()
         return self
 
+    def quantize(self, recipe: str) -> LibreYOLO:
+        """Inference weights in fewer bits: ``"fp16"``, ``"bf16"`` (every weight cast) or ``"int8"``
+        (weight-only, linear layers; linear-heavy families only, others are refused by name). Graphs
+        are dropped and recaptured on the next graphed predict; a recipe this device cannot run is
+        refused with the weights left as they were. See ``quantize.py``."""
+        from .quantize import quantize_model
+
+        quantize_model(self._model, recipe)
+        return self
+
+    def dequantize(self) -> LibreYOLO:
+        """Restore the fp32 weights ``quantize`` kept, bit for bit; graphs are dropped."""
+        from .quantize import dequantize_model
+
+        dequantize_model(self._model)
+        return self
+
     def eval(self) -> LibreYOLO:
         self._model.net.eval()
         return self

@@ -31,7 +31,7 @@ from .metadata import METADATA_FILE, METADATA_KEY, ExportMetadata
 
 log = logging.getLogger(__name__)
 
-DTYPES = {"float32": torch.float32, "float16": torch.float16}
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}  # bfloat16: TorchScript only
 
 
 def is_exported(model: object) -> bool:
@@ -115,7 +115,8 @@ class RuntimeNetwork(nn.Module):
 
     def describe(self) -> dict[str, Any]:
         return {"runtime": self.kind, "file": str(self.path), "exported_batch": self.meta.batch,
-                "dynamic": self.meta.dynamic, "dynamic_imgsz": self.meta.dynamic_imgsz, "half": self.meta.half}
+                "dynamic": self.meta.dynamic, "dynamic_imgsz": self.meta.dynamic_imgsz, "half": self.meta.half,
+                "precision": self.meta.extra.get("precision", "fp16" if self.meta.half else "fp32")}
 
 
 def _numpy_input(images: Tensor, dtype: str) -> np.ndarray:

@@ -66,6 +66,9 @@ class TrainEnd:
     epochs_run: int
     stopped_early: bool
     final_metrics: dict[str, float] = field(default_factory=dict)
+    training_graphs: Any = None
+    """``GraphedTraining.info()`` of the run's training capture (graphs, replays, latches), or None
+    when it trained eagerly: read it here, the graphs are freed when the run ends."""
 
 
 @dataclass(frozen=True)

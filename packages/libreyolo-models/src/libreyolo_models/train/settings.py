@@ -92,6 +92,9 @@ class TrainConfig:
     channels_last: bool | Literal["auto"] = "auto"    # CUDA: NHWC weights and images; auto: on for CUDA
     cudnn_benchmark: bool | Literal["auto"] = "auto"  # auto: CUDA runs of 2,000+ steps, unless deterministic or multi_scale
     max_grad_norm: float = 10.0                       # clip the gradient norm to this; 0 disables clipping
+    # DETR families: decoder queries selected from the encoder while training and validating (None:
+    # the family's own, 300 for most). A decoder's cost grows with its queries, not with the image.
+    num_queries: int | None = None
     val_conf: float = 0.001
     val_iou: float = 0.7
     max_det: int = 300
@@ -115,6 +118,9 @@ class TrainConfig:
         if self.nbs < 1:
             raise ConfigError(f"nbs={self.nbs} must be at least 1 (the nominal batch for gradient accumulation)")
         self._check_numbers()
+        if self.num_queries is not None and self.num_queries < 1:
+            raise ConfigError(f"num_queries={self.num_queries} must be a positive number of decoder queries "
+                              "(or None for the family's own)")
         if self.deterministic and self.cudnn_benchmark is True:
             raise ConfigError("cudnn_benchmark=True contradicts deterministic=True (cuDNN's autotuner picks kernels "
                               "run by run); drop one of them")

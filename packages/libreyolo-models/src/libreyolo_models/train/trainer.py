@@ -141,6 +141,8 @@ class Trainer:
             self.train_index = train_index = task.load_split(data, "train")
             val_index = task.load_split(data, "val") if has_val else None
         with self._setup_phase("model"):
+            if cfg.num_queries is not None:  # before the EMA copy, so validation selects as many
+                model.family.set_num_queries(model.net, cfg.num_queries)
             model.net.to(self.device).float()
             self.channels_last = self.device.type == "cuda" and cfg.channels_last in (True, "auto")
             if self.channels_last:  # before the EMA copy and the optimizer, so both see NHWC parameters
@@ -299,7 +301,9 @@ class Trainer:
                                epoch + 1 - self.start_epoch, stopped_early)
         if self.rank0 and self.cfg.plots:
             self.results.plot(self.run_dir / "results.png")
-        self.callbacks.emit(TrainEnd(self.run_dir, outcome.best, last, outcome.epochs_run, stopped_early, metrics))
+        graphed = self.model.graphs.training
+        self.callbacks.emit(TrainEnd(self.run_dir, outcome.best, last, outcome.epochs_run, stopped_early, metrics,
+                                     graphed.info() if graphed is not None else None))
         return outcome
 
     def _write_args(self) -> None:
