@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
 from typing import Literal
 
 from ..data.augment_draws import AugmentConfig
 from ..data.cache_store import CacheSetting, parse_cache_setting
 from ..errors import ConfigError
-from ..settings import DeviceSpec, device_text
+from ..settings import DeviceSpec, check_number, device_text
 from ..tasks.classify.augment import ClassifyAugment
 
 _AUG = AugmentConfig()
@@ -116,9 +117,7 @@ class TrainConfig:
             raise ConfigError(f"log_every={self.log_every} must be at least 1 (batches between logged losses)")
         if self.nbs < 1:
             raise ConfigError(f"nbs={self.nbs} must be at least 1 (the nominal batch for gradient accumulation)")
-        if not self.max_grad_norm >= 0.0:  # NaN fails too
-            raise ConfigError(f"max_grad_norm={self.max_grad_norm} must be >= 0 (the largest gradient norm a step "
-                              "keeps; 10 is the default, 0 turns clipping off)")
+        self._check_numbers()
         if self.num_queries is not None and self.num_queries < 1:
             raise ConfigError(f"num_queries={self.num_queries} must be a positive number of decoder queries "
                               "(or None for the family's own)")
@@ -129,6 +128,19 @@ class TrainConfig:
         self.classify_augment()
         if not 0.0 <= self.label_smoothing < 1.0:
             raise ConfigError(f"label_smoothing={self.label_smoothing} must be in [0, 1) (0.1 is usual)")
+
+    def _check_numbers(self) -> None:
+        """Every numeric hyperparameter: finite and in its range (``HYPERPARAMETER_RANGES``)."""
+        for key, (low, high, low_open, high_open, meaning) in HYPERPARAMETER_RANGES.items():
+            value = getattr(self, key)
+            if value is not None:
+                check_number(key, value, low, high, meaning, low_open=low_open, high_open=high_open)
+        for key, gain in (self.gains or {}).items():
+            check_number(f"gains[{key}]", gain, 0.0, math.inf, "a loss term's weight")
+        for key in ("patience", "close_mosaic", "max_det", "seed"):
+            floor = 1 if key == "max_det" else 0
+            if getattr(self, key) < floor:
+                raise ConfigError(f"{key}={getattr(self, key)} must be at least {floor}")
 
     def augment(self) -> AugmentConfig:
         """The augmentation settings as the data pipeline takes them."""
@@ -146,6 +158,27 @@ class TrainConfig:
         named = {k: float(v) for k in ("box", "cls", "dfl") if (v := getattr(self, k)) is not None}
         return {**named, **{str(k): float(v) for k, v in (self.gains or {}).items()}}
 
+
+HYPERPARAMETER_RANGES: dict[str, tuple[float, float, bool, bool, str]] = {
+    # key: (low, high, low excluded, high excluded, what it is): checked once, in TrainConfig
+    "lr0": (0.0, 1.0, True, False, "the initial learning rate; 0.01 is usual for SGD, 0.001-0.002 for AdamW"),
+    "lrf": (0.0, 1.0, False, False, "the final learning rate as a share of lr0"),
+    "momentum": (0.0, 1.0, False, True, "SGD momentum, or Adam's beta1; 0.937 and 0.9 are usual"),
+    "weight_decay": (0.0, 1.0, False, False, "the L2 weight decay at the nominal batch; 5e-4 is usual"),
+    "warmup_epochs": (0.0, math.inf, False, False, "epochs of learning-rate warmup; 0 turns it off"),
+    "warmup_momentum": (0.0, 1.0, False, True, "the momentum warmup starts from"),
+    "warmup_bias_lr": (0.0, 1.0, False, False, "the bias learning rate warmup starts from"),
+    "box": (0.0, math.inf, False, False, "the box loss gain"),
+    "cls": (0.0, math.inf, False, False, "the class loss gain"),
+    "dfl": (0.0, math.inf, False, False, "the distribution focal loss gain"),
+    "max_grad_norm": (0.0, math.inf, False, False, "the largest gradient norm a step keeps; 10 is the default, "
+                                              "0 turns clipping off"),
+    "val_conf": (0.0, 1.0, False, False, "the score threshold of validation during training"),
+    "val_iou": (0.0, 1.0, False, False, "the NMS overlap threshold of validation during training"),
+}
+"""The numeric hyperparameters' ranges. A value outside (NaN and inf included) is one
+``ConfigError`` line naming it, before any data is read; predict and val check their thresholds
+the same way."""
 
 # Options whose change on resume is allowed and handled (others are reported, then the saved value wins).
 RESUME_MAY_CHANGE = frozenset({"epochs", "device", "workers", "patience", "verbose", "plots", "cache",

@@ -27,6 +27,9 @@ class ServiceLogger:
     name: ClassVar[str]
     module: ClassVar[str]
     extra: ClassVar[str]
+    package: ClassVar[str | None] = None
+    """The pip package that provides ``module``, when it is not ``module``'s top name (TensorBoard
+    writes through ``torch.utils.tensorboard``, which needs the ``tensorboard`` package)."""
     wants_prediction_images: ClassVar[bool] = False
 
     def __init__(self, cfg: TrainConfig) -> None:
@@ -67,7 +70,8 @@ class ServiceLogger:
         except ImportError as err:
             self.disabled = True
             log.warning("%s=True but %s is not installed (%s); training goes on without it. Install it with: "
-                        "pip install 'libreyolo-models[%s]'", self.name, self.module.split(".")[0], err, self.extra)
+                        "pip install 'libreyolo-models[%s]'", self.name, self.package or self.module.split(".")[0], err,
+                        self.extra)
             return None
 
     # Subclasses override what they use.
