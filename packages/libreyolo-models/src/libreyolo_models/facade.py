@@ -314,8 +314,10 @@ class LibreYOLO:
         save_txt, save_conf, save_crop, show, device (default: the model's accelerator, else the
         best one available, see ``devices.default_device``), half (fp16 weights), fuse (None: the
         model's choice, see ``fuse()``; False: the exact unfused forward), cuda_graph (False | True
-        | "auto"), stream, vid_stride, project, name, verbose. Returns one ``Results`` per image or
-        frame: a list, or with ``stream=True`` a generator.
+        | "auto"), stream, vid_stride, project, name, verbose; for detect models tile, tile_overlap,
+        tile_merge (sliced inference of large pictures, ``predict.tiling``) and augment (test-time
+        flips and scales, ``predict.tta``). Returns one ``Results`` per image or frame: a list, or
+        with ``stream=True`` a generator.
         """
         from .predict.predictor import run_prediction
 
