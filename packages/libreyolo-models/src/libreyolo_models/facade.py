@@ -69,6 +69,8 @@ class LibreYOLO:
         """What the last ``val()`` returned (None before any)."""
         self.track_session: TrackSession | None = None
         """What ``track(persist=True)`` continues."""
+        self.callbacks: list[Any] = []
+        """Training callbacks added by ``add_callback`` (every ``train()`` of this model gets them)."""
         if is_exported(model):
             if size is not None or nc is not None or names is not None or task is not None:
                 raise ConfigError(f"size/task/nc/names describe an untrained model; {str(model)!r} is an exported "
@@ -359,11 +361,24 @@ class LibreYOLO:
         self.track_session = session
         return frames if stream else list(frames)
 
+    def add_callback(self, event: str | type, fn: Any) -> LibreYOLO:
+        """Call ``fn(event)`` on one training event of every later ``train()``: a name from
+        ``train.callbacks.CALLBACK_EVENTS`` (``"on_train_start"``, ``"on_train_batch_end"``,
+        ``"on_fit_epoch_end"``, ``"on_train_end"``, ``"on_exception"``...) or the event class.
+        A failing callback is logged and training goes on."""
+        from .train.callbacks import EventCallback
+
+        self.callbacks.append(EventCallback(event, fn))
+        return self
+
     def train(self, **options: Any) -> Any:
         """Train on ``data`` (see ``train.settings.TrainConfig``); the instance ends with the best
-        weights (or, when the run saved none, the last), on the device it was on."""
+        weights (or, when the run saved none, the last), on the device it was on. Callbacks: those
+        of ``add_callback`` and ``callbacks=[fn, ...]`` (every event, see ``train.callbacks``)."""
         from .train.entry import train_model
 
+        if self.callbacks:
+            options = {**options, "callbacks": [*self.callbacks, *(options.get("callbacks") or [])]}
         self._model.require_pytorch("train")
         self._model.drop_fused("training")  # frees its memory for the run; rebuilt from the trained weights
         try:
@@ -423,5 +438,6 @@ def _from_handle(handle: ModelHandle) -> LibreYOLO:
     model = LibreYOLO.__new__(LibreYOLO)
     model.metrics = None
     model.track_session = None
+    model.callbacks = []
     model._model = handle
     return model

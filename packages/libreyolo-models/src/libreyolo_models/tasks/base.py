@@ -135,6 +135,9 @@ class Task(abc.ABC):
     # predict may hand prepare_batch a reduced decode of a large picture, with the picture's size
     # in orig_shapes (data.image_files.read_image_for): true for the letterboxing tasks.
     reduced_decode: ClassVar[bool] = True
+    # train_pipeline / val_pipeline take ``rect=<stride>``: rectangular batches (``rect=True``),
+    # and box rows a single class can replace (``single_cls=True``): detect.
+    supports_rect: ClassVar[bool] = False
 
     # ------------------------------------------------------------------ data
     @abc.abstractmethod

@@ -42,6 +42,7 @@ from .callbacks import (
     TrainStart,
 )
 from .checkpoints import build_training_checkpoint, write_epoch_checkpoints
+from .data_options import OptionedTask, freeze_layers
 from .elastic import forget_run, record_run_dir
 from .ema import ModelEMA
 from .grad_tools import LeanGradScaler
@@ -93,7 +94,7 @@ class Trainer:
     def __init__(self, model: ModelHandle, plan: TrainPlan, *, callbacks: list | None = None,
                  resume: dict[str, Any] | None = None) -> None:
         self.model, self.plan, self.cfg, self.resume = model, plan, plan.cfg, resume
-        self.task = model.task_spec
+        self.task = OptionedTask.for_training(model.task_spec, plan.cfg, model.spec.stride)  # single_cls, fraction, rect
         self.env = libreyolo_ddp.dist_env()
         self.rank0 = self.env.rank == 0
         self.world = self.env.world_size
@@ -160,6 +161,7 @@ class Trainer:
         weight_decay = cfg.weight_decay * self.global_batch * self.accumulate / cfg.nbs
         iterations = math.ceil(self.n_batches / self.accumulate) * cfg.epochs
         with self._setup_phase("optimizer"):
+            freeze_layers(model.net, cfg.freeze)
             groups = model.family.parameter_groups(model.net, weight_decay=weight_decay)
             self.optimizer = build_optimizer(groups, cfg, iterations=iterations)
             self.scaler = LeanGradScaler("cuda", enabled=cfg.amp and self.device.type == "cuda")

@@ -25,6 +25,7 @@ from .artefacts import DetectArtefacts
 from .boxes import Boxes
 from .datasets import load_split, resolve_dataset
 from .pipeline import TrainPipeline, ValPipeline
+from .rect import RectTrainPipeline, RectValPipeline
 from .validator import evaluate_detections
 
 if TYPE_CHECKING:
@@ -51,6 +52,7 @@ class DetectTask(Task):
     images_on_device: ClassVar[bool] = True
     rendering_bytes_per_pixel: ClassVar[int] = render_graph.BYTES_PER_PIXEL
     augmentations: ClassVar[frozenset[str]] = frozenset(AugmentConfig.__dataclass_fields__)
+    supports_rect: ClassVar[bool] = True
 
     def load_data(self, data: Any) -> Any:
         return resolve_dataset(data)
@@ -59,12 +61,19 @@ class DetectTask(Task):
         return load_split(data, split)
 
     def train_pipeline(self, index: Any, *, imgsz: int, batch_size: int, device: torch.device,
-                       cfg: TrainOptions, workers: int) -> TrainPipeline:
+                       cfg: TrainOptions, workers: int, rect: int | None = None) -> TrainPipeline | RectTrainPipeline:
+        """Augmented batches; ``rect``: the network's stride, for rectangular batches (``tasks.detect.rect``)."""
+        if rect:
+            return RectTrainPipeline(index, imgsz=imgsz, stride=rect, batch_size=batch_size, device=device,
+                                     workers=workers, seed=cfg.seed, fliplr=cfg.augment().fliplr, cache=cfg.cache)
         return TrainPipeline(index, imgsz=imgsz, batch_size=batch_size, device=device, augment=cfg.augment(),
                              workers=workers, seed=cfg.seed, gpu_augment=cfg.gpu_augment, cache=cfg.cache)
 
     def val_pipeline(self, index: Any, *, imgsz: int, batch_size: int, device: torch.device, workers: int,
-                     cache: CacheSetting) -> ValPipeline:
+                     cache: CacheSetting, rect: int | None = None) -> ValPipeline | RectValPipeline:
+        if rect:
+            return RectValPipeline(index, imgsz=imgsz, stride=rect, batch_size=batch_size, device=device,
+                                   workers=workers, cache=cache)
         return ValPipeline(index, imgsz=imgsz, batch_size=batch_size, device=device, workers=workers,
                            cache=cache)
 
