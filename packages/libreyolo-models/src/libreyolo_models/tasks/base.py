@@ -99,6 +99,8 @@ class EvalSettings:
     """Validation settings; a task uses those that mean something for it (conf/iou: detect).
 
     ``save_dir``: where plots (``plots``) and ``predictions.json`` (``save_json``) go; None: no files.
+    ``loss``: ``(images, targets) -> loss items`` on the validation batches, under ``loss_names``
+    (training's validation passes the family's loss; see ``tasks.loss_meter``); None: no losses.
     """
 
     conf: float = 0.001
@@ -108,6 +110,8 @@ class EvalSettings:
     save_dir: Path | None = None
     plots: bool = False
     save_json: bool = False
+    loss: Callable[[Tensor, Any], Tensor] | None = None
+    loss_names: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

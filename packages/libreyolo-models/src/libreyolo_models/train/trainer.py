@@ -55,6 +55,7 @@ from .results_log import ResultsLog
 from .schedule import MIN_STEPS_PER_EPOCH, accumulate_steps, apply_lr, nominal_accumulation, warmup_iterations
 from .start_plots import plot_start_of_training, plot_train_batch
 from .step import SeamThenHead, StepTimer, TrainStep
+from .val_loss import validation_loss
 
 if TYPE_CHECKING:
     from ..handle import ModelHandle
@@ -347,7 +348,9 @@ class Trainer:
             val_started = time.perf_counter()
             ema_net = self.ema.ema
             settings = EvalSettings(conf=cfg.val_conf, iou=cfg.val_iou, max_det=cfg.max_det,
-                                    save_dir=self.run_dir if final else None, plots=cfg.plots and final)
+                                    save_dir=self.run_dir if final else None, plots=cfg.plots and final,
+                                    loss=validation_loss(self.model, ema_net, self.step.context),
+                                    loss_names=self.loss_names)
             result = self.task.evaluate(self.model, lambda x: self.model.inference_forward(x, net=ema_net),
                                         self.val_data, settings=settings, progress=self.rank0 and cfg.verbose)
             row.update(result.as_dict())

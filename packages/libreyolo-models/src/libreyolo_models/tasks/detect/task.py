@@ -19,6 +19,7 @@ from ...data.augment_draws import AugmentConfig
 from ...data.letterbox_images import letterbox
 from ...layers.nms import scale_to_original
 from ..base import Batch, EvalSettings, Prepared, Task, TaskMetrics, TrainOptions
+from ..loss_meter import LossMeter
 from ..results import Results
 from . import render_graph
 from .artefacts import DetectArtefacts
@@ -84,8 +85,9 @@ class DetectTask(Task):
         if settings.save_dir is not None and (settings.plots or settings.save_json):
             artefacts = DetectArtefacts(model.nc, model.names, settings.save_dir, plots=settings.plots,
                                         save_json=settings.save_json)
+        losses = LossMeter(settings.loss, settings.loss_names) if settings.loss is not None else None
         return evaluate_detections(model, forward, pipeline, options=options, half=settings.half,
-                                   progress=progress, artefacts=artefacts)
+                                   progress=progress, artefacts=artefacts, losses=losses)
 
     def empty_best(self) -> dict[str, float]:
         return {"mAP50": 0.0, "mAP50_95": 0.0}
