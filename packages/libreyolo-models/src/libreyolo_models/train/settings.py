@@ -82,6 +82,9 @@ class TrainConfig:
     tensorboard: bool = False           # event files in the run folder (extra: libreyolo-models[tensorboard])
     mlflow: bool = False                # MLFLOW_TRACKING_URI, else <project>/mlflow (extra: [mlflow])
     wandb: bool = False                 # Weights & Biases; WANDB_MODE=offline works without login (extra: [wandb])
+    comet: bool = False                 # Comet; offline (a zip in the run folder) without COMET_API_KEY (extra: [comet])
+    clearml: bool = False               # ClearML; an offline session without a configured server (extra: [clearml])
+    dvclive: bool = False               # DVCLive files in <run folder>/dvclive (extra: [dvclive])
     log_every: int = 50                 # loggers get the losses every this many batches
     cuda_graph: bool = False
     multi_scale: bool = False
@@ -160,4 +163,4 @@ class TrainConfig:
 RESUME_MAY_CHANGE = frozenset({"epochs", "device", "workers", "patience", "verbose", "plots", "cache",
                                "gpu_augment", "resume", "profile", "cuda_graph", "save_period",
                                "channels_last", "cudnn_benchmark", "tensorboard", "mlflow", "wandb",
-                               "log_every"})
+                               "comet", "clearml", "dvclive", "log_every"})
