@@ -23,9 +23,7 @@ class DetectModes:
     """``tiled``: the tiling runner (None when ``tile`` is unset); ``augment``: TTA is on."""
 
     def __init__(self, model: ModelHandle, cfg: PredictConfig, forward: Callable[[Tensor], Any], options: Any,
-                 imgsz: int) -> None:
-        from .predictor import pad_rows
-
+                 imgsz: int, pad_rows: Callable[[Tensor, int], Tensor]) -> None:
         wanted = [name for name, on in (("tile", cfg.tile is not None), ("augment", cfg.augment)) if on]
         if wanted and model.task_spec.name != "detect":
             raise ConfigError(f"{wanted[0]}= merges detected boxes, and this {model.spec.name} model's task is "

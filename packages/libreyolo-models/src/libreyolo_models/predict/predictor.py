@@ -158,7 +158,7 @@ class Predictor:
         if compiling is not None:
             model.require_pytorch(f"compile={cfg.compile!r}")
         self.forward = forward_for_predict(model, cfg.cuda_graph, self.net, compiling)
-        self.detect_modes = DetectModes(model, cfg, self.forward, self.options, imgsz)  # tile= / augment=
+        self.detect_modes = DetectModes(model, cfg, self.forward, self.options, imgsz, pad_rows)  # tile=, augment=
         self.save_dir = next_run_dir(cfg.project, cfg.name) if wants_run_dir(cfg) else None
         self.outputs = PredictOutputs(cfg, self.save_dir)  # labels, crops, windows (predict.outputs)
         self.names = dict(model.names)
