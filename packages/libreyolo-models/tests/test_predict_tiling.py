@@ -69,6 +69,7 @@ def test_small_objects_in_a_2000px_picture_are_found_tiled_and_missed_untiled(fa
     for (x, y), (fx, fy) in zip(sorted(CORNERS), found):
         assert abs(fx - x) <= 4 and abs(fy - y) <= 4, (x, y, fx, fy)
     assert tiled.boxes.orig_shape == (2000, 2000) and tiled.orig_img.shape == (2000, 2000, 3)
+    assert {"preprocess", "inference", "postprocess"} <= set(tiled.speed)
     # 16 windows of 640 (4 x 4), then the whole picture alone (a chunk of one runs unpadded)
     assert calls[-2:] == [(16, 3, 640, 640), (1, 3, 640, 640)]
 
@@ -127,6 +128,7 @@ def test_tta_runs_every_variant_in_one_pass_and_maps_boxes_back(fake_model) -> N
     plain = model.predict(big, conf=0.5, device="cpu", fuse=False)[0]
     augmented = model.predict(big, conf=0.5, device="cpu", fuse=False, augment=True)[0]
     assert calls[-1] == (3, 3, 640, 640)                           # three variants, one forward
+    assert {"preprocess", "inference", "postprocess"} <= set(augmented.speed)
     assert len(plain.boxes) >= 1 and len(augmented.boxes) >= 1
     centre = augmented.boxes.xywh[:, :2]
     assert ((centre - torch.tensor([320.0, 220.0])).abs() < 16).all()   # every merged box on the object

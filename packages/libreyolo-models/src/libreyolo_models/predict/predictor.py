@@ -229,14 +229,19 @@ class Predictor:
             batch.pixels.clear()
             self._release(batch)
             clock.mark("preprocess")
-            return self._finish(batch, clock, *self.detect_modes.run_tiled(pictures))
+            predictions, infos = self.detect_modes.run_tiled(pictures)   # windows' forward and merge
+            clock.mark("inference")
+            return self._finish(batch, clock, predictions, infos)
         x, infos = task.prepare_batch(batch.pixels, self.imgsz, model.dtype, model.device,
                                       [f.orig_shape for f in batch.frames])
         batch.pixels.clear()  # the uploaded or device-decoded pictures: not needed past the letterbox
         self._release(batch)
-        if self.detect_modes.augment:
+        if self.detect_modes.augment:   # every variant in one forward, then the merge
             self._full_batch_ran |= full
-            return self._finish(batch, clock, self.detect_modes.run_augmented(x), infos)
+            clock.mark("preprocess")
+            predictions = self.detect_modes.run_augmented(x)
+            clock.mark("inference")
+            return self._finish(batch, clock, predictions, infos)
         padded = (self._full_batch_ran or full) and n < self.cfg.batch
         if padded:
             x = pad_rows(x, self.cfg.batch)
