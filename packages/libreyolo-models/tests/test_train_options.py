@@ -18,7 +18,7 @@ from libreyolo_models.errors import ConfigError
 from libreyolo_models.tasks.detect.datasets import load_split
 from libreyolo_models.tasks.detect.rect import RectSamples, collate_rect, rect_order
 from libreyolo_models.train.callbacks import EpochEnd, TrainStart
-from libreyolo_models.train.data_options import OptionedTask, freeze_layers, layer_names, take_fraction
+from libreyolo_models.train.fit_options import OptionedTask, freeze_layers, layer_names, take_fraction
 from libreyolo_models.train.settings import TrainConfig
 
 COLOURS = ((230, 40, 40), (40, 200, 40), (40, 40, 230))

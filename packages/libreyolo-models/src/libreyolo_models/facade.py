@@ -67,10 +67,10 @@ class LibreYOLO:
                  device: str | int | torch.device | None = None) -> None:
         self.metrics: Any = None
         """What the last ``val()`` returned (None before any)."""
-        self.track_session: TrackSession | None = None
-        """What ``track(persist=True)`` continues."""
         self.callbacks: list[Any] = []
         """Training callbacks added by ``add_callback`` (every ``train()`` of this model gets them)."""
+        self.track_session: TrackSession | None = None
+        """What ``track(persist=True)`` continues."""
         if is_exported(model):
             if size is not None or nc is not None or names is not None or task is not None:
                 raise ConfigError(f"size/task/nc/names describe an untrained model; {str(model)!r} is an exported "
@@ -373,8 +373,7 @@ class LibreYOLO:
 
     def train(self, **options: Any) -> Any:
         """Train on ``data`` (see ``train.settings.TrainConfig``); the instance ends with the best
-        weights (or, when the run saved none, the last), on the device it was on. Callbacks: those
-        of ``add_callback`` and ``callbacks=[fn, ...]`` (every event, see ``train.callbacks``)."""
+        weights (or, when the run saved none, the last), on the device it was on."""
         from .train.entry import train_model
 
         if self.callbacks:
@@ -437,7 +436,7 @@ class LibreYOLO:
 def _from_handle(handle: ModelHandle) -> LibreYOLO:
     model = LibreYOLO.__new__(LibreYOLO)
     model.metrics = None
-    model.track_session = None
     model.callbacks = []
+    model.track_session = None
     model._model = handle
     return model

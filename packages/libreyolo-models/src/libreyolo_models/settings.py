@@ -37,18 +37,6 @@ def check_positive_imgsz(imgsz: int | None, source: str = "imgsz") -> None:
         raise ConfigError(f"{source}={imgsz} must be a positive image size in pixels, e.g. 640")
 
 
-def check_tiling(tile: int | None, overlap: float, augment: bool) -> None:
-    if tile is not None and tile < 32:
-        raise ConfigError(f"tile={tile} must be a window side of at least 32 pixels (e.g. 640, the network's input "
-                          "size), or None to predict untiled")
-    if not 0.0 <= overlap < 1.0:
-        raise ConfigError(f"tile_overlap={overlap} must be in [0, 1): the share of a tile its neighbour repeats "
-                          "(0.2 is usual)")
-    if tile is not None and augment:
-        raise ConfigError("tile= and augment=True together would run every window of every picture three times; "
-                          "choose one of them")
-
-
 @dataclass(frozen=True)
 class PredictConfig:
     """Options of ``model.predict`` / ``model(...)`` / ``libreyolo predict``."""
@@ -101,3 +89,15 @@ class PredictConfig:
         compile_mode(self.compile, self.cuda_graph)  # an unknown mode, or one that clashes with cuda_graph
         check_positive_imgsz(self.imgsz)
         check_tiling(self.tile, self.tile_overlap, self.augment)
+
+
+def check_tiling(tile: int | None, overlap: float, augment: bool) -> None:
+    if tile is not None and tile < 32:
+        raise ConfigError(f"tile={tile} must be a window side of at least 32 pixels (e.g. 640, the network's input "
+                          "size), or None to predict untiled")
+    if not 0.0 <= overlap < 1.0:
+        raise ConfigError(f"tile_overlap={overlap} must be in [0, 1): the share of a tile its neighbour repeats "
+                          "(0.2 is usual)")
+    if tile is not None and augment:
+        raise ConfigError("tile= and augment=True together would run every window of every picture three times; "
+                          "choose one of them")

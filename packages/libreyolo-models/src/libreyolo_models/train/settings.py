@@ -10,7 +10,7 @@ from ..data.cache_store import CacheSetting, parse_cache_setting
 from ..errors import ConfigError
 from ..settings import DeviceSpec, device_text
 from ..tasks.classify.augment import ClassifyAugment
-from .data_options import check_data_options
+from .fit_options import check_fit_options
 
 _AUG = AugmentConfig()
 _CLS = ClassifyAugment()
@@ -102,7 +102,7 @@ class TrainConfig:
     val_iou: float = 0.7
     max_det: int = 300
     verbose: bool = True
-    # What trains on what (train.data_options): layers frozen (the first N, or names), one class
+    # What trains on what (train.fit_options): layers frozen (the first N, or names), one class
     # for every box, rectangular batches (True: training too; "val": validation only), a share
     # of the training images
     freeze: int | list[str] | None = None
@@ -112,7 +112,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "device", device_text(self.device))  # [0, 1] -> "0,1": saved and resumed as text
-        check_data_options(self)
+        check_fit_options(self)
         if parse_cache_setting(self.cache).mode == "gpu" and self.gpu_augment is False:
             raise ConfigError("cache='gpu' keeps the training images on the GPU for batches rendered there, but "
                               "gpu_augment=False renders them in the workers; drop one of them")

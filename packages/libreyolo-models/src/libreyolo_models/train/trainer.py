@@ -42,9 +42,9 @@ from .callbacks import (
     TrainStart,
 )
 from .checkpoints import build_training_checkpoint, write_epoch_checkpoints
-from .data_options import OptionedTask, freeze_layers
 from .elastic import forget_run, record_run_dir
 from .ema import ModelEMA
+from .fit_options import OptionedTask, freeze_layers
 from .grad_tools import LeanGradScaler
 from .graph_forward import graph_forward, wants_graphs
 from .loggers import enabled_loggers

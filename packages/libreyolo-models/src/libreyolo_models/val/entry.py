@@ -13,7 +13,7 @@ from ..devices import default_device, describe_device
 from ..errors import ConfigError
 from ..rundir import next_run_dir
 from ..tasks import EvalSettings, TaskMetrics
-from ..train.data_options import OptionedTask
+from ..train.fit_options import OptionedTask
 from ..workers import default_workers
 from .settings import ValConfig
 
@@ -32,7 +32,7 @@ def validate_model(model: ModelHandle, options: Mapping[str, Any]) -> TaskMetric
         raise ConfigError(f"val(half=True) runs fp16 weights, which needs a CUDA GPU; the model is on {model.device}. "
                           "Pass device=0 (or move the model with model.to(0)), or leave half=False on the CPU")
     imgsz = model.resolve_imgsz(cfg.imgsz)
-    # rect and single_cls as training reads them (train.data_options)
+    # rect and single_cls as training reads them (train.fit_options)
     task = OptionedTask(model.task_spec, single_cls=cfg.single_cls, rect=cfg.rect, stride=model.spec.stride)
     data = task.load_data(cfg.data)
     if data.nc != model.nc:

@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 SINGLE_CLASS_NAME = "object"
 
 
-def check_data_options(cfg: TrainConfig) -> None:
+def check_fit_options(cfg: TrainConfig) -> None:
     """The values of ``fraction``, ``freeze`` and ``rect`` (the task-dependent checks come later)."""
     if not 0.0 < cfg.fraction <= 1.0:
         raise ConfigError(f"fraction={cfg.fraction} must be in (0, 1]: the share of the training images used "
@@ -77,7 +77,7 @@ def freeze_layers(net: nn.Module, freeze: int | list[str] | None) -> list[str]:
     unused = [p for p in prefixes if not any(n == p or n.startswith(p + ".") for n in params)]
     if unused:
         raise ConfigError(f"freeze={freeze!r}: {unused[0]!r} names no parameter of this network; its layers are "
-                          f"{', '.join(layers[:6])}, ... (libreyolo_models.train.data_options.layer_names)")
+                          f"{', '.join(layers[:6])}, ... (libreyolo_models.train.fit_options.layer_names)")
     for n in frozen:
         params[n].requires_grad_(False)
     count = sum(params[n].numel() for n in frozen)
