@@ -14,8 +14,8 @@ import torch
 from PIL import Image
 
 from libreyolo_models import LibreYOLO
+from libreyolo_models.tasks.detect.pictures import plot_predictions
 from libreyolo_models.tasks.loss_meter import LossMeter
-from libreyolo_models.tasks.plots import plot_predictions
 
 
 @pytest.fixture(scope="module")

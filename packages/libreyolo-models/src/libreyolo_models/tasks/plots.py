@@ -118,43 +118,23 @@ def plot_labels(labels: list[np.ndarray], names: Mapping[int, str], path: Path) 
 
 def plot_batch(images: Tensor, targets: Tensor | None, names: Mapping[int, str], path: Path, *,
                max_images: int = 16) -> Path:
-    """A grid of the first ``max_images`` of a batch (``float [B, 3, H, W]`` in [0, 1]) with their
+    """A grid of the first ``max_images`` of a batch (``float [B, 3, S, S]`` in [0, 1]) with their
     target boxes (``[M, 6]`` rows: image index, class, cx, cy, w, h normalised) drawn on, as the
     network sees them after augmentation. ``targets`` that are not box rows (masks) are skipped."""
-    h, w = images.shape[-2:]
-    boxes = targets.detach().float().cpu() if isinstance(targets, Tensor) and targets.ndim == 2 and \
-        targets.shape[-1] == 6 else None
-    scale = torch.tensor([w, h, w, h], dtype=torch.float32)
-    per_image: list[Tensor | None] = []
-    for i in range(min(len(images), max_images)):
-        if boxes is None:
-            per_image.append(None)
-            continue
-        rows = boxes[boxes[:, 0] == i]
-        per_image.append(torch.cat((xywh_to_xyxy(rows[:, 2:6]) * scale, torch.ones(len(rows), 1), rows[:, 1:2]), 1))
-    return _draw_grid(images[:max_images], per_image, names, path, scores=False)
-
-
-def plot_predictions(images: Tensor, detections: list[Tensor], names: Mapping[int, str], path: Path, *,
-                     conf: float = 0.25, max_images: int = 16) -> Path:
-    """The same grid with each image's detections (``[N, 6]`` xyxy in input pixels, score, class)
-    scoring at least ``conf``, scores written: ``val_batch*_pred.jpg`` beside ``val_batch*_labels.jpg``."""
-    shown = [d.detach().float().cpu()[d[:, 4] >= conf] for d in detections[:max_images]]
-    return _draw_grid(images[:max_images], list(shown), names, path, scores=True)
-
-
-def _draw_grid(images: Tensor, boxes: list[Tensor | None], names: Mapping[int, str], path: Path, *,
-               scores: bool) -> Path:
-    images = images.detach().float().cpu()
+    images = images[:max_images].detach().float().cpu()
     b, _, h, w = images.shape
     cols = math.ceil(math.sqrt(b))
     grid_rows = math.ceil(b / cols)
     canvas = np.full((grid_rows * h, cols * w, 3), 114, np.uint8)
+    boxes = targets.detach().float().cpu() if isinstance(targets, Tensor) and targets.ndim == 2 and \
+        targets.shape[-1] == 6 else None
+    scale = torch.tensor([w, h, w, h], dtype=torch.float32)
     for i in range(b):
         tile = (images[i].permute(1, 2, 0).clamp(0, 1) * 255 + 0.5).to(torch.uint8).numpy()
-        drawn = boxes[i]
-        if drawn is not None:
-            tile = draw_detections(tile, drawn, dict(names), conf=scores, line_width=1)
+        if boxes is not None:
+            rows = boxes[boxes[:, 0] == i]
+            det = torch.cat((xywh_to_xyxy(rows[:, 2:6]) * scale, torch.ones(len(rows), 1), rows[:, 1:2]), 1)
+            tile = draw_detections(tile, det, dict(names), conf=False, line_width=1)
         r, c = divmod(i, cols)
         canvas[r * h:(r + 1) * h, c * w:(c + 1) * w] = tile
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -21,10 +21,11 @@ import libreyolo_ddp
 
 from ...layers.nms import scale_to_original
 from ..curves import all_class_curves
-from ..plots import plot_batch, plot_confusion, plot_curves, plot_predictions
+from ..plots import plot_batch, plot_confusion, plot_curves
 from .coco_results import coco_detections, write_json
 from .confusion import ConfusionMatrix
 from .metrics import DetectionMetrics
+from .pictures import plot_predictions
 
 log = logging.getLogger(__name__)
 
