@@ -32,6 +32,10 @@ def validate_model(model: ModelHandle, options: Mapping[str, Any]) -> TaskMetric
         raise ConfigError(f"val(half=True) runs fp16 weights, which needs a CUDA GPU; the model is on {model.device}. "
                           "Pass device=0 (or move the model with model.to(0)), or leave half=False on the CPU")
     imgsz = model.resolve_imgsz(cfg.imgsz)
+    runtime = model.runtime
+    if cfg.rect and runtime is not None and runtime.fixed_imgsz is not None:
+        raise ConfigError(f"val(rect=True) feeds rectangles, and this exported model runs at {runtime.fixed_imgsz} x "
+                          f"{runtime.fixed_imgsz} only; validate it with rect=False, or export with dynamic=True")
     # rect and single_cls as training reads them (train.fit_options)
     task = OptionedTask(model.task_spec, single_cls=cfg.single_cls, rect=cfg.rect, stride=model.spec.stride)
     data = task.load_data(cfg.data)
