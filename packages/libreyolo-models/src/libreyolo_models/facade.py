@@ -68,6 +68,8 @@ class LibreYOLO:
                  device: str | int | torch.device | None = None) -> None:
         self.metrics: Any = None
         """What the last ``val()`` returned (None before any)."""
+        self.callbacks: list[Any] = []
+        """Training callbacks added by ``add_callback`` (every ``train()`` of this model gets them)."""
         self.track_session: TrackSession | None = None
         """What ``track(persist=True)`` continues."""
         self._guard = JobGuard()  # one train() at a time, no other job during it (job_guard says why)
@@ -321,8 +323,10 @@ class LibreYOLO:
         save_txt, save_conf, save_crop, show, device (default: the model's accelerator, else the
         best one available, see ``devices.default_device``), half (fp16 weights), fuse (None: the
         model's choice, see ``fuse()``; False: the exact unfused forward), cuda_graph (False | True
-        | "auto"), stream, vid_stride, project, name, verbose. Returns one ``Results`` per image or
-        frame: a list, or with ``stream=True`` a generator.
+        | "auto"), stream, vid_stride, project, name, verbose; for detect models tile, tile_overlap,
+        tile_merge (sliced inference of large pictures, ``predict.tiling``) and augment (test-time
+        flips and scales, ``predict.tta``). Returns one ``Results`` per image or frame: a list, or
+        with ``stream=True`` a generator.
         """
         from .predict.predictor import run_prediction
 
@@ -366,6 +370,16 @@ class LibreYOLO:
         self.track_session = session
         return frames if stream else list(frames)
 
+    def add_callback(self, event: str | type, fn: Any) -> LibreYOLO:
+        """Call ``fn(event)`` on one training event of every later ``train()``: a name from
+        ``train.callbacks.CALLBACK_EVENTS`` (``"on_train_start"``, ``"on_train_batch_end"``,
+        ``"on_fit_epoch_end"``, ``"on_train_end"``, ``"on_exception"``...) or the event class.
+        A failing callback is logged and training goes on."""
+        from .train.callbacks import EventCallback
+
+        self.callbacks.append(EventCallback(event, fn))
+        return self
+
     def train(self, **options: Any) -> Any:
         """Train on ``data`` (see ``train.settings.TrainConfig``); the instance ends with the best
         weights (or, when the run saved none, the last), on the device it was on.
@@ -375,6 +389,8 @@ class LibreYOLO:
         (``job_guard``); load the run's ``last.pt`` into another object to predict meanwhile."""
         from .train.entry import train_model
 
+        if self.callbacks:
+            options = {**options, "callbacks": [*self.callbacks, *(options.get("callbacks") or [])]}
         self._model.require_pytorch("train")
         with self._guard.training():
             self._model.drop_fused("training")  # frees its memory for the run; rebuilt from the trained weights
@@ -436,6 +452,7 @@ class LibreYOLO:
 def _from_handle(handle: ModelHandle) -> LibreYOLO:
     model = LibreYOLO.__new__(LibreYOLO)
     model.metrics = None
+    model.callbacks = []
     model.track_session = None
     model._guard = JobGuard()
     model._model = handle

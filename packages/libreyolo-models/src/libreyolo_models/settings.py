@@ -88,6 +88,12 @@ class PredictConfig:
     verbose: bool = False
     stream: bool = False      # True: a generator of Results (see predict.streams)
     vid_stride: int = 1       # keep every n-th frame of videos and streams
+    # Sliced inference (detect): windows of tile pixels, tile_overlap shared between neighbours,
+    # merged by class-aware NMS or a score-weighted merge (predict.tiling); None: untiled
+    tile: int | None = None
+    tile_overlap: float = 0.2
+    tile_merge: Literal["nms", "weighted"] = "nms"
+    augment: bool = False     # test-time augmentation (detect): flips and scales, merged (predict.tta)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "device", device_text(self.device))
@@ -101,3 +107,16 @@ class PredictConfig:
             raise ConfigError(f"batch={self.batch} must be at least 1")
         compile_mode(self.compile, self.cuda_graph)  # an unknown mode, or one that clashes with cuda_graph
         check_positive_imgsz(self.imgsz)
+        check_tiling(self.tile, self.tile_overlap, self.augment)
+
+
+def check_tiling(tile: int | None, overlap: float, augment: bool) -> None:
+    if tile is not None and tile < 32:
+        raise ConfigError(f"tile={tile} must be a window side of at least 32 pixels (e.g. 640, the network's input "
+                          "size), or None to predict untiled")
+    if not 0.0 <= overlap < 1.0:
+        raise ConfigError(f"tile_overlap={overlap} must be in [0, 1): the share of a tile its neighbour repeats "
+                          "(0.2 is usual)")
+    if tile is not None and augment:
+        raise ConfigError("tile= and augment=True together would run every window of every picture three times; "
+                          "choose one of them")

@@ -11,6 +11,7 @@ from ..data.cache_store import CacheSetting, parse_cache_setting
 from ..errors import ConfigError
 from ..settings import DeviceSpec, check_number, device_text
 from ..tasks.classify.augment import ClassifyAugment
+from .fit_options import check_fit_options
 
 _AUG = AugmentConfig()
 _CLS = ClassifyAugment()
@@ -82,6 +83,9 @@ class TrainConfig:
     tensorboard: bool = False           # event files in the run folder (extra: libreyolo-models[tensorboard])
     mlflow: bool = False                # MLFLOW_TRACKING_URI, else <project>/mlflow (extra: [mlflow])
     wandb: bool = False                 # Weights & Biases; WANDB_MODE=offline works without login (extra: [wandb])
+    comet: bool = False                 # Comet; offline (a zip in the run folder) without COMET_API_KEY (extra: [comet])
+    clearml: bool = False               # ClearML; an offline session without a configured server (extra: [clearml])
+    dvclive: bool = False               # DVCLive files in <run folder>/dvclive (extra: [dvclive])
     log_every: int = 50                 # loggers get the losses every this many batches
     cuda_graph: bool = False
     multi_scale: bool = False
@@ -99,9 +103,17 @@ class TrainConfig:
     val_iou: float = 0.7
     max_det: int = 300
     verbose: bool = True
+    # What trains on what (train.fit_options): layers frozen (the first N, or names), one class
+    # for every box, rectangular batches (True: training too; "val": validation only), a share
+    # of the training images
+    freeze: int | list[str] | None = None
+    single_cls: bool = False
+    rect: bool | Literal["val"] = False
+    fraction: float = 1.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "device", device_text(self.device))  # [0, 1] -> "0,1": saved and resumed as text
+        check_fit_options(self)
         if parse_cache_setting(self.cache).mode == "gpu" and self.gpu_augment is False:
             raise ConfigError("cache='gpu' keeps the training images on the GPU for batches rendered there, but "
                               "gpu_augment=False renders them in the workers; drop one of them")
@@ -184,4 +196,4 @@ the same way."""
 RESUME_MAY_CHANGE = frozenset({"epochs", "device", "workers", "patience", "verbose", "plots", "cache",
                                "gpu_augment", "resume", "profile", "cuda_graph", "save_period",
                                "channels_last", "cudnn_benchmark", "tensorboard", "mlflow", "wandb",
-                               "log_every"})
+                               "comet", "clearml", "dvclive", "log_every"})

@@ -45,6 +45,7 @@ from .checkpoints import build_training_checkpoint, write_epoch_checkpoints
 from .divergence import DivergenceWatch
 from .elastic import forget_run
 from .ema import ModelEMA
+from .fit_options import OptionedTask, freeze_layers
 from .grad_tools import LeanGradScaler
 from .graph_forward import graph_forward, wants_graphs
 from .loggers import enabled_loggers
@@ -56,6 +57,7 @@ from .run_folder import claim_training_folder, restore_missing_best
 from .schedule import MIN_STEPS_PER_EPOCH, accumulate_steps, apply_lr, nominal_accumulation, warmup_iterations
 from .start_plots import plot_start_of_training, plot_train_batch
 from .step import SeamThenHead, StepTimer, TrainStep
+from .val_loss import validation_loss
 
 if TYPE_CHECKING:
     from ..handle import ModelHandle
@@ -95,7 +97,7 @@ class Trainer:
     def __init__(self, model: ModelHandle, plan: TrainPlan, *, callbacks: list | None = None,
                  resume: dict[str, Any] | None = None) -> None:
         self.model, self.plan, self.cfg, self.resume = model, plan, plan.cfg, resume
-        self.task = model.task_spec
+        self.task = OptionedTask.for_training(model.task_spec, plan.cfg, model.spec.stride)  # single_cls, fraction, rect
         self.env = libreyolo_ddp.dist_env()
         self.rank0 = self.env.rank == 0
         self.world = self.env.world_size
@@ -165,6 +167,7 @@ class Trainer:
         weight_decay = cfg.weight_decay * self.global_batch * self.accumulate / cfg.nbs
         iterations = math.ceil(self.n_batches / self.accumulate) * cfg.epochs
         with self._setup_phase("optimizer"):
+            freeze_layers(model.net, cfg.freeze)
             groups = model.family.parameter_groups(model.net, weight_decay=weight_decay)
             saved_choice = (self.resume or {}).get("optimizer_choice")
             self.choice = (OptimizerChoice.from_dict(saved_choice) if saved_choice else
@@ -334,7 +337,9 @@ class Trainer:
             val_started = time.perf_counter()
             ema_net = self.ema.ema
             settings = EvalSettings(conf=cfg.val_conf, iou=cfg.val_iou, max_det=cfg.max_det,
-                                    save_dir=self.run_dir if final else None, plots=cfg.plots and final)
+                                    save_dir=self.run_dir if final else None, plots=cfg.plots and final,
+                                    loss=validation_loss(self.model, ema_net, self.step.context),
+                                    loss_names=self.loss_names)
             result = self.task.evaluate(self.model, lambda x: self.model.inference_forward(x, net=ema_net),
                                         self.val_data, settings=settings, progress=self.rank0 and cfg.verbose)
             row.update(result.as_dict())

@@ -26,6 +26,8 @@ class ValConfig:
     cache: CacheSetting = "auto"
     plots: bool = False        # confusion matrices and P/R/F1/PR curves into project/name
     save_json: bool = False    # predictions.json in the COCO results format, into project/name
+    rect: bool = False         # rectangular batches (detect): similar aspect ratios together, less padding
+    single_cls: bool = False   # every box one class (detect; a model trained with single_cls=True)
     project: str = "runs/val"
     name: str = "exp"
     verbose: bool = True

@@ -104,4 +104,5 @@ def run_files(run_dir: Any) -> list[Any]:
     root = Path(run_dir)
     names = ("results.csv", "results.png", "args.yaml", "labels.jpg", "confusion_matrix.png",
              "confusion_matrix_normalized.png", "PR_curve.png", "P_curve.png", "R_curve.png", "F1_curve.png")
-    return [root / n for n in names if (root / n).is_file()] + sorted(root.glob("train_batch*.jpg"))
+    return ([root / n for n in names if (root / n).is_file()] + sorted(root.glob("train_batch*.jpg"))
+            + sorted(root.glob("val_batch*.jpg")))
