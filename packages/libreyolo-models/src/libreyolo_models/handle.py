@@ -12,7 +12,7 @@ without the facade, and keeps ``facade.py`` out of the jobs' imports.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -22,7 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from .certificate import CERTIFICATE_KEY
-from .checkpoint import checkpoint_metadata, cpu_state_dict, nonfinite_entries
+from .checkpoint import checkpoint_metadata, cpu_state_dict, inf_by_design, nonfinite_entries
 from .coco_names import default_names
 from .contract.family import Family, TensorTree
 from .contract.spec import FamilySpec
@@ -93,8 +93,9 @@ class ModelHandle:
         net = family.build_network()
         if source.state is not None:
             family.check_state(net, source.state, str(source.path))
+            masks = inf_by_design(net.state_dict())
             net.load_state_dict(source.state)
-            warn_nonfinite(source.state, str(source.path))
+            warn_nonfinite(source.state, str(source.path), masks)
         return cls(spec, source.size, source.task, source.nc, names, imgsz, net, checkpoint=source.checkpoint,
                    ckpt_path=source.path, fuse_default=fuse_default, family=family)
 
@@ -419,10 +420,10 @@ class SeamModule(nn.Module):
         return self._seam(images)
 
 
-def warn_nonfinite(state: Mapping[str, Tensor], source: str) -> None:
-    """One warning when loaded weights hold NaN or inf: such a model predicts nothing useful, and
-    it usually comes from a training run that diverged."""
-    bad = nonfinite_entries(state)
+def warn_nonfinite(state: Mapping[str, Tensor], source: str, masks: Collection[str] = ()) -> None:
+    """One warning when loaded weights hold NaN or inf (beyond ``masks``, the network's own inf
+    masks): such a model predicts nothing useful, and it usually comes from a diverged run."""
+    bad = nonfinite_entries(state, masks)
     if bad:
         log.warning("%s: %d of %d weight tensors hold NaN or inf (e.g. %s); this model will not predict anything "
                     "useful. It comes from a diverged training run: use an earlier checkpoint, or train again "

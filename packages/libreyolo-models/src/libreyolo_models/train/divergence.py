@@ -25,7 +25,7 @@ from torch import Tensor, nn
 
 import libreyolo_ddp
 
-from ..checkpoint import nonfinite_entries
+from ..checkpoint import inf_by_design, nonfinite_entries
 from ..errors import TrainingDivergedError
 
 log = logging.getLogger(__name__)
@@ -68,8 +68,9 @@ class DivergenceWatch:
     """The trainer's side: reads the step counters and checks the weights, every rank alike
     (the verdicts are agreed over ranks first, so all stop together or none does)."""
 
-    def __init__(self, steps: NonFiniteSteps, *, world: int, advice: str, last: Path) -> None:
+    def __init__(self, steps: NonFiniteSteps, net: nn.Module, *, world: int, advice: str, last: Path) -> None:
         self.steps, self.world, self.advice, self.last = steps, world, advice, last
+        self.masks = inf_by_design(net.state_dict())  # as training starts: inf masks, not divergence
 
     def watch(self, epoch: int, batch: int) -> None:
         """At a read-back point: warn when steps were skipped since the last one; stop past the limit."""
@@ -91,7 +92,7 @@ class DivergenceWatch:
 
     def check_state(self, epoch: int, nets: dict[str, nn.Module]) -> None:
         """Before anything of ``epoch`` is saved: every weight and buffer finite, or stop."""
-        bad = {name: nonfinite_entries(net.state_dict()) for name, net in nets.items()}
+        bad = {name: nonfinite_entries(net.state_dict(), self.masks) for name, net in nets.items()}
         count = sum(len(keys) for keys in bad.values())
         agreed = self._agreed(torch.tensor([count, 0, 0]))[0] if self.world > 1 else count
         if agreed:

@@ -208,7 +208,7 @@ class Trainer:
                               device=self.device, context=context, max_grad_norm=cfg.max_grad_norm, timer=self.timer,
                               takes_targets=self.takes_targets, sync_gradients=self.sync_gradients, half_weights=half)
         self.divergence = DivergenceWatch(
-            self.step.nonfinite, world=self.world, last=self.weights_dir / "last.pt",
+            self.step.nonfinite, model.net, world=self.world, last=self.weights_dir / "last.pt",
             advice=f"the learning rate may be too high ({self.choice.name} lr0={self.choice.lr0:g}): train again with "
                    "a lower lr0, or check the dataset's labels")
 
