@@ -29,19 +29,20 @@ CASES = {"yolo9": ("t", 64), "yolox": ("n", 64), "rtdetr": ("r18", 128), "segfor
          "resnet": ("18", 64), "efficientnetv2": ("b0", 64), "convnext": ("tiny", 64), "mobilenetv4": ("small", 64),
          "yolo9_e2e": ("t", 64), "damoyolo": ("ns", 64), "yolo7": ("tiny", 64), "rfdetr": ("n", 64), "ec": ("s", 64),
          "dfine": ("n", 128), "deim": ("n", 128), "rtdetrv4": ("s", 128), "rtdetrv2": ("r18", 128),
-         "deimv2": ("atto", 128)}
+         "deimv2": ("atto", 128), "yolonas": ("s", 64), "picodet": ("s", 64)}
 FORMATS = ("onnx", "torchscript", "openvino")
 # Over ~10 s on an idle 2-core CPU (export of a big graph, or 21 images at 128 px through a DETR).
 SLOW = {"rtdetr", "convnext", "rfdetr", "ec", "dfine", "deim", "rtdetrv4", "rtdetrv2", "deimv2"}
 # Families whose network code another case exports in every format (D-FINE's for DEIM and
 # RT-DETRv4, RT-DETR's for RT-DETRv2): ONNX only, to keep the suite's time.
 ONNX_ONLY = {"deim": "dfine", "rtdetrv4": "dfine", "rtdetrv2": "rtdetr"}
+SLOW_FORMATS = {("yolonas", "openvino")}  # YOLO-NAS-s (19M parameters) through OpenVINO's converter: 9-27 s
 # Set predictors whose query order follows the encoder's top-k (near ties order freely).
 QUERY_SETS = {"rtdetr", "rfdetr", "ec", "dfine", "deim", "rtdetrv4", "rtdetrv2", "deimv2"}
 
 
 def _case(family: str, fmt: str) -> object:
-    marks = [pytest.mark.slow] if family in SLOW else []
+    marks = [pytest.mark.slow] if family in SLOW or (family, fmt) in SLOW_FORMATS else []
     return pytest.param(family, fmt, marks=marks, id=f"{family}-{fmt}")
 
 
