@@ -96,7 +96,8 @@ class ModelHandle:
             family.check_state(net, source.state, str(source.path))
             masks = inf_by_design(net.state_dict())
             net.load_state_dict(source.state)
-            warn_nonfinite(source.state, str(source.path), masks)
+            # The loaded values: a buffer built for another size (EC's anchors) keeps the network's own.
+            warn_nonfinite(net.state_dict(), str(source.path), masks)
         return cls(spec, source.size, source.task, source.nc, names, imgsz, net, checkpoint=source.checkpoint,
                    ckpt_path=source.path, fuse_default=fuse_default, family=family)
 
