@@ -43,6 +43,9 @@ def test_cli_trains_validates_and_predicts_an_instance_task(arch: str, task: str
     best = tmp_path / "run" / "weights" / "best.pt"
     ckpt = torch.load(best, weights_only=True)
     assert ckpt["task"] == task and (task != "pose" or ckpt["num_keypoints"] == 5)
+    header = (tmp_path / "run" / "results.csv").read_text().splitlines()[0].split(",")
+    train_terms = [c.removeprefix("train/") for c in header if c.startswith("train/") and c.endswith("_loss")]
+    assert train_terms and all(f"val/{term}" in header for term in train_terms), header   # and val losses
     assert main(["val", f"model={best}", f"data={data}", f"imgsz={imgsz}", "workers=0", "--no-verbose"]) == 0
     image = next((Path(data).parent / "images" / "val").glob("*.jpg"))
     assert main(["predict", f"model={best}", f"source={image}", f"imgsz={imgsz}", "conf=0.0", "max_det=2", "--save",

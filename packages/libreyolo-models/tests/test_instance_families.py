@@ -1,9 +1,10 @@
 """EC and RF-DETR through the segment and pose tasks: choosing the task, checkpoints (task and
 keypoint count), the seams and post-processing, the losses reaching every parameter and falling,
-predict's ``Results``."""
+validation losses, predict's ``Results``."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,8 @@ from libreyolo_models import SAMPLE_IMAGE, LibreYOLO
 from libreyolo_models.contract.family import LossContext
 from libreyolo_models.contract.instances import InstancePrediction, InstanceTargets
 from libreyolo_models.errors import CheckpointError, ConfigError
+from libreyolo_models.tasks import EvalSettings
+from libreyolo_models.train.val_loss import validation_loss
 
 # (architecture, task, imgsz): the smallest of each family at a small size its layout accepts
 CASES = [("LibreECs.yaml", "segment", 64), ("LibreECs.yaml", "pose", 64), ("LibreRFDETRn.yaml", "segment", 48),
@@ -155,3 +158,29 @@ def test_predict_on_the_sample_image_fills_masks_or_keypoints(arch: str, task: s
     else:
         assert res.keypoints.data.shape == (3, 17, 3) and res.masks is None
     assert res.plot().shape == (h, w, 3)
+
+
+@pytest.mark.parametrize(("arch", "task", "imgsz"), CASES, ids=IDS)
+def test_training_validation_averages_the_family_loss_over_the_val_batches(arch: str, task: str, imgsz: int,
+                                                                           tmp_path: Path) -> None:
+    """``val/<term>_loss``: validation batches' ground truth becomes training's targets, and the
+    eval-mode network gives what the loss reads (RF-DETR segment: the mask factors)."""
+    from libreyolo_models.tasks.pose.shapes_pose import ensure_shapes_pose
+    from libreyolo_models.tasks.segment.shapes_inst import ensure_shapes_inst
+
+    ensure = ensure_shapes_inst if task == "segment" else ensure_shapes_pose
+    data = ensure(tmp_path, split_sizes={"train": 1, "val": 3})
+    model = LibreYOLO(arch, task=task, nc=1 if task == "pose" else 5, imgsz=imgsz)
+    if task == "pose":
+        model._replace(model._model.rebuilt(keypoints=5), "the houses' five corners")
+    handle = model._model
+    config = handle.task_spec.load_data(str(data))
+    pipeline = handle.task_spec.val_pipeline(handle.task_spec.load_split(config, "val"), imgsz=imgsz, batch_size=2,
+                                             device=torch.device("cpu"), workers=0, cache=False)
+    names = model.spec.task(task).loss_names
+    loss = validation_loss(handle, handle.net.eval(), LossContext(gains={}))
+    result = handle.task_spec.evaluate(handle, handle.inference_forward, pipeline, progress=False,
+                                       settings=EvalSettings(loss=loss, loss_names=names))
+    losses = {k: v for k, v in result.as_dict().items() if k.startswith("val/")}
+    assert sorted(losses) == sorted(f"val/{name}_loss" for name in names)   # a failing loss leaves them out
+    assert all(math.isfinite(v) and v >= 0 for v in losses.values()), losses

@@ -129,9 +129,12 @@ class RFDETRFamily(Family):
 
     def training_forward(self, net: nn.Module, images: Tensor) -> dict[str, Any]:
         """The whole network (nothing depends on the targets): every decoder layer's outputs and
-        the two-stage proposals, for every query group."""
+        the two-stage proposals, for every query group; segment's mask factors also in eval mode
+        (validation losses)."""
         if isinstance(net, RFDETRNet):
             self._groups = (net.train_groups or net.groups) if net.training else 1
+        if self.task == "segment":
+            return net(images, mask_factors=True)
         return net(images)
 
     def compute_loss(self, outputs: Mapping[str, Any], targets: Any, ctx: LossContext) -> LossResult:

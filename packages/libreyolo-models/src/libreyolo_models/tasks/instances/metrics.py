@@ -3,13 +3,14 @@
 Both are COCO's AP (``tasks.detect.metrics.DetectionMetrics`` over ``ImageStats``), the second
 from the task's own similarity (mask IoU, OKS) through ``matching.match_similarity``. "Best" is
 the task's own mAP: ``0.1 * mAP50 + 0.9 * mAP50-95`` of masks or keypoints. ``results.csv`` gets
-Ultralytics' column names: ``metrics/mAP50(B)`` for boxes, ``(M)`` for masks, ``(P)`` for pose.
+Ultralytics' column names: ``metrics/mAP50(B)`` for boxes, ``(M)`` for masks, ``(P)`` for pose,
+and in training's validation ``val/<term>_loss``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import libreyolo_ddp
 
@@ -25,6 +26,7 @@ class InstanceResult:
     box: MetricsResult
     kind: MetricsResult
     tag: str
+    losses: dict[str, float] = field(default_factory=dict)   # val/<term>_loss, when training validates
 
     @property
     def map50(self) -> float:
@@ -47,6 +49,7 @@ class InstanceResult:
         for tag, res in (("B", self.box), (self.tag, self.kind)):
             out.update({f"metrics/precision({tag})": res.precision, f"metrics/recall({tag})": res.recall,
                         f"metrics/mAP50({tag})": res.map50, f"metrics/mAP50-95({tag})": res.map50_95})
+        out.update(self.losses)
         return out
 
     def best_fields(self) -> dict[str, float]:

@@ -108,6 +108,12 @@ def collate_train(samples: Sequence[InstanceSample], sigmas: Tensor | None = Non
     """Stack the images; the targets' rows gain their sample's batch index."""
     images = batch_tensor((len(samples), *samples[0].image.shape), torch.uint8)
     torch.stack([s.image for s in samples], out=images)
+    return InstanceBatch(images, _stack_targets(samples, sigmas, keypoints_per_object), [s.path for s in samples],
+                         [s.ori_size for s in samples])
+
+
+def _stack_targets(samples: Sequence[InstanceSample], sigmas: Tensor | None,
+                   keypoints_per_object: int) -> InstanceTargets:
     rows = [torch.cat((torch.full((len(s.boxes), 1), float(i)), s.boxes.float()), 1) for i, s in enumerate(samples)]
     boxes = torch.cat(rows) if rows else torch.zeros(0, 6)
     masks = keypoints = None
@@ -116,8 +122,17 @@ def collate_train(samples: Sequence[InstanceSample], sigmas: Tensor | None = Non
     if samples[0].keypoints is not None:
         k = keypoints_per_object
         keypoints = torch.cat([s.keypoints.reshape(-1, k, 3) for s in samples if s.keypoints is not None])
-    return InstanceBatch(images, InstanceTargets(boxes, masks, keypoints, sigmas), [s.path for s in samples],
-                         [s.ori_size for s in samples])
+    return InstanceTargets(boxes, masks, keypoints, sigmas)
+
+
+def _sigmas(kind: InstanceKind) -> Tensor | None:
+    return None if kind.sigmas is None else torch.tensor(kind.sigmas, dtype=torch.float32)
+
+
+def training_targets(samples: Sequence[InstanceSample], size: int, kind: InstanceKind) -> InstanceTargets:
+    """A validation batch's ground truth (``InstanceValBatch.targets``, in input pixels of side
+    ``size``) as training's targets, which the family's loss reads: validation losses."""
+    return _stack_targets([_train_item(s, size) for s in samples], _sigmas(kind), len(kind.flip_idx or ()))
 
 
 class _Collate:
@@ -127,8 +142,7 @@ class _Collate:
         self.kind = kind
 
     def __call__(self, samples: Sequence[InstanceSample]) -> InstanceBatch:
-        sigmas = None if self.kind.sigmas is None else torch.tensor(self.kind.sigmas, dtype=torch.float32)
-        return collate_train(samples, sigmas, len(self.kind.flip_idx or ()))
+        return collate_train(samples, _sigmas(self.kind), len(self.kind.flip_idx or ()))
 
 
 class InstanceTrainPipeline:

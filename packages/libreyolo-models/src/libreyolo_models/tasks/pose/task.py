@@ -32,6 +32,7 @@ from ..detect.boxes import Boxes
 from ..detect.task import DetectOptions
 from ..instances.pipeline import InstanceKind, InstanceTrainPipeline, InstanceValPipeline
 from ..instances.validator import evaluate_instances
+from ..loss_meter import LossMeter
 from ..results import Results
 from ..segment.task import instance_options, instances_to_host
 from .keypoints import Keypoints
@@ -62,6 +63,7 @@ class PoseTask(Task):
     results_field: ClassVar[str] = "keypoints"
     supports_multi_scale: ClassVar[bool] = False
     augmentations: ClassVar[frozenset[str]] = frozenset(AugmentConfig.__dataclass_fields__)
+    validation_losses: ClassVar[bool] = True
 
     def load_data(self, data: Any) -> PoseConfig:
         """A data.yaml path, a folder holding one, a dict, or the bundled ``"shapes-pose"``."""
@@ -109,8 +111,10 @@ class PoseTask(Task):
         def score(prediction: InstancePrediction, sample: Any) -> Any:
             return score_keypoints(prediction, sample, sigmas)
 
+        losses = LossMeter(settings.loss, settings.loss_names) if settings.loss is not None else None
         return evaluate_instances(model, forward, pipeline, options=options, score=score, tag="P",
-                                  half=settings.half, progress=progress)
+                                  half=settings.half, progress=progress, losses=losses,
+                                  kind=getattr(pipeline, "kind", None))
 
     def empty_best(self) -> dict[str, float]:
         return {"mAP50": 0.0, "mAP50_95": 0.0}

@@ -30,6 +30,7 @@ from ..detect.boxes import Boxes
 from ..detect.task import DetectOptions
 from ..instances.pipeline import InstanceKind, InstanceTrainPipeline, InstanceValPipeline
 from ..instances.validator import evaluate_instances
+from ..loss_meter import LossMeter
 from ..results import Results
 from .masks import InstanceMasks, masks_to_original
 from .reader import read_segment_split
@@ -63,6 +64,7 @@ class SegmentTask(Task):
     results_field: ClassVar[str] = "masks"
     supports_multi_scale: ClassVar[bool] = False
     augmentations: ClassVar[frozenset[str]] = frozenset(AugmentConfig.__dataclass_fields__)
+    validation_losses: ClassVar[bool] = True
 
     def load_data(self, data: Any) -> DataConfig:
         """A data.yaml path, a folder holding one, a dict, or the bundled ``"shapes-inst"``."""
@@ -94,8 +96,10 @@ class SegmentTask(Task):
     def evaluate(self, model: ModelView, forward: Callable[[Tensor], Any], pipeline: Iterable[Batch], *,
                  settings: EvalSettings, progress: bool) -> TaskMetrics:
         options = DetectOptions(conf=settings.conf, iou=settings.iou, max_det=settings.max_det)
+        losses = LossMeter(settings.loss, settings.loss_names) if settings.loss is not None else None
         return evaluate_instances(model, forward, pipeline, options=options, score=score_masks, tag="M",
-                                  half=settings.half, progress=progress)
+                                  half=settings.half, progress=progress, losses=losses,
+                                  kind=getattr(pipeline, "kind", SEGMENT))
 
     def empty_best(self) -> dict[str, float]:
         return {"mAP50": 0.0, "mAP50_95": 0.0}
