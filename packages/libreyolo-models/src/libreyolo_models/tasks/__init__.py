@@ -8,10 +8,11 @@ from ..errors import ConfigError
 from .base import EvalSettings, Prepared, Task, TaskMetrics
 from .classify.task import ClassifyOptions, ClassifyTask
 from .detect.task import DetectOptions, DetectTask
+from .restore.task import RestoreTask
 from .results import RESULTS_FIELDS
 from .semantic.task import SemanticTask
 
-TASKS: dict[str, Task] = {task.name: task for task in (DetectTask(), SemanticTask(), ClassifyTask())}
+TASKS: dict[str, Task] = {task.name: task for task in (DetectTask(), SemanticTask(), ClassifyTask(), RestoreTask())}
 RESULTS_FIELDS.update(task.results_field for task in TASKS.values())
 
 _extra: dict[str, Task] = {}
@@ -51,5 +52,6 @@ def get_task(name: str) -> Task:
     return table[name]
 
 
-__all__ = ["TASKS", "ClassifyOptions", "ClassifyTask", "DetectOptions", "DetectTask", "EvalSettings", "Prepared",
-           "SemanticTask", "Task", "TaskMetrics", "get_task", "register_task", "tasks", "unregister_task"]
+__all__ = ["TASKS", "ClassifyOptions", "ClassifyTask", "DetectOptions", "DetectTask", "EvalSettings",
+           "Prepared", "RestoreTask", "SemanticTask", "Task", "TaskMetrics", "get_task",
+           "register_task", "tasks", "unregister_task"]
