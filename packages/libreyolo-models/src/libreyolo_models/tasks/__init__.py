@@ -8,11 +8,13 @@ from ..errors import ConfigError
 from .base import EvalSettings, Prepared, Task, TaskMetrics
 from .classify.task import ClassifyOptions, ClassifyTask
 from .detect.task import DetectOptions, DetectTask
+from .point.task import PointOptions, PointTask
 from .restore.task import RestoreTask
 from .results import RESULTS_FIELDS
 from .semantic.task import SemanticTask
 
-TASKS: dict[str, Task] = {task.name: task for task in (DetectTask(), SemanticTask(), ClassifyTask(), RestoreTask())}
+TASKS: dict[str, Task] = {task.name: task for task in (DetectTask(), SemanticTask(), ClassifyTask(), PointTask(),
+                                                          RestoreTask())}
 RESULTS_FIELDS.update(task.results_field for task in TASKS.values())
 
 _extra: dict[str, Task] = {}
@@ -53,5 +55,5 @@ def get_task(name: str) -> Task:
 
 
 __all__ = ["TASKS", "ClassifyOptions", "ClassifyTask", "DetectOptions", "DetectTask", "EvalSettings",
-           "Prepared", "RestoreTask", "SemanticTask", "Task", "TaskMetrics", "get_task",
+           "PointOptions", "PointTask", "Prepared", "RestoreTask", "SemanticTask", "Task", "TaskMetrics", "get_task",
            "register_task", "tasks", "unregister_task"]

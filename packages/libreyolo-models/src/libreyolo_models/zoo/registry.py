@@ -19,6 +19,7 @@ from ..families.convnext.spec import SPEC as CONVNEXT
 from ..families.damoyolo.spec import SPEC as DAMOYOLO
 from ..families.ec.spec import SPEC as EC
 from ..families.efficientnetv2.spec import SPEC as EFFICIENTNETV2
+from ..families.fomo.spec import SPEC as FOMO
 from ..families.mobilenetv4.spec import SPEC as MOBILENETV4
 from ..families.nafnet.spec import SPEC as NAFNET
 from ..families.resnet.spec import SPEC as RESNET
@@ -33,7 +34,7 @@ from ..families.yolox.spec import SPEC as YOLOX
 
 BUILTIN: dict[str, FamilySpec] = {spec.name: spec for spec in (YOLO9, YOLOX, RTMDET, RTDETR, SEGFORMER, RESNET,
                                                                 EFFICIENTNETV2, CONVNEXT, MOBILENETV4, YOLO9_E2E,
-                                                                DAMOYOLO, YOLO7, RFDETR, EC, NAFNET)}
+                                                                DAMOYOLO, YOLO7, RFDETR, EC, FOMO, NAFNET)}
 
 _extra: dict[str, FamilySpec] = {}
 
