@@ -17,6 +17,7 @@ from ..contract.spec import TASK_SUFFIXES, FamilySpec
 from ..errors import ConfigError, UnknownFamilyError
 from ..families.convnext.spec import SPEC as CONVNEXT
 from ..families.damoyolo.spec import SPEC as DAMOYOLO
+from ..families.depthanything.spec import SPEC as DEPTHANYTHING
 from ..families.ec.spec import SPEC as EC
 from ..families.efficientnetv2.spec import SPEC as EFFICIENTNETV2
 from ..families.fomo.spec import SPEC as FOMO
@@ -34,7 +35,8 @@ from ..families.yolox.spec import SPEC as YOLOX
 
 BUILTIN: dict[str, FamilySpec] = {spec.name: spec for spec in (YOLO9, YOLOX, RTMDET, RTDETR, SEGFORMER, RESNET,
                                                                 EFFICIENTNETV2, CONVNEXT, MOBILENETV4, YOLO9_E2E,
-                                                                DAMOYOLO, YOLO7, RFDETR, EC, FOMO, NAFNET)}
+                                                                DAMOYOLO, YOLO7, RFDETR, EC, FOMO, NAFNET,
+                                                                DEPTHANYTHING)}
 
 _extra: dict[str, FamilySpec] = {}
 
