@@ -151,3 +151,16 @@ def test_points_content_through_results(tmp_path: Path) -> None:
     assert isinstance(result.numpy().points.data, np.ndarray) and result.cpu().points.data.device.type == "cpu"
     empty = Points(torch.zeros((0, 4)), (40, 60))
     assert empty.summary({}) == "no points" and len(empty) == 0
+
+
+def test_training_batch_pictures_show_the_points(tmp_path: Path) -> None:
+    from libreyolo_models.tasks.plots import plot_batch
+
+    images = torch.full((2, 3, 64, 64), 0.5)
+    targets = torch.tensor([[0, 1, 0.25, 0.5], [1, 0, 0.75, 0.75]])
+    grid = np.asarray(Image.open(plot_batch(images, targets, {0: "a", 1: "b"}, tmp_path / "batch.jpg")))
+    def off_grey(y: int, x: int) -> int:
+        return int(np.abs(grid[y, x].astype(int) - 128).max())
+
+    assert off_grey(32, 16) > 60 and off_grey(48, 64 + 48) > 60  # a dot on each image at its point
+    assert off_grey(10, 64 + 10) < 20                            # grey elsewhere
