@@ -171,3 +171,22 @@ def test_predict_preprocessing_keeps_pictures_whole_and_pads_a_mixed_batch() -> 
     assert task.prepare(np.zeros((5, 7, 3), np.uint8), 64).tensor.shape == (3, 5, 7)
     with pytest.raises(Exception, match="nothing to filter"):
         task.postprocess_options({"classes": [0]})
+
+
+def test_training_crops_follow_seed_and_epoch_only(paired: Path) -> None:
+    from libreyolo_models.errors import ConfigError
+    from libreyolo_models.tasks.restore.pipeline import PairTrainPipeline
+
+    split = read_pair_split(load_paired_data(paired), "train")
+
+    def first_epoch(epoch: int, seed: int = 0) -> list[torch.Tensor]:
+        pipeline = PairTrainPipeline(split, imgsz=8, batch_size=3, device="cpu", fliplr=0.5, workers=0, seed=seed)
+        pipeline.set_epoch(epoch)
+        return [b.images for b in pipeline]
+
+    assert all(torch.equal(a, b) for a, b in zip(first_epoch(0), first_epoch(0), strict=True))
+    assert not torch.equal(first_epoch(0)[0], first_epoch(1)[0])
+    with pytest.raises(ConfigError, match="fewer than one batch of 4 .* lower batch to at most 3"):
+        PairTrainPipeline(split, imgsz=8, batch_size=4, device="cpu", fliplr=0.5, workers=0, seed=0)
+    with pytest.raises(ConfigError, match="seed=-1"):
+        PairTrainPipeline(split, imgsz=8, batch_size=3, device="cpu", fliplr=0.5, workers=0, seed=-1)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from torch import Tensor
-from torch.utils.data import Dataset, RandomSampler
+from torch.utils.data import Dataset
 
 import libreyolo_ddp
 
@@ -30,8 +30,7 @@ from ...data.augment_ops import flip_images, grid_theta, jitter_hsv, warp_canvas
 from ...data.collate import batch_tensor
 from ...data.image_files import read_image
 from ...data.letterbox_images import LetterboxInfo, letterbox, letterbox_batch
-from ...data.loading import shuffle_seed
-from ...errors import ConfigError
+from ...data.loading import EpochLoader
 from .reader import PointSplit
 
 log = logging.getLogger(__name__)
@@ -118,34 +117,17 @@ class PointTrainPipeline:
 
     def __init__(self, split: PointSplit, *, imgsz: int, batch_size: int, device: torch.device | str,
                  augment: AugmentConfig, workers: int, seed: int) -> None:
-        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-            raise ConfigError(f"seed={seed!r} must be a non-negative integer (e.g. seed=0)")
         self.device = torch.device(device)
-        env = libreyolo_ddp.dist_env()
-        self._seed, self._rank = seed, env.rank
-        self._state = torch.tensor([0], dtype=torch.int64).share_memory_()
-        dataset = _Samples(split, imgsz, augment, seed=seed, rank=env.rank, state=self._state)
-        self._shuffle = torch.Generator()
-        self._shuffle.manual_seed(shuffle_seed(seed, env.rank, 0))
-        distributed = libreyolo_ddp.is_dist_initialized() and env.world_size > 1
-        self._loader = libreyolo_ddp.build_dataloader(
-            dataset, batch_size=batch_size, shuffle=True, workers=workers, seed=seed, collate_fn=_collate,
-            drop_last=True, pin_memory=self.device.type == "cuda",
-            sampler=None if distributed else RandomSampler(dataset, generator=self._shuffle))
-        if len(self._loader) == 0:
-            raise ConfigError(f"the training split has {len(split)} images, fewer than one batch of {batch_size} on "
-                              f"each of {env.world_size} rank(s); lower batch to at most "
-                              f"{max(1, len(split) // env.world_size)} or add images")
+        self._loader = EpochLoader(
+            lambda rank, state: _Samples(split, imgsz, augment, seed=seed, rank=rank, state=state), what="images",
+            batch_size=batch_size, workers=workers, seed=seed, collate_fn=_collate,
+            pin_memory=self.device.type == "cuda")
         log.info("train pipeline: %d images, %d points at %d px, batch %d, %d workers", len(split), split.n_points(),
                  imgsz, batch_size, workers)
 
     def set_epoch(self, epoch: int, *, mosaic: bool = False) -> None:
         """Reseed the shuffle and the draws for ``epoch`` (point training never uses mosaic)."""
-        if epoch < 0:
-            raise ConfigError(f"epoch={epoch} must be >= 0")
-        self._state.fill_(epoch)
-        self._shuffle.manual_seed(shuffle_seed(self._seed, self._rank, epoch))
-        libreyolo_ddp.set_loader_epoch(self._loader, epoch)
+        self._loader.set_epoch(epoch)
 
     def __len__(self) -> int:
         return len(self._loader)

@@ -21,7 +21,6 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ...data.augment_draws import AugmentConfig
 from ...data.data_config import DataConfig, load_data_config
 from ...data.letterbox_images import letterbox
 from ..base import Batch, EvalSettings, Prepared, Task, TaskMetrics, TrainOptions
@@ -69,8 +68,7 @@ class PointTask(Task):
     def train_pipeline(self, index: Any, *, imgsz: int, batch_size: int, device: torch.device,
                        cfg: TrainOptions, workers: int) -> PointTrainPipeline:
         augment = cfg.augment()
-        unused = [f"{name}={getattr(augment, name):g}" for name in sorted(AugmentConfig.__dataclass_fields__)
-                  if name not in self.augmentations and getattr(augment, name) != 0]
+        unused = augment.unused(self.augmentations)
         if unused:
             log.warning("%s: no effect on point training, which warps, colours and flips single images (no mosaic)",
                         ", ".join(unused))

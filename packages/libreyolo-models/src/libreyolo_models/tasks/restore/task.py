@@ -20,7 +20,6 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ...data.augment_draws import AugmentConfig
 from ...errors import ConfigError
 from ..base import Batch, EvalSettings, Prepared, Task, TaskMetrics, TrainOptions
 from ..results import Results
@@ -58,8 +57,7 @@ class RestoreTask(Task):
     def train_pipeline(self, index: Any, *, imgsz: int, batch_size: int, device: torch.device,
                        cfg: TrainOptions, workers: int) -> PairTrainPipeline:
         augment = cfg.augment()
-        unused = [f"{name}={getattr(augment, name):g}" for name in sorted(AugmentConfig.__dataclass_fields__)
-                  if name not in self.augmentations and getattr(augment, name) != 0]
+        unused = augment.unused(self.augmentations)
         if unused:
             log.warning("%s: no effect on restoration training, which flips pairs left-right (fliplr) only",
                         ", ".join(unused))
