@@ -152,3 +152,4 @@ def test_checkpoint_round_trip_and_predict_gives_the_restored_picture(tmp_path: 
     assert result.image.pixels().shape == (360, 480, 3) and result.summary() == "restored 480x360"
     ours = model(SAMPLE_IMAGE)[0].image.data
     assert torch.equal(ours, result.image.data)
+    assert LibreYOLO(str(path), imgsz=512).family.tile == 512  # a larger tile: the sample goes through whole
