@@ -22,7 +22,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.optimize import linear_sum_assignment
 
 DISTANCE = 0.05
 """Largest distance (normalised to the image's sides) at which a prediction matches a labelled point."""
@@ -41,6 +40,8 @@ def match_points(predicted: np.ndarray, labelled: np.ndarray, distance: float = 
     """
     if len(predicted) == 0 or len(labelled) == 0:
         return np.zeros((0, 2), np.int64), np.zeros(0)
+    from scipy.optimize import linear_sum_assignment  # lazy: scipy costs the package import a second
+
     d = np.linalg.norm(predicted[:, None, :].astype(np.float64) - labelled[None, :, :].astype(np.float64), axis=-1)
     rows, cols = linear_sum_assignment(np.where(d <= distance, d, _INFEASIBLE))
     ok = d[rows, cols] <= distance

@@ -18,7 +18,6 @@ from pathlib import Path
 import numpy as np
 import yaml
 from PIL import Image
-from scipy.ndimage import gaussian_filter
 
 from ...cache_dir import cache_dir
 from ...data.shapes import generate_once, render_shapes_image, render_splits
@@ -65,6 +64,8 @@ def generate_shapes_restore(dest: Path, *, yaml_root: Path | None = None,
 def degrade(clean: np.ndarray, index: int, rng: np.random.Generator) -> np.ndarray:
     """The degraded input of a clean ``uint8 [H, W, 3]`` picture: noise (``index % 3 == 0``), blur
     (``1``) or a milder blur then milder noise (``2``), rounded back to ``uint8``."""
+    from scipy.ndimage import gaussian_filter  # lazy: only generating the set needs it
+
     image = clean.astype(np.float32)
     kind = index % 3
     if kind in (1, 2):
