@@ -35,15 +35,12 @@ from pathlib import Path
 from unittest import mock
 
 import torch
+from report import log
 from synthetic_set import write_images
 
 from libreyolo_models.data import collate
 from libreyolo_models.data.split_index import SplitIndex
 from libreyolo_models.tasks.detect.pipeline import AugmentConfig, TrainPipeline
-
-
-def _log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def build_synthetic_split(folder: Path, count: int, imgsz: int) -> SplitIndex:
@@ -98,10 +95,15 @@ def worker_cost(index: SplitIndex, arm: str, args: argparse.Namespace) -> dict[s
     order = torch.randperm(len(index), generator=torch.Generator().manual_seed(0)).tolist()
     batches = [order[i : i + args.batch] for i in range(0, len(order) - args.batch + 1, args.batch)]
 
+    # The GPU arms' datasets hand a worker whole batches (``__getitems__``), the CPU arm's one sample a call.
+    getitems = getattr(dataset, "__getitems__", None)
+    if arm != "cpu" and getitems is None:
+        sys.exit(f"{arm} arm: {type(dataset).__name__} has no __getitems__; this script predates the pipeline's dataset")
+
     def one_batch(indices: list[int]) -> object:
-        if arm == "cpu":
+        if arm == "cpu" or getitems is None:
             return [dataset[i] for i in indices]
-        return dataset.__getitems__(indices)
+        return getitems(indices)
 
     # Batches are allocated in shared memory as inside a worker (collate asks get_worker_info);
     # the transfer to the main process is not timed here.
@@ -133,7 +135,7 @@ def run_arm(index: SplitIndex, *, arm: str, device: torch.device, args: argparse
             _sync(device)
             elapsed = time.perf_counter() - start
             label = "warm" if epoch == 0 else f"epoch {epoch}"
-            _log(
+            log(
                 f"  {arm} arm, {label}: {seen} images in {elapsed:.2f} s "
                 f"({seen / elapsed:.0f} images/s)"
             )
@@ -178,23 +180,23 @@ def main() -> None:
     if not has_cuda and not args.worker_cost:
         for arm in ("gpu", "resident"):
             if arm in arms:
-                _log(f"no CUDA device: skipping the {arm} arm (--worker-cost measures it without one)")
+                log(f"no CUDA device: skipping the {arm} arm (--worker-cost measures it without one)")
                 arms.remove(arm)
     with tempfile.TemporaryDirectory(prefix="libreyolo-bench-data-") as tmp:
         os.environ.setdefault("LIBREYOLO_CACHE_DIR", str(Path(tmp) / "cache"))
         start = time.perf_counter()
         index = build_synthetic_split(Path(tmp) / "images", args.images, args.imgsz)
-        _log(
+        log(
             f"wrote {len(index)} synthetic JPEGs ({index.n_instances()} boxes) in "
             f"{time.perf_counter() - start:.1f} s"
         )
         results = {}
         for arm in arms:
             if args.worker_cost:
-                _log(f"{arm} arm: worker cost per sample, batch {args.batch}, {args.imgsz} px")
+                log(f"{arm} arm: worker cost per sample, batch {args.batch}, {args.imgsz} px")
                 results[arm] = worker_cost(index, arm, args)
             else:
-                _log(f"{arm} arm: batch {args.batch}, {args.workers} workers, {args.imgsz} px, on {device}")
+                log(f"{arm} arm: batch {args.batch}, {args.workers} workers, {args.imgsz} px, on {device}")
                 results[arm] = run_arm(index, arm=arm, device=device, args=args)
 
     gpu_name = torch.cuda.get_device_name(device) if has_cuda else "none"

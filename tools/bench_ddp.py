@@ -19,9 +19,10 @@ import os
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import torch
-from bench_train_e2e import read_rows, summarize
+from bench_train_e2e import ArmResult, read_rows
 from peer_ultralytics import run_peer
 from report import emit_report, log
 from synthetic_set import write_yolo_dataset
@@ -31,15 +32,17 @@ ARMS = {"eager1": ("0", False), "eager2": ("0,1", False), "graph1": ("0", True),
 
 def run(data: Path, project: Path, arm: str, args: argparse.Namespace) -> list[dict[str, float]]:
     from libreyolo_models import LibreYOLO9
+    from libreyolo_models.train.trainer import TrainOutcome
 
     device, graph = ARMS[arm]
     batch = args.per_gpu_batch * len(device.split(","))
     torch.manual_seed(0)
     model = LibreYOLO9(size=args.size)
-    outcome = model.train(data=str(data), epochs=args.epochs, imgsz=args.imgsz, batch=batch, device=device,
-                          workers=args.workers, amp=True, val=False, plots=False, close_mosaic=0, seed=0,
-                          project=str(project), name=arm, verbose=False, sync_bn=args.sync_bn, cuda_graph=graph,
-                          profile=args.profile and device == "0", cudnn_benchmark=True)  # as a long run would
+    outcome: TrainOutcome = model.train(
+        data=str(data), epochs=args.epochs, imgsz=args.imgsz, batch=batch, device=device, workers=args.workers,
+        amp=True, val=False, plots=False, close_mosaic=0, seed=0, project=str(project), name=arm, verbose=False,
+        sync_bn=args.sync_bn, cuda_graph=graph, profile=args.profile and device == "0",
+        cudnn_benchmark=True)  # as a long run would
     return read_rows(outcome.run_dir)
 
 
@@ -59,6 +62,8 @@ def main() -> int:
     p.add_argument("--profile", action="store_true", help="per-phase step times for the one-GPU arms")
     p.add_argument("--out", type=Path)
     args = p.parse_args()
+    if unknown := [a for a in args.arms.split(",") if a not in ARMS]:
+        sys.exit(f"--arms: unknown {unknown}; choose from {', '.join(ARMS)}")
     if torch.cuda.device_count() < 2:
         sys.exit(f"bench_ddp.py needs two CUDA GPUs; {torch.cuda.device_count()} visible")
     with tempfile.TemporaryDirectory() as tmp:
@@ -69,9 +74,10 @@ def main() -> int:
         for arm in args.arms.split(","):
             log(f"arm {arm} ...")
             rows = run(data, Path(tmp) / "runs", arm, args)
-            arms[arm] = summarize(rows)
+            result = ArmResult(rows)  # its rates: the epochs after the first
+            arms[arm] = (result.images_per_s(), result.data_wait())
             log(f"    {[round(r['train/images_per_s'], 1) for r in rows]} images/s per epoch")
-        peers: dict[str, dict] = {}
+        peers: dict[str, dict[str, Any]] = {}
         for gpus, device in ((1, "0"), (2, "0,1")) if args.peer else ():
             log(f"peer: Ultralytics on {gpus} GPU(s) ...")
             peers[f"ultralytics{gpus}"] = run_peer(

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import platform
 import statistics
 import tempfile
@@ -107,9 +108,9 @@ def ort_rows(ort: Any, available: list[str], path: Path, x: torch.Tensor, expect
             log(f"    {tag} {label}: first call {(time.perf_counter() - started) * 1e3:.0f} ms")
             rows.append((label, median_ms(run, args, x.device), (out - expected).abs().max().item()))
     if "CPUExecutionProvider" in available and not args.no_ort_cpu:
-        options = ort.SessionOptions()
-        options.log_severity_level = 3
-        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        settings = ort.SessionOptions()
+        settings.log_severity_level = 3
+        session = ort.InferenceSession(str(path), settings, providers=["CPUExecutionProvider"])
         feed = {session.get_inputs()[0].name: np.ascontiguousarray(x.cpu().numpy())}
         got = torch.from_numpy(session.run(None, feed)[0])
         rows.append(("onnxruntime CPU EP", median_ms(lambda: session.run(None, feed), args, torch.device("cpu")),
@@ -144,13 +145,13 @@ def bench_model(family: str, size: str, args: argparse.Namespace, device: torch.
             x = torch.rand(batch, 3, args.imgsz, args.imgsz, device=device)
             with torch.no_grad():
                 expected = module(x).clone()
-                rows: list[Row] = [("PyTorch eager", median_ms(lambda x=x: module(x), args, device), 0.0)]
+                rows: list[Row] = [("PyTorch eager", median_ms(functools.partial(module, x), args, device), 0.0)]
                 if device.type == "cuda":
                     runner = GraphRunner(module, mode="on")
                     got = runner(x)
                     if runner.info().graphs:
                         rows.append(("CUDA graph (libreyolo-cudagraph)",
-                                     median_ms(lambda x=x, r=runner: r(x), args, device),
+                                     median_ms(functools.partial(runner, x), args, device),
                                      (got - expected).abs().max().item()))
                     else:
                         notes.append(f"{tag} batch {batch}: not graphed {dict(runner.info().fallbacks)}")
@@ -162,7 +163,7 @@ def bench_model(family: str, size: str, args: argparse.Namespace, device: torch.
             if backend is not None:
                 got = backend.inference_forward(x)
                 rows.append(("LibreYOLO('m.onnx') backend (host copies)",
-                             median_ms(lambda x=x: backend.inference_forward(x), args, device),
+                             median_ms(functools.partial(backend.inference_forward, x), args, device),
                              (got - expected).abs().max().item()))
             eager = rows[0][1]
             for label, ms, diff in rows:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from factories import load_factory
+from factories import InferCase, load_factory
 from report import emit_report, log
 from torch import nn
 
@@ -38,7 +38,7 @@ from libreyolo_cudagraph import GraphRunner, bitwise_equal
 BUILTIN = ("resnet18", "efficientnet_v2_s")
 
 
-def builtin_model(name: str) -> tuple[str, nn.Module, int]:
+def builtin_model(name: str) -> InferCase:
     try:
         import torchvision
     except ImportError:
@@ -54,8 +54,10 @@ def builtin_model(name: str) -> tuple[str, nn.Module, int]:
     return name, factories[name](weights=None), 224
 
 
-def extra_model(spec: str) -> tuple[str, nn.Module, int]:
+def extra_model(spec: str) -> InferCase:
     name, model, imgsz = load_factory(spec, "(name, nn.Module, imgsz)")()
+    if not isinstance(model, nn.Module):
+        sys.exit(f"--extra {spec!r}: returned a {type(model).__name__} where the nn.Module belongs")
     return str(name), model, int(imgsz)
 
 
@@ -127,7 +129,7 @@ def bench_config(
         if compiled is not None:
             mark = getattr(torch.compiler, "cudagraph_mark_step_begin", lambda: None)
 
-            def call_compiled():
+            def call_compiled() -> Any:
                 mark()
                 return compiled(x)
 

@@ -39,18 +39,22 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import statistics
 import sys
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 from PIL import Image
 from report import emit_report, fmt, log, median_call_ms
+
+if TYPE_CHECKING:  # imported where used, so --help and the data writers need no model code
+    from libreyolo_models import LibreYOLO
 
 ARMS = {"eager": {}, "eager-unfused": {"fuse": False}, "graph": {"cuda_graph": True},
         "half+fuse+graph": {"half": True, "fuse": True, "cuda_graph": True},
@@ -92,8 +96,8 @@ def write_video(path: Path, seconds: int, fps: int = 30) -> str | None:
     try:
         import av
     except ImportError:
-        av = None
-    if av is not None:
+        pass
+    else:
         with av.open(str(path), mode="w") as out:
             stream = out.add_stream("libx264" if "libx264" in av.codecs_available else "mpeg4", rate=fps)
             stream.width, stream.height, stream.pix_fmt = 1280, 720, "yuv420p"
@@ -107,7 +111,7 @@ def write_video(path: Path, seconds: int, fps: int = 30) -> str | None:
         import cv2
     except ImportError:
         return "neither PyAV (av) nor OpenCV (cv2) is installed"
-    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"mp4v"), fps, (1280, 720))
+    writer = cv2.VideoWriter(str(path), cv2.VideoWriter.fourcc(*"mp4v"), fps, (1280, 720))
     for img in frames:
         writer.write(img[:, :, ::-1])
     writer.release()
@@ -125,7 +129,7 @@ def _moving(i: int) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------- our arms
-def fresh_model(size: str, imgsz: int, *, prior_scores: bool = True) -> Any:
+def fresh_model(size: str, imgsz: int, *, prior_scores: bool = True) -> LibreYOLO:
     """A random YOLOv9 with BatchNorm statistics from one batch (so fp16 stays finite).
 
     With those weights about 1,900 boxes per image clear conf 0.25, against a handful for a
@@ -144,8 +148,10 @@ def fresh_model(size: str, imgsz: int, *, prior_scores: bool = True) -> Any:
     with torch.no_grad():
         model.net(torch.rand(2, 3, imgsz, imgsz))
         if prior_scores:  # the last class conv of each level zeroed: every score is the class prior
-            for branch in model.net.head.cv3:
-                branch[-1].weight.zero_()
+            for branch in model.net.get_submodule("head.cv3").children():  # per level: conv, conv, 1x1 conv
+                last = list(branch.children())[-1]
+                assert isinstance(last, torch.nn.Conv2d), f"YOLOv9's class branch ends in {type(last).__name__}"
+                last.weight.zero_()
     model.net.eval()
     return model
 
@@ -228,7 +234,7 @@ def interleaved_image(arms: list[str], args: argparse.Namespace, image: Path) ->
         model = fresh_model(args.size, args.imgsz, prior_scores=not args.busy_scores)
         options = {"device": 0, "imgsz": args.imgsz, "conf": args.conf, **ARMS[arm]}
         models.append(model)
-        callers[arm] = lambda model=model, options=options: model.predict(image, **options)
+        callers[arm] = functools.partial(model.predict, image, **options)
     peer, why = peer_predictor(args) if "ultralytics" in arms else (None, "not in --arms")
     if peer is not None:
         callers["ultralytics"] = lambda: peer(image)
@@ -505,11 +511,11 @@ def main(argv: list[str] | None = None) -> int:
         Image.fromarray(scene(999)).save(image, quality=90)
     folder = args.data_dir / f"folder{args.images}"
     write_images(folder, args.images)
-    video: Path | None = args.data_dir / f"video{args.video_s}s.mp4"
-    why = write_video(video, args.video_s)
+    video_file = args.data_dir / f"video{args.video_s}s.mp4"
+    why = write_video(video_file, args.video_s)
+    video = video_file if why is None else None
     if why is not None:
         notes.append(f"video scenario skipped: {why}")
-        video = None
     from libreyolo_models.predict.gpu_jpeg import resolve_gpu_decode
 
     notes.append("JPEGs decoded on the GPU (nvJPEG, TorchCodec) by the arms without -cpudecode: "

@@ -17,14 +17,38 @@ import argparse
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
+from torch import Tensor
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "packages" / "libreyolo-models" / "tests"))
 
 
-def _inputs(batch: int, imgsz: int, nc: int, max_boxes: int, device: torch.device):  # noqa: ANN202
+class Inputs(NamedTuple):
+    """One synthetic batch: head outputs and targets on the device, and the CPU copies the loop
+    reference reads."""
+
+    counts: list[int]  # boxes per image
+    n_priors: int
+    targets: Tensor  # [N, 6] rows (image, class, x, y, w, h), normalised
+    cls_scores: list[Tensor]
+    distances: list[Tensor]
+    logits: Tensor
+    boxes: Tensor
+    priors: Tensor
+    strides: Tensor
+    gt_labels: list[Tensor]
+    gt_boxes: list[Tensor]
+    cpu_logits: Tensor
+    cpu_boxes: Tensor
+    cpu_priors: Tensor
+    cpu_strides: Tensor
+
+
+def _inputs(batch: int, imgsz: int, nc: int, max_boxes: int, device: torch.device) -> Inputs:
     from libreyolo_models.families.rtmdet.nn import STRIDES, grid_corners
     from libreyolo_models.layers.boxes import xywh_to_xyxy
 
@@ -46,12 +70,14 @@ def _inputs(batch: int, imgsz: int, nc: int, max_boxes: int, device: torch.devic
     boxes = torch.cat((priors - dist[..., :2], priors + dist[..., 2:]), -1)
     gt_boxes = [xywh_to_xyxy(r[:, 2:] * imgsz) for r in rows]
     gt_labels = [r[:, 1].long() for r in rows]
-    move = lambda ts: [t.to(device) for t in ts]  # noqa: E731
-    return (counts, a, targets, move(cls_scores), move(distances), logits.to(device), boxes.to(device),
-            priors.to(device), strides.to(device), gt_labels, gt_boxes, logits, boxes, priors, strides)
+    def move(ts: list[Tensor]) -> list[Tensor]:
+        return [t.to(device) for t in ts]
+
+    return Inputs(counts, a, targets, move(cls_scores), move(distances), logits.to(device), boxes.to(device),
+                  priors.to(device), strides.to(device), gt_labels, gt_boxes, logits, boxes, priors, strides)
 
 
-def _time_ms(fn, reps: int, device: torch.device) -> float:  # noqa: ANN001
+def _time_ms(fn: Callable[[], object], reps: int, device: torch.device) -> float:
     fn()  # warmup
     times = []
     for _ in range(reps):

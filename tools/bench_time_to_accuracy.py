@@ -69,6 +69,7 @@ class Curve:
 
 def run_ours(data: str, project: Path, *, graph: bool, args: argparse.Namespace) -> Curve:
     from libreyolo_models import LibreYOLO9
+    from libreyolo_models.train.callbacks import EpochEnd, TrainStart
 
     torch.manual_seed(0)
     model = LibreYOLO9(size=args.size)
@@ -77,13 +78,13 @@ def run_ours(data: str, project: Path, *, graph: bool, args: argparse.Namespace)
 
     setup = {"s": float("nan")}
 
-    def record(event) -> None:  # noqa: ANN001 - a training event
-        if type(event).__name__ == "TrainStart":
+    def record(event: object) -> None:
+        if isinstance(event, TrainStart):
             setup["s"] = time.perf_counter() - started
             # Not in a timed phase: the facade's plan, seeding, backend flags, the autotune choice.
             curve.first_step_parts["untimed"] = setup["s"] - sum(event.setup_s.values())
             curve.first_step_parts.update(event.setup_s)
-        if type(event).__name__ == "EpochEnd":
+        if isinstance(event, EpochEnd):
             row = event.metrics
             curve.epochs.append((time.perf_counter() - started, float(row.get("metrics/mAP50", float("nan")))))
             train_s, val_s, save_s = (float(row.get(k, float("nan"))) for k in

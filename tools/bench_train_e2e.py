@@ -35,13 +35,14 @@ main process only uploads them, leaving the launch-bound eager step the host to 
 ``-casts`` trains without the fp16 weight copies (``train.half_weights``): autocast casts every
 weight on every forward and autograd casts every gradient back, as before those copies.
 ``-rendereager`` renders the GPU path's batches eagerly instead of replaying them from CUDA graphs
-(``data.render_graph``), as before those graphs.
+(``tasks.detect.render_graph``), as before those graphs.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import csv
 import datetime
 import gc
@@ -50,14 +51,19 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from unittest import mock
 
 import torch
 from peer_ultralytics import run_peer
 from report import emit_report, fmt, log
 from synthetic_set import write_yolo_dataset
+
+from libreyolo_models import LibreYOLO
+from libreyolo_models.train.callbacks import TrainEnd, TrainStart
+from libreyolo_models.train.trainer import TrainOutcome
 
 PHASES = ("data", "forward", "loss", "backward", "sync", "optimizer", "ema", "log")
 LOSS_KEYS = ("train/box_loss", "train/cls_loss", "train/dfl_loss")
@@ -102,6 +108,9 @@ def run_arm(data: Path, project: Path, *, size: str, batch: int, arm: str, args:
             run: int = 1) -> ArmResult:
     """Train one arm; ``run`` numbers an arm named more than once in ``--arms`` (its own run folder)."""
     from libreyolo_models import LibreYOLO9
+    from libreyolo_models.tasks.detect import pipeline
+    from libreyolo_models.tasks.detect.render_graph import RenderGraphs
+    from libreyolo_models.train import half_weights
 
     kind, *suffixes = arm.split("-")
     if kind not in ("eager", "graph") or set(suffixes) - {"cl", "fast", "host", "cpuaug", "casts", "rendereager"}:
@@ -116,39 +125,32 @@ def run_arm(data: Path, project: Path, *, size: str, batch: int, arm: str, args:
     model = LibreYOLO9(size=size)
     result = ArmResult(rows=[])
     started = time.perf_counter()
+    made: list[RenderGraphs] = []
 
-    def report(event) -> None:  # noqa: ANN001 - the training graphs as they stand when training ends
-        if type(event).__name__ == "TrainStart":
+    class CountedRenderGraphs(RenderGraphs):
+        """Keeps each instance, to report on its totals after training."""
+
+        def __init__(self, imgsz: int, resident: torch.Tensor | None) -> None:
+            super().__init__(imgsz, resident)
+            made.append(self)
+
+    def report(event: object) -> None:
+        if isinstance(event, TrainStart):
             result.setup_s = time.perf_counter() - started
-        if type(event).__name__ == "TrainEnd" and model.graphs.training is not None:
-            info = model.graphs.training.info()
+        if isinstance(event, TrainEnd) and event.training_graphs is not None:  # as they stand when training ends
+            info = event.training_graphs
             result.pool_bytes = sum(g.pool_bytes for g in info.graphs)
             result.graph_note = (f"{len(info.graphs)} graph(s), {info.replays} replays, {info.eager_calls} eager calls"
                                  + (f", latched: {info.latched}" if info.latched else ""))
 
-    from libreyolo_models.tasks.detect import pipeline
-    from libreyolo_models.train import half_weights
-
-    applies, wants_render_graphs, render_graphs = half_weights.applies, pipeline.wants_render_graphs, pipeline.RenderGraphs
-    made: list[Any] = []
-
-    class CountedRenderGraphs(render_graphs):  # type: ignore[misc,valid-type]  # keeps each instance to report on
-        def __init__(self, *a: Any, **k: Any) -> None:
-            super().__init__(*a, **k)
-            made.append(self)
-
-    pipeline.RenderGraphs = CountedRenderGraphs  # type: ignore[misc]
-    if "casts" in suffixes:  # autocast casts every weight on every forward (no fp16 weight copies)
-        half_weights.applies = lambda **_: False  # type: ignore[assignment]
-    if "rendereager" in suffixes:  # batches rendered by eager kernel launches, not graph replays
-        pipeline.wants_render_graphs = lambda device: False  # type: ignore[assignment]
-    try:
+    with contextlib.ExitStack() as patches:  # each patch is undone when training ends, or fails
+        patches.enter_context(mock.patch.object(pipeline, "RenderGraphs", CountedRenderGraphs))
+        if "casts" in suffixes:  # autocast casts every weight on every forward (no fp16 weight copies)
+            patches.enter_context(mock.patch.object(half_weights, "applies", lambda **_: False))
+        if "rendereager" in suffixes:  # batches rendered by eager kernel launches, not graph replays
+            patches.enter_context(mock.patch.object(pipeline, "wants_render_graphs", lambda device: False))
         outcome = _train(model, data, project, size=size, batch=batch, arm=arm if run == 1 else f"{arm}-run{run}",
                          args=args, graph=graph, deterministic=deterministic, suffixes=suffixes, report=report)
-    finally:
-        half_weights.applies = applies  # type: ignore[assignment]
-        pipeline.wants_render_graphs = wants_render_graphs  # type: ignore[assignment]
-        pipeline.RenderGraphs = render_graphs  # type: ignore[misc]
     for graphs in made:  # the trainer has closed its pipelines: totals, not what is held now
         totals = graphs.totals()
         if totals.graphs or totals.eager_calls:
@@ -161,18 +163,20 @@ def run_arm(data: Path, project: Path, *, size: str, batch: int, arm: str, args:
     return result
 
 
-def _train(model: Any, data: Path, project: Path, *, size: str, batch: int, arm: str, args: argparse.Namespace,
-           graph: bool, deterministic: bool, suffixes: list[str], report: Any) -> Any:
-    return model.train(data=str(data), epochs=args.epochs, imgsz=args.imgsz, batch=batch, device=0,
-                       workers=args.workers, amp=True, cuda_graph=graph, val=False, plots=False,
-                       close_mosaic=0, seed=0, deterministic=deterministic, profile=args.profile,
-                       # a benchmark's few hundred steps stand for a long run: autotune as one would
-                       cudnn_benchmark=True if not deterministic else "auto",
-                       channels_last="cl" in suffixes,
-                       cache="ram" if {"host", "cpuaug"} & set(suffixes) else "auto",
-                       gpu_augment=False if "cpuaug" in suffixes else "auto",
-                       project=str(project),
-                       name=f"{size}-b{batch}-{arm}", verbose=False, callbacks=[report])
+def _train(model: LibreYOLO, data: Path, project: Path, *, size: str, batch: int, arm: str,
+           args: argparse.Namespace, graph: bool, deterministic: bool, suffixes: list[str],
+           report: Callable[[object], None]) -> TrainOutcome:
+    outcome: TrainOutcome = model.train(
+        data=str(data), epochs=args.epochs, imgsz=args.imgsz, batch=batch, device=0, workers=args.workers, amp=True,
+        cuda_graph=graph, val=False, plots=False, close_mosaic=0, seed=0, deterministic=deterministic,
+        profile=args.profile,
+        # a benchmark's few hundred steps stand for a long run: autotune as one would
+        cudnn_benchmark=True if not deterministic else "auto",
+        channels_last="cl" in suffixes,
+        cache="ram" if {"host", "cpuaug"} & set(suffixes) else "auto",
+        gpu_augment=False if "cpuaug" in suffixes else "auto",
+        project=str(project), name=f"{size}-b{batch}-{arm}", verbose=False, callbacks=[report])
+    return outcome
 
 
 def throughput_table(size: str, batch: int, results: dict[str, ArmResult], peers: dict[str, dict]) -> list[str]:
@@ -195,13 +199,13 @@ def throughput_table(size: str, batch: int, results: dict[str, ArmResult], peers
                      f"{res.rows[0]['train/epoch_s']:.1f} | {res.peak_allocated / GIB:.2f} | "
                      f"{res.peak_reserved / GIB:.2f} | {pool} | {ratio} | {vs_peer} |")
     for name, peer in peers.items():
-        ips, first = peer.get("images_per_s"), peer.get("first_step_s")
-        if not ips:
+        peer_run_ips, first = peer.get("images_per_s"), peer.get("first_step_s")
+        if not peer_run_ips or not peer_ips:
             lines.append(f"| {name} | not run: {peer.get('skipped') or peer.get('error')} | | | | | | | | | |")
             continue
-        vs_eager = f"{ips / eager.images_per_s():.2f}x" if eager else "-"
-        lines.append(f"| {name}, yolov9{size} | {ips:.0f} | - | {fmt(first, '.1f')} | - | - | - | - | - | "
-                     f"{vs_eager} | {ips / peer_ips:.2f}x |")
+        vs_eager = f"{peer_run_ips / eager.images_per_s():.2f}x" if eager else "-"
+        lines.append(f"| {name}, yolov9{size} | {peer_run_ips:.0f} | - | {fmt(first, '.1f')} | - | - | - | - | - | "
+                     f"{vs_eager} | {peer_run_ips / peer_ips:.2f}x |")
     if len(readings) > 1:
         lines.append(f"\nUltralytics read {', '.join(f'{r:.0f}' for r in readings)} images/s in this run; "
                      f"ratios to it are against their mean, {peer_ips:.0f}.")

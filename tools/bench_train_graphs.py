@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import copy
 import datetime
+import functools
 import statistics
 import sys
 import time
@@ -32,16 +33,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from factories import load_factory
+from factories import TrainCase, load_factory
 from report import emit_report, log
 from torch import nn
 
 from libreyolo_cudagraph import GraphedTraining, bitwise_equal
 
-Case = tuple[
-    str, nn.Module, tuple[torch.Tensor, ...], Callable[[Any, tuple[torch.Tensor, ...]], torch.Tensor]
-]
-
+Case = TrainCase
 
 
 def resnet18_case(device: torch.device, batch: int, imgsz: int) -> Case:
@@ -62,6 +60,9 @@ def resnet18_case(device: torch.device, batch: int, imgsz: int) -> Case:
 
 def extra_case(spec: str, device: torch.device) -> Case:
     name, model, inputs, loss_fn = load_factory(spec, "(name, module, inputs, loss_fn)")(device)
+    if not isinstance(model, nn.Module) or not callable(loss_fn):
+        sys.exit(f"--extra {spec!r}: returned ({type(model).__name__}, {type(loss_fn).__name__}) where "
+                 "(nn.Module, loss_fn) belong")
     return str(name), model.to(device), tuple(inputs), loss_fn
 
 
@@ -149,9 +150,11 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device("cuda")
     torch.backends.cudnn.benchmark = False
     torch.backends.cudnn.deterministic = args.deterministic
-    cases: list[tuple[Case, Callable[[], Case] | None]] = (
-        [(resnet18_case(device, args.batch, args.imgsz), None)] if args.resnet18 else []
-    ) + [(extra_case(spec, device), lambda spec=spec: extra_case(spec, device)) for spec in args.extra]
+    cases: list[tuple[Case, Callable[[], Case] | None]] = []
+    if args.resnet18:
+        cases.append((resnet18_case(device, args.batch, args.imgsz), None))
+    for spec in args.extra:  # each arm builds its own model: the factory is called again for the graphed one
+        cases.append((extra_case(spec, device), functools.partial(extra_case, spec, device)))
     props = torch.cuda.get_device_properties(0)
     lines = [
         f"Training benchmark, {datetime.date.today().isoformat()}: torch {torch.__version__}, CUDA {torch.version.cuda}, "

@@ -91,8 +91,18 @@ for what in "$@"; do
                step "learn$i" ${LEARN_S:-520} $PY -m pytest -p no:cacheprovider --import-mode=importlib -q -rA -s \
                  -o addopts="" "$node" &
              done; wait ;;
+    learn_families) $PY -c "from libreyolo_models.data.shapes import ensure_shapes; ensure_shapes()"  # once, not raced
+             step learn_families ${LEARN_S:-540} $PY tools/learn_families.py --runs ${RUNS:?RUNS=family:size,...} \
+               --epochs ${EPOCHS:-40} --timeout-s $(( ${LEARN_S:-540} - 25 )) --project /tmp/learn-families \
+               --out "$OUT/learn-families.md" ;;
     # Graph parity (writes parity-matrix.md into $OUT)
     parity) step parity ${PARITY_S:-200} $PY tools/parity_matrix.py ${ROWS:+--rows $ROWS} --out "$OUT/parity-matrix.md" --json "$OUT/parity.json" ;;
+    # Training numerics classes (two eager runs and one graphed, NUMERICS_STEPS steps): the block of
+    # parity-matrix.md and the package's certificate table, both updated in $OUT (copy them back).
+    numerics) cp docs/parity-matrix.md packages/libreyolo-models/src/libreyolo_models/assets/certificates.json "$OUT"/ && \
+             step numerics ${NUMERICS_S:-590} $PY tools/numerics_classes.py ${ROWS:+--rows $ROWS} ${FAMILIES:+--families $FAMILIES} \
+             ${SMALLEST:+--smallest} ${PRECISIONS:+--precisions $PRECISIONS} --steps ${NUMERICS_STEPS:-20} --out "$OUT/parity-matrix.md" \
+             --certificates "$OUT/certificates.json" --json "$OUT/numerics.json" ;;
     parity_classifiers) step parity_classifiers ${PARITY_CLS_S:-600} $PY tools/parity_matrix.py --families resnet,efficientnetv2,convnext,mobilenetv4 \
              --out "$OUT/parity-matrix-cls.md" --json "$OUT/parity-cls.json" ;;
     # Inference: eager vs graph (vs torch.compile)

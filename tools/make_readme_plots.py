@@ -23,6 +23,9 @@ KEEP = {"confusion_matrix_normalized.png": "shapes_confusion_matrix.png", "PR_cu
 
 
 def main(argv: list[str]) -> int:
+    if not all("=" in word for word in argv):  # --help, or a word that is not key=value
+        print(__doc__)
+        return 0 if argv in (["-h"], ["--help"]) else 2
     overrides = dict(word.split("=", 1) for word in argv)
     out = Path(__file__).resolve().parents[1] / "docs" / "images"
     out.mkdir(parents=True, exist_ok=True)

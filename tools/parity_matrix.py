@@ -22,13 +22,21 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the driver imports torch only where it needs it: each row runs in a child process
+    import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _calibrate_batchnorm(net, imgsz: int, device) -> None:  # noqa: ANN001
-    """Give random-init BatchNorm realistic statistics (two cumulative passes) so fp16 stays finite."""
+def _calibrate_batchnorm(net: torch.nn.Module, seam: Callable[[torch.Tensor], Any], imgsz: int,
+                         device: torch.device) -> None:
+    """Give random-init BatchNorm realistic statistics (two cumulative passes) so fp16 stays finite.
+    The passes go through the family's training seam, so a network that normalises its input
+    itself (PicoDet, ImageNet mean/std) sees in calibration what the probes give it."""
     import torch
 
     bns = [m for m in net.modules() if isinstance(m, torch.nn.BatchNorm2d)]
@@ -40,13 +48,13 @@ def _calibrate_batchnorm(net, imgsz: int, device) -> None:  # noqa: ANN001
     with torch.no_grad():
         for seed in (0, 1):
             g = torch.Generator(device="cpu").manual_seed(seed)
-            net(torch.rand(4, 3, imgsz, imgsz, generator=g).to(device))
+            seam(torch.rand(4, 3, imgsz, imgsz, generator=g).to(device))
     for m, mom in zip(bns, saved):
         m.momentum = mom
     net.eval()
 
 
-def _to_device(tree, device):  # noqa: ANN001, ANN202 - targets of any task's schema
+def _to_device(tree: Any, device: torch.device) -> Any:  # Any: targets of any task's schema
     import torch
 
     if isinstance(tree, torch.Tensor):
@@ -58,7 +66,7 @@ def _to_device(tree, device):  # noqa: ANN001, ANN202 - targets of any task's sc
     return tree
 
 
-def certify_one(family: str, size: str, task: str, imgsz: int | None, train_batch: int) -> dict:
+def certify_one(family: str, size: str, task: str, imgsz: int | None, train_batch: int) -> dict[str, Any]:
     import torch
 
     from libreyolo_cudagraph import compare_train_step, contrasting_probes, verify_parity
@@ -74,17 +82,17 @@ def certify_one(family: str, size: str, task: str, imgsz: int | None, train_batc
 
     torch.manual_seed(0)
     model = build()
-    imgsz = model.imgsz
-    result: dict = {"family": family, "size": size, "task": task, "imgsz": imgsz}
+    size_px = model.imgsz
+    result: dict[str, Any] = {"family": family, "size": size, "task": task, "imgsz": size_px}
     model.net.to(device)
-    _calibrate_batchnorm(model.net, imgsz, device)
+    _calibrate_batchnorm(model.net, model.training_forward, size_px, device)
     for dtype_name, dtype in (("fp32", torch.float32), ("fp16", torch.float16)):
         model.net.to(dtype)
-        probe_a, probe_b = contrasting_probes((1, 3, imgsz, imgsz), dtype=dtype, device=device)
+        probe_a, probe_b = contrasting_probes((1, 3, size_px, size_px), dtype=dtype, device=device)
         with torch.inference_mode():
-            report = verify_parity(model.inference_forward, probe_a, probe_b, watch=model.net,
+            parity = verify_parity(model.inference_forward, probe_a, probe_b, watch=model.net,
                                    name=f"{family}-{size} {dtype_name}")
-        result[f"infer_{dtype_name}"] = {"ok": report.ok, "summary": report.summary()}
+        result[f"infer_{dtype_name}"] = {"ok": parity.ok, "summary": parity.summary()}
     del model
     torch.cuda.empty_cache()
 
@@ -95,29 +103,29 @@ def certify_one(family: str, size: str, task: str, imgsz: int | None, train_batc
     split = has_training_head(loss_owner.family)
     if split:
         loss_owner.net.to(device).train()
-    targets = _to_device(loss_owner.family.sample_targets(train_batch, imgsz, torch.Generator().manual_seed(7)),
+    targets = _to_device(loss_owner.family.sample_targets(train_batch, size_px, torch.Generator().manual_seed(7)),
                          device)
     context = LossContext(gains=loss_owner.spec.task(task).loss_gains, global_batch=train_batch)
 
-    def make_model():  # noqa: ANN202
+    def make_model() -> torch.nn.Module:
         return build().training_module()
 
-    def make_inputs():  # noqa: ANN202
-        return (torch.rand(train_batch, 3, imgsz, imgsz),)
+    def make_inputs() -> tuple[torch.Tensor, ...]:
+        return (torch.rand(train_batch, 3, size_px, size_px),)
 
-    def loss_fn(outputs, inputs):  # noqa: ANN001, ANN202, ARG001
+    def loss_fn(outputs: Any, inputs: Sequence[torch.Tensor]) -> torch.Tensor:  # noqa: ARG001 - the family's tree
         if split:
             outputs = loss_owner.family.training_head(loss_owner.net, outputs, targets)
         return loss_owner.family.compute_loss(outputs, targets, context).total
 
-    report = compare_train_step(make_model, make_inputs, loss_fn, device=device, autocast_dtype=torch.float16)
-    result["train_amp"] = {"ok": report.ok, "summary": report.summary(),
-                           "grads": report.counts("grad"), "buffers": report.counts("buffer"),
-                           "loss": report.counts("loss")}
+    step = compare_train_step(make_model, make_inputs, loss_fn, device=device, autocast_dtype=torch.float16)
+    result["train_amp"] = {"ok": step.ok, "summary": step.summary(),
+                           "grads": step.counts("grad"), "buffers": step.counts("buffer"),
+                           "loss": step.counts("loss")}
     return result
 
 
-def _run_child(family: str, size: str, task: str, args: argparse.Namespace) -> dict:
+def _run_child(family: str, size: str, task: str, args: argparse.Namespace) -> dict[str, Any]:
     cmd = [sys.executable, __file__, "--one", family, size, task, "--train-batch", str(args.train_batch)]
     if args.imgsz:
         cmd += ["--imgsz", str(args.imgsz)]
@@ -132,7 +140,7 @@ def _run_child(family: str, size: str, task: str, args: argparse.Namespace) -> d
     return data
 
 
-def _cell(entry: dict | None) -> str:
+def _cell(entry: dict[str, Any] | None) -> str:
     if entry is None:
         return "not run"
     text = entry["summary"].replace("\n", " ").replace("|", "/")
@@ -142,7 +150,7 @@ def _cell(entry: dict | None) -> str:
     return ("PASS" if entry["ok"] else "FAIL") + ": " + text
 
 
-def write_markdown(rows: list[dict], out: Path, command: str, *, gpu: str | None = None,
+def write_markdown(rows: list[dict[str, Any]], out: Path, command: str, *, gpu: str | None = None,
                    torch_version: str | None = None, date: str | None = None) -> None:
     import torch
 
@@ -173,7 +181,18 @@ def write_markdown(rows: list[dict], out: Path, command: str, *, gpu: str | None
         lines.append(f"| {r['family']} | {r['size']} | {r['task']} | {_cell(r['infer_fp32'])} | "
                      f"{_cell(r['infer_fp16'])} | {_cell(r['train_amp'])} | {verdict} |")
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("\n".join(lines) + "\n")
+    kept = _numerics_block(out)
+    out.write_text("\n".join(lines) + "\n" + (f"\n{kept}\n" if kept else ""))
+
+
+def _numerics_block(out: Path) -> str:
+    """The training numerics classes block ``tools/numerics_classes.py`` wrote into ``out``, kept
+    across a rewrite of the inference/step-0 table (empty when there is none)."""
+    from numerics_classes import find_block  # this folder is on sys.path when run as a script
+
+    text = out.read_text() if out.is_file() else ""
+    found = find_block(text)
+    return text[found[0]:found[1]] if found is not None else ""
 
 
 def main() -> int:
@@ -189,6 +208,10 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "parity-matrix.md")
     parser.add_argument("--json", type=Path, default=None, help="also write the raw results here")
     args = parser.parse_args()
+    import torch
+
+    if not torch.cuda.is_available():  # every row would fail, and --out would be overwritten with them
+        sys.exit("parity_matrix.py needs a CUDA GPU")
     if args.one:
         data = certify_one(args.one[0], args.one[1], args.one[2], args.imgsz, args.train_batch)
         print("RESULT " + json.dumps(data, default=str), flush=True)

@@ -22,14 +22,16 @@ import os
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import torch
 from report import emit_report, median_call_ms
 
 
-def _one_by_one(tree: object) -> object:
-    """The pre-packing host copy: each tensor to the host alone (non-blocking), one sync at the end."""
-    def copy(v: object) -> object:
+def _one_by_one(tree: Any) -> Any:
+    """The pre-packing host copy: each tensor to the host alone (non-blocking), one sync at the end.
+    ``tree``: a state dict or optimizer state (Any: the same nesting comes back, on the host)."""
+    def copy(v: Any) -> Any:
         if isinstance(v, torch.Tensor):
             return v.detach().contiguous().to("cpu", non_blocking=True)
         if isinstance(v, dict):
@@ -57,7 +59,7 @@ def main() -> int:
     from libreyolo_models.train.ema import ModelEMA
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    model = LibreYOLO9(size=args.size)
+    model = LibreYOLO9(size=args.size).handle  # what the trainer holds
     net = model.net.to(device)
     if device.type == "cuda":
         net.to(memory_format=torch.channels_last)
@@ -67,13 +69,14 @@ def main() -> int:
     opt.step()
     ema = ModelEMA(net)
 
-    def build() -> dict:
+    def build() -> dict[str, Any]:
         return build_training_checkpoint(model, net=net, ema=ema, optimizer=opt, scaler=None, epoch=0, best={},
-                                         config={}, world_size=1, global_batch=32, run_dir=Path("."), loss=0.0)
+                                         config={}, world_size=1, global_batch=32, run_dir=Path("."), loss=0.0,
+                                         imgsz=model.imgsz)
 
-    def build_one_by_one() -> dict:
+    def build_one_by_one() -> dict[str, Any]:
         weights = _one_by_one(ema.ema.state_dict())
-        return {**model.state_for_checkpoint(weights=weights), "ema": weights,
+        return {**model.state_for_checkpoint(weights, imgsz=model.imgsz), "ema": weights,
                 "train_model": _one_by_one(net.state_dict()), "optimizer": _one_by_one(opt.state_dict())}
 
     rows = [("build, packed (now)", median_call_ms(build, args.reps)),
@@ -87,8 +90,10 @@ def main() -> int:
     for folder in folders:
         with tempfile.TemporaryDirectory(dir=folder) as tmp:
             target = Path(tmp) / "last.pt"
-            rows.append((f"write + fsync ({folder})",
-                         median_call_ms(lambda target=target: atomic_write(target, lambda fh: fh.write(data)), args.reps)))
+
+            def durable_write(target: Path = target) -> None:
+                atomic_write(target, lambda fh: fh.write(data))
+            rows.append((f"write + fsync ({folder})", median_call_ms(durable_write, args.reps)))
 
             def plain_write(target: Path = target) -> None:
                 part = target.with_suffix(".tmp")

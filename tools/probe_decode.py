@@ -8,7 +8,7 @@ Decoders: ours (``data.image_files.read_image``: PIL, EXIF orientation applied; 
 on the host; TorchCodec's also per image of a batch of 32 decoded in one call). For each:
 median ms of ``--reps`` calls (GPU: CUDA-synchronised), and the largest and mean difference in grey
 levels from ours, both of the decoded pixels and of the letterboxed network input predict builds
-(``predict.letterbox.letterbox_batch`` at ``--imgsz``). The issue's rule: a decoder may replace
+(``data.letterbox_images.letterbox_batch`` at ``--imgsz``). The issue's rule: a decoder may replace
 ours only if predict and validation then still see the same pixels within one grey level.
 
 torchvision 0.29 deprecates its image decoders (``torchvision.io.decode_jpeg``, nvJPEG included)
@@ -51,6 +51,13 @@ def _median_ms(fn: Callable[[], Any], reps: int, cuda: bool) -> float:
     return statistics.median(times)
 
 
+def _hwc(decoded: torch.Tensor | list[torch.Tensor]) -> torch.Tensor:
+    """One decoded ``[3, H, W]`` image as ``[H, W, 3]`` (torchvision's and TorchCodec's ``decode_jpeg``
+    return a list only for a list)."""
+    assert isinstance(decoded, torch.Tensor), "one encoded image in, one tensor out"
+    return decoded.permute(1, 2, 0)
+
+
 def decoders(path: Path, imgsz: int) -> dict[str, tuple[Any, ...]]:
     """name -> (a call returning HWC uint8 as a tensor or array, whether it runs on the GPU[, images
     per call])."""
@@ -63,28 +70,34 @@ def decoders(path: Path, imgsz: int) -> dict[str, tuple[Any, ...]]:
     out: dict[str, tuple[Any, ...]] = {
         "ours (PIL, read_image)": (lambda: read_image(path), False),
         "PIL open+convert": (lambda: np.asarray(Image.open(path).convert("RGB")), False),
-        "torchvision CPU": (lambda: tvio.decode_jpeg(raw, mode=tvio.ImageReadMode.RGB).permute(1, 2, 0), False),
+        "torchvision CPU": (lambda: _hwc(tvio.decode_jpeg(raw, mode=tvio.ImageReadMode.RGB)), False),
     }
     try:
         import cv2
 
         buf = np.frombuffer(data, np.uint8)
-        out["OpenCV imdecode (+BGR->RGB)"] = (lambda: cv2.cvtColor(cv2.imdecode(buf, cv2.IMREAD_COLOR),
-                                                                  cv2.COLOR_BGR2RGB), False)
+
+        def opencv_rgb() -> np.ndarray:
+            decoded = cv2.imdecode(buf, cv2.IMREAD_COLOR)
+            if decoded is None:
+                raise ValueError("OpenCV could not decode the probe image")
+            return np.asarray(cv2.cvtColor(decoded, cv2.COLOR_BGR2RGB))
+
+        out["OpenCV imdecode (+BGR->RGB)"] = (opencv_rgb, False)
     except ImportError:
         pass
     out["ours for the letterbox (read_image_for, reduced)"] = (lambda: read_image_for(path, imgsz).pixels, False)
     if torch.cuda.is_available():
         out["nvJPEG (torchvision, cuda)"] = (
-            lambda: tvio.decode_jpeg(raw, mode=tvio.ImageReadMode.RGB, device="cuda").permute(1, 2, 0), True)
+            lambda: _hwc(tvio.decode_jpeg(raw, mode=tvio.ImageReadMode.RGB, device="cuda")), True)
     try:
         from torchcodec.decoders import decode_jpeg as tc_jpeg
     except Exception as err:  # noqa: BLE001 - missing, or built for another torch: reported, not fatal
         log(f"TorchCodec not usable: {type(err).__name__}: {err}")
         return out
-    out["TorchCodec CPU"] = (lambda: tc_jpeg(raw).permute(1, 2, 0), False)
+    out["TorchCodec CPU"] = (lambda: _hwc(tc_jpeg(raw)), False)
     if torch.cuda.is_available():
-        out["nvJPEG (TorchCodec, cuda)"] = (lambda: tc_jpeg(raw, device="cuda").permute(1, 2, 0), True)
+        out["nvJPEG (TorchCodec, cuda)"] = (lambda: _hwc(tc_jpeg(raw, device="cuda")), True)
         batch = [raw] * 32
         out["nvJPEG (TorchCodec, cuda), per image of 32 in one call"] = (
             lambda: tc_jpeg(batch, device="cuda")[0].permute(1, 2, 0), True, 32)

@@ -39,6 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         log("needs a CUDA GPU")
         return 1
+    from libreyolo_models.data.decode import ImageDecodeError
     from libreyolo_models.predict import decode_procs, sources
     from libreyolo_models.predict.streams import decode_files
 
@@ -48,7 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     opts = {"device": 0, "imgsz": 640, "batch": args.batch, "stream": True, "cuda_graph": True,
             "gpu_decode": args.gpu_decode}
     phase_means(model.predict(str(folder), **opts))  # capture, cuDNN, page cache
-    paths = sorted(folder.glob("*.jpg"))
+    # decode_files takes a list that may hold errors to report, too
+    paths: list[Path | ImageDecodeError] = [path for path in sorted(folder.glob("*.jpg"))]
     rows = []
     settings = [("threads", int(t)) for t in args.threads.split(",") if t]
     settings += [("processes", int(k)) for k in args.processes.split(",") if k]

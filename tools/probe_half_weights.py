@@ -27,16 +27,15 @@ from libreyolo_models.contract.family import has_training_head
 from libreyolo_models.tensor_trees import tensor_leaves
 from libreyolo_models.train.half_weights import HalfWeights
 
-DEVICE = "cuda:0"  # a dry run elsewhere: probe_half_weights.DEVICE = "cpu"
 FAMILIES = {"yolo9": ("t", 640), "yolox": ("s", 640), "segformer": ("b0", 512), "resnet": ("50", 224),
             "efficientnetv2": ("b0", 224), "convnext": ("tiny", 224), "mobilenetv4": ("small", 224)}
 
 
-def step_ms(family: str, size: str, imgsz: int, batch: int, steps: int, rounds: int) -> tuple[float, float]:
+def step_ms(family: str, size: str, imgsz: int, batch: int, steps: int, rounds: int,
+            device: torch.device) -> tuple[float, float]:
     """Median ms of an eager AMP step with the copies and with the casts."""
     torch.manual_seed(0)
     model = LibreYOLO(family=family, size=size, nc=80, imgsz=imgsz)
-    device = torch.device(DEVICE)
     net = model.net.to(device).train().to(memory_format=torch.channels_last)
     opt = torch.optim.SGD(net.parameters(), lr=1e-4, momentum=0.9)
     dtype = torch.float16 if device.type == "cuda" else torch.bfloat16  # CPU: a dry run under its autocast
@@ -51,7 +50,7 @@ def step_ms(family: str, size: str, imgsz: int, batch: int, steps: int, rounds: 
                 out = model.family.training_forward(net, x)
                 if targets is not None:
                     out = model.family.training_head(net, out, targets)
-            loss = sum(t.float().square().mean() for t in tensor_leaves(out) if t.is_floating_point())
+            loss = torch.stack([t.float().square().mean() for t in tensor_leaves(out) if t.is_floating_point()]).sum()
         loss.backward()
         if half:
             copies.grads_to_masters()
@@ -83,17 +82,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--families", default=",".join(FAMILIES))
+    p.add_argument("--device", default="cuda:0", help="cpu: a dry run of the script (bf16 autocast there)")
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args(argv)
+    device = torch.device(args.device)
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU, a dry run"
     lines = [f"# Eager AMP step, fp16 weight copies vs per-forward casts ({datetime.date.today()}, "
-             f"torch {torch.__version__}, {torch.cuda.get_device_name(0)}), batch {args.batch}, channels_last", "",
+             f"torch {torch.__version__}, {where}), batch {args.batch}, channels_last", "",
              "| family | size | imgsz | copies ms | casts ms | casts / copies |", "|---|---|---:|---:|---:|---:|"]
     for family in args.families.split(","):
         size, imgsz = FAMILIES[family]
-        copies, casts = step_ms(family, size, imgsz, args.batch, args.steps, args.rounds)
+        copies, casts = step_ms(family, size, imgsz, args.batch, args.steps, args.rounds, device)
         lines.append(f"| {family} | {size} | {imgsz} | {copies:.2f} | {casts:.2f} | {casts / copies:.2f}x |")
         log(lines[-1])
-        torch.cuda.empty_cache()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
     emit_report(lines, args.out)
     return 0
 

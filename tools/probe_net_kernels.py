@@ -90,8 +90,10 @@ def _triton_bias_silu() -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
     import triton
     import triton.language as tl
 
+    # Triton reads a kernel's annotations to specialise it: only BLOCK carries one (constexpr),
+    # the others stay bare, hence the ignore.
     @triton.jit
-    def bias_silu(y_ptr, b_ptr, n, channels, inner, BLOCK: tl.constexpr):  # noqa: N803 (Triton's style)
+    def bias_silu(y_ptr, b_ptr, n, channels, inner, BLOCK: tl.constexpr):  # type: ignore[no-untyped-def]  # noqa: N803
         offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
         mask = offs < n
         c = (offs // inner) % channels
@@ -124,6 +126,7 @@ def unit_variant(name: str) -> Iterator[None]:
         conv = self.conv
         silu = isinstance(self.act, SiLU)
         if epilogue is not None and silu:
+            assert conv.bias is not None, "a folded Conv carries the BatchNorm shift as its bias"
             y = F.conv2d(x, conv.weight, None, conv.stride, conv.padding, conv.dilation, conv.groups)
             return epilogue(y, conv.bias)
         bias = None if name == "bound: convolution only" else conv.bias
@@ -197,6 +200,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--profile", action=argparse.BooleanOptionalAction, default=True)
     args = p.parse_args(argv)
+    if not torch.cuda.is_available():
+        raise SystemExit("probe_net_kernels.py needs a CUDA GPU")
 
     model = fresh_model(args.size, args.imgsz).to(0).half()
     net = model.fused_net(channels_last=True)

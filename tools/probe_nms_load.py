@@ -11,6 +11,7 @@ CUDA, on both of its branches (class offsets, and one NMS per class above 20,000
 
 from __future__ import annotations
 
+import argparse
 import logging
 import sys
 import time
@@ -19,6 +20,7 @@ import torch
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()  # no options; --help
     if not torch.cuda.is_available():
         sys.exit("probe_nms_load needs a CUDA GPU")
     logging.basicConfig(level=logging.DEBUG, format="%(name)s: %(message)s")

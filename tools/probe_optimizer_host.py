@@ -24,6 +24,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import cast
 
 import torch
 from report import emit_report
@@ -53,15 +54,18 @@ class Arm:
         self.times: dict[str, list[float]] = {p: [] for p in PHASES}
 
     def step(self, keep: bool) -> None:
+        # GradScaler reads only param_groups and the fused-step attributes: FusedOptimizer has them
+        # (train.step passes it the same way).
+        opt = cast(torch.optim.Optimizer, self.opt)
         self.scaler.scale(torch.ones(()))
         for p, g in zip(self.params, self.grads):
             p.grad = g.clone()
         marks = [time.perf_counter()]
-        self.scaler.unscale_(self.opt)
+        self.scaler.unscale_(opt)
         marks.append(time.perf_counter())
         self.clip(self.params, 10.0)
         marks.append(time.perf_counter())
-        self.scaler.step(self.opt)
+        self.scaler.step(opt)
         marks.append(time.perf_counter())
         self.scaler.update()
         marks.append(time.perf_counter())

@@ -26,7 +26,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import torch
@@ -34,10 +34,18 @@ from bench_predict import fresh_model, scene
 from PIL import Image
 from report import emit_report, log
 
+if TYPE_CHECKING:
+    from libreyolo_models import LibreYOLO
+    from libreyolo_models.predict.predictor import FrameBatch
 
-def timed(fn: Callable[[], Any], reps: int, *, sync: bool = True) -> tuple[float, Any]:
-    """Median host ms of ``fn`` (each call followed by a device synchronisation) and its last value."""
-    out, times = None, []
+T = TypeVar("T")
+
+
+def timed(fn: Callable[[], T], reps: int, *, sync: bool = True) -> tuple[float, T]:
+    """Median host ms of ``fn`` over ``reps`` calls after one untimed call (each call followed by a
+    device synchronisation), and its last value."""
+    times = []
+    out = fn()
     for _ in range(reps):
         started = time.perf_counter()
         out = fn()
@@ -47,23 +55,27 @@ def timed(fn: Callable[[], Any], reps: int, *, sync: bool = True) -> tuple[float
     return statistics.median(times), out
 
 
-def steps(model: Any, path: Path, options: dict[str, Any], reps: int) -> list[tuple[str, float]]:
+def steps(facade: LibreYOLO, path: Path, options: dict[str, Any], reps: int) -> list[tuple[str, float]]:
     """The call's steps timed one by one (each on the previous step's output)."""
     from libreyolo_models.config import load_config
+    from libreyolo_models.devices import default_device
     from libreyolo_models.predict.predictor import Predictor, _batches
     from libreyolo_models.predict.streams import open_source
     from libreyolo_models.settings import PredictConfig
 
+    model = facade.handle  # what predict runs on
     rows: list[tuple[str, float]] = []
     ms, cfg = timed(lambda: load_config(PredictConfig, options, "predict()"), reps)
     rows.append(("config", ms))
-    shrink = model.resolve_imgsz(options.get("imgsz"))  # predict's reduced decode, as run_prediction asks
+    # device and image size, resolved as run_prediction does (the image size is also the reduced decode's)
+    device = default_device(cfg.device, model.device, model.runs_only_on)
+    shrink = model.resolve_imgsz(cfg.imgsz)
     ms, plan = timed(lambda: open_source(str(path), vid_stride=1, shrink_to=shrink), reps)
     rows.append(("open source", ms))
-    ms, predictor = timed(lambda: Predictor(model, cfg), reps)
+    ms, predictor = timed(lambda: Predictor(model, cfg, device=device, imgsz=shrink), reps)
     rows.append(("predictor set-up", ms))
 
-    def decode() -> Any:
+    def decode() -> FrameBatch:
         return next(_batches(open_source(str(path), vid_stride=1, shrink_to=shrink).frames, 1))
 
     ms, batch = timed(decode, reps)
@@ -71,7 +83,7 @@ def steps(model: Any, path: Path, options: dict[str, Any], reps: int) -> list[tu
     ms, _ = timed(lambda: [p.pin_memory() for p in batch.pixels], reps)
     rows.append(("pin", ms))
     pinned = [p.pin_memory() for p in batch.pixels]
-    task, device = predictor.task, model.device
+    task = predictor.task
     shapes = [f.orig_shape for f in batch.frames]
     ms, prepared = timed(lambda: task.prepare_batch(pinned, shrink, model.dtype, device, shapes), reps)
     rows.append(("letterbox (upload, resize, layout)", ms))
@@ -87,7 +99,7 @@ def steps(model: Any, path: Path, options: dict[str, Any], reps: int) -> list[tu
     ms, _ = timed(lambda: task.make_results(frame.image, frame.name, predictor.names, host[0], infos[0], {}), reps)
     rows.append(("results", ms))
     rows.append(("sum of the steps", sum(r[1] for r in rows)))
-    ms, _ = timed(lambda: model(str(path), **options), reps, sync=False)
+    ms, _ = timed(lambda: facade(str(path), **options), reps, sync=False)
     rows.append(("whole call model(path)", ms))
     return rows
 
@@ -122,7 +134,7 @@ def decoders(path: Path, reps: int) -> list[tuple[str, float]]:
     return rows
 
 
-def profile(model: Any, path: Path, options: dict[str, Any], calls: int) -> list[str]:
+def profile(model: LibreYOLO, path: Path, options: dict[str, Any], calls: int) -> list[str]:
     """Host operators of ``calls`` whole calls, by self CPU time."""
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile

@@ -34,14 +34,18 @@ def _frames(n: int, h: int, w: int, seed: int) -> list[torch.Tensor]:
 def probe(arm: str, scaled: bool, args: argparse.Namespace) -> list[list[str]]:
     """Rows ``[arm, input, batch, step, before MiB, peak MiB]`` for the sequence, and the arm's total."""
     from libreyolo_models.data.letterbox_images import letterbox_batch
+    from libreyolo_models.devices import default_device
     from libreyolo_models.predict.predictor import Predictor
     from libreyolo_models.settings import PredictConfig
 
-    model = fresh_model(args.size, args.imgsz, prior_scores=True)
+    facade = fresh_model(args.size, args.imgsz, prior_scores=True)
+    model = facade.handle  # what predict runs on
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
     cfg = PredictConfig(device=0, imgsz=args.imgsz, cuda_graph=arm == "graph", verbose=False)
-    predictor = Predictor(model, cfg)
+    # device and image size resolved as predict's run_prediction does
+    predictor = Predictor(model, cfg, device=default_device(cfg.device, model.device, model.runs_only_on),
+                          imgsz=model.resolve_imgsz(cfg.imgsz))
     task, device = predictor.task, model.device
     label = "float" if scaled else "uint8"
     rows: list[list[str]] = []
@@ -79,11 +83,11 @@ def probe(arm: str, scaled: bool, args: argparse.Namespace) -> list[list[str]]:
             overall = max(overall, first[1], later[1])
             rows.append([arm, label, str(batch), step, f"{first[0]:.0f}", f"{first[1]:.0f}",
                          f"{later[0]:.0f}", f"{later[1]:.0f}"])
-    pool = sum(g["pool_bytes"] or 0 for g in model.graph_info()["graphs"]) / MIB
+    pool = sum(g["pool_bytes"] or 0 for g in facade.graph_info()["graphs"]) / MIB
     rows.append([arm, label, "all", "peak of the sequence; graph pools", "", f"{overall:.0f}", "",
                  f"pools {pool:.0f}"])
-    model.release_graphs()
-    del model, predictor
+    facade.release_graphs()
+    del facade, model, predictor
     torch.cuda.empty_cache()
     return rows
 

@@ -7,7 +7,7 @@ default augmentation draws) and reports:
 
 - each stage's GPU time (CUDA events, median of ``--reps``): the resident gather, tile placement
   on the 2S canvas, the affine warp, HSV, flip, and the division by 255;
-- the whole rendering eager and replayed from its graph (``data.render_graph``): host issue time
+- the whole rendering eager and replayed from its graph (``tasks.detect.render_graph``): host issue time
   and GPU time, and whether the bytes are the same;
 - the operations of one eager rendering by GPU time (torch.profiler);
 - the forms a stage had before (and has under deterministic algorithms), each checked for the
@@ -103,14 +103,15 @@ def main() -> None:
     device = torch.device("cuda")
     batch, resident = mosaic_batch(args.batch, args.imgsz, args.images, device)
     group, size, reps = batch.gather(resident).groups[0], args.imgsz, args.reps
-    assert group.tiles is not None
-    canvas = place_tiles(group.tiles, group.offsets, group.hw, group.canvas)
+    tiles = group.tiles
+    assert tiles is not None, "gather() fills every group's tiles"
+    canvas = place_tiles(tiles, group.offsets, group.hw, group.canvas)
     warped = augment_ops.warp_canvas(canvas, group.theta, size)
     coloured = augment_ops.jitter_hsv(warped, group.hsv)
     flipped = augment_ops.flip_images(coloured, group.flip)
     stages: list[tuple[str, Callable[[], Any]]] = [
         ("gather the resident tiles", lambda: batch.gather(resident)),
-        ("place the tiles on the 2S canvas", lambda: place_tiles(group.tiles, group.offsets, group.hw, group.canvas)),
+        ("place the tiles on the 2S canvas", lambda: place_tiles(tiles, group.offsets, group.hw, group.canvas)),
         ("affine warp (float canvas, grid_sample)", lambda: augment_ops.warp_canvas(canvas, group.theta, size)),
         ("HSV", lambda: augment_ops.jitter_hsv(warped, group.hsv)),
         ("flip", lambda: augment_ops.flip_images(coloured, group.flip)),
@@ -148,12 +149,12 @@ def main() -> None:
                   prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=18, max_name_column_width=40),
                   "```", ""]
 
-        gathered = place_tiles_gathered(group.tiles, group.offsets, group.hw, group.canvas)
+        gathered = place_tiles_gathered(tiles, group.offsets, group.hw, group.canvas)
         lines += ["| other form (as before, or deterministic mode) | GPU ms | shipped form GPU ms | same bytes |",
                   "|---|---:|---:|---|",
                   f"| placement by gathers per tile slot | "
-                  f"{gpu_ms(lambda: place_tiles_gathered(group.tiles, group.offsets, group.hw, group.canvas), reps):.3f} | "
-                  f"{gpu_ms(lambda: place_tiles(group.tiles, group.offsets, group.hw, group.canvas), reps):.3f} | "
+                  f"{gpu_ms(lambda: place_tiles_gathered(tiles, group.offsets, group.hw, group.canvas), reps):.3f} | "
+                  f"{gpu_ms(lambda: place_tiles(tiles, group.offsets, group.hw, group.canvas), reps):.3f} | "
                   f"{'yes' if torch.equal(gathered, canvas) else 'NO'} |",
                   f"| warp: uint8 -> float, then -fill | "
                   f"{gpu_ms(lambda: warp_two_passes(canvas, group.theta, size), reps):.3f} | "

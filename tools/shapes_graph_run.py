@@ -45,6 +45,8 @@ def main() -> int:
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--out", type=Path)
     args = p.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("shapes_graph_run.py needs a CUDA GPU (it trains with device=0)")
     with tempfile.TemporaryDirectory() as tmp:
         eager_s, eager = run(Path(tmp), False, args)
         graph_s, graph = run(Path(tmp), True, args)

@@ -52,8 +52,9 @@ def run_one(index: int, config: dict[str, Any], args: argparse.Namespace, projec
         done = subprocess.run([sys.executable, "-c", CHILD, json.dumps(full)], capture_output=True, text=True,
                               timeout=args.timeout, env={**os.environ, "OMP_NUM_THREADS": str(args.threads)})
         out, rc = done.stdout + done.stderr, done.returncode
-    except subprocess.TimeoutExpired as err:
-        out, rc = f"timed out after {args.timeout} s; {err.stdout or ''}", -1
+    except subprocess.TimeoutExpired as err:  # text=True: what it printed is a str (bytes only in its type)
+        printed = err.stdout.decode(errors="replace") if isinstance(err.stdout, bytes) else err.stdout or ""
+        out, rc = f"timed out after {args.timeout} s; {printed}", -1
     wall = time.perf_counter() - started
     run_dir = project / f"c{index}"
     curve: list[float] = []

@@ -6,7 +6,8 @@ Three layers, each usable alone:
   :func:`graphed_callables`, :func:`preserved_state`;
 - runners: :class:`GraphRunner` (inference), :class:`SplitGraphRunner` (graph a prefix, run
   the tail eagerly), :class:`GraphedTraining` (forward+backward once a shape repeats);
-- parity: :func:`verify_parity`, :func:`certify_in_subprocess`, :func:`compare_train_step`.
+- parity: :func:`verify_parity`, :func:`certify_in_subprocess`, :func:`compare_train_step`,
+  :func:`compare_training_runs` (N steps, classed against eager's own noise).
 
 This package depends on torch only and knows nothing about any model zoo.
 """
@@ -40,6 +41,7 @@ from .parity import LeafResult, ParityReport, contrasting_probes, verify_parity
 from .runner import GraphRunner
 from .split import SplitGraphRunner
 from .state import preserved_state
+from .train_numerics import NumericsClass, NumericsReport, compare_training_runs
 from .train_parity import TensorVerdict, TrainParityReport, compare_train_step
 from .training import GraphedTraining
 
@@ -61,6 +63,8 @@ __all__ = [
     "GraphedTraining",
     "LeafResult",
     "NestedCaptureError",
+    "NumericsClass",
+    "NumericsReport",
     "ParityError",
     "ParityReport",
     "RunnerInfo",
@@ -74,6 +78,7 @@ __all__ = [
     "certify_in_subprocess",
     "check_autocast_cache",
     "compare_train_step",
+    "compare_training_runs",
     "contrasting_probes",
     "graphed_callables",
     "make_graphed_callables_accepts_mode",

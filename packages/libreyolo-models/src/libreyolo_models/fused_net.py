@@ -25,6 +25,7 @@ from __future__ import annotations
 import copy
 import logging
 
+import torch
 from torch import nn
 
 from .layers.fuse import fused_copy
@@ -105,9 +106,13 @@ class FusedNetwork:
 
     def half(self) -> None:
         """The source was cast to fp16: cast the copies along (folded from fp32, rounded once)."""
+        self.to(torch.float16)
+
+    def to(self, dtype: torch.dtype) -> None:
+        """The source was cast to ``dtype``: cast the copies along (folded before, rounded once)."""
         for net in (self.net, self.last):
             if net is not None:
-                net.half()
+                net.to(dtype)
         if self.net is not None:
             self._stamp = weights_stamp(self._slots)
 

@@ -63,6 +63,7 @@ class ModelGraphs:
         self.training: GraphedTraining | None = None
         self.compiled: dict[tuple[int, str], CompiledForward] = {}  # (id(net), mode) -> compiled forward
         self._runner_compile: dict[bool, str | None] = {False: None, True: None}  # what each runner replays
+        self.last_invalidation: str | None = None
 
     def inference_runner(self, mode: str, net: torch.nn.Module | None = None, compile: str | None = None
                          ) -> GraphRunner:
@@ -132,7 +133,13 @@ class ModelGraphs:
 
     def invalidate(self, reason: str) -> None:
         """Drop captured graphs and compiled forwards; the next call recaptures per its mode (and
-        recompiles: a compiled forward was specialised to the weights' device and dtype)."""
+        recompiles: a compiled forward was specialised to the weights' device and dtype). The
+        reason is logged and kept (``describe()``'s ``last_invalidation``)."""
+        held = sum(r is not None for r in (self.inference, self.fused_inference, self.training))
+        # info when something held graphs; with nothing captured yet (a first move to the GPU) it is noise
+        log.log(logging.INFO if held else logging.DEBUG, "%s-%s: CUDA graphs invalidated (%d runner(s) held): %s",
+                self._model.spec.name, self._model.size, held, reason)
+        self.last_invalidation = reason
         for runner in (self.inference, self.fused_inference):
             if runner is not None:
                 runner.invalidate(reason)
@@ -158,11 +165,18 @@ class ModelGraphs:
         self.training = None
 
     def describe(self) -> dict[str, Any]:
-        """``graph_info()``: support, mode, and per graph its signature and replay count."""
+        """``graph_info()``: support, mode, per graph its signature and replay count, the latest
+        invalidation's reason, and the numerics certificate (``certificate.describe_numerics``:
+        the checkpoint's class and whether this environment matches the certified one)."""
+        from .certificate import describe_numerics
+
         model = self._model
         verified = model.spec.task(model.task).inference_capture
         info: dict[str, Any] = {"supported": verified and model.device.type == "cuda", "family_verified": verified,
-                                "device": str(model.device), "mode": "off", "graphs": [], "fallbacks": {}}
+                                "device": str(model.device), "mode": "off", "graphs": [], "fallbacks": {},
+                                "last_invalidation": self.last_invalidation,
+                                "numerics": describe_numerics(model.checkpoint, family=model.spec.name, size=model.size,
+                                                              task=model.task, device=model.device)}
         for fused, runner in ((False, self.inference), (True, self.fused_inference)):
             if runner is None:
                 continue
@@ -191,7 +205,8 @@ def capture_ahead(model: ModelHandle, *, imgsz: int, batch: int, dtype: torch.dt
                   fuse: bool | None = None) -> dict[str, Any]:
     """Capture the inference graph for ``batch x 3 x imgsz x imgsz`` ahead of the first request,
     of the network predict runs with the same ``fuse`` (the fused copy by default where the
-    family fuses), for the input predict hands it (``Task.prepare_batch``)."""
+    family fuses), for the input predict hands it (``Task.prepare_batch``); ``imgsz`` comes resolved
+    (``ModelHandle.resolve_imgsz``)."""
     check_graph_support(model, "capture_graph()")
     fusing = model.wants_fuse(fuse)
     if fusing and dtype is not None and dtype != model.dtype:
@@ -204,7 +219,6 @@ def capture_ahead(model: ModelHandle, *, imgsz: int, batch: int, dtype: torch.dt
         else:
             raise ConfigError(f"capture_graph(dtype={dtype}) must be torch.float16 or torch.float32")
     model.net.eval()
-    imgsz = model.spec.check_imgsz(imgsz)
     runner = model.graphs.inference_runner("on", model.inference_net(fusing))
     # The input exactly as predict hands it over (dtype, layout: a graph is keyed by both): the
     # task's own preprocessing of blank images (detectors: a uint8 letterbox, scaled in the call).

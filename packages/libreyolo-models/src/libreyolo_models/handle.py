@@ -12,7 +12,8 @@ without the facade, and keeps ``facade.py`` out of the jobs' imports.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -20,7 +21,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from .checkpoint import checkpoint_metadata, cpu_state_dict
+from .certificate import CERTIFICATE_KEY
+from .checkpoint import checkpoint_metadata, cpu_state_dict, inf_by_design, nonfinite_entries
 from .coco_names import default_names
 from .contract.family import Family, TensorTree
 from .contract.spec import FamilySpec
@@ -37,6 +39,22 @@ from .zoo.building import ModelSource, rebuild_source
 from .zoo.registry import get_family
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Quantization:
+    """What ``model.quantize(recipe)`` did (``quantize.py`` sets it; the handle only reads it).
+
+    Attributes:
+        recipe: ``"fp16"``, ``"bf16"`` or ``"int8"``.
+        fp32_state: CPU copies of every weight before quantizing: ``dequantize()`` restores them
+            bit for bit (a cast back from fp16 could not).
+        linears: for int8, the module names whose ``nn.Linear`` became ``layers.quantized.Int8Linear``.
+    """
+
+    recipe: str
+    fp32_state: dict[str, Tensor]
+    linears: tuple[str, ...] = ()
 
 
 class ModelHandle:
@@ -59,6 +77,8 @@ class ModelHandle:
         self.fuse_default = fuse_default
         """``fuse(True/False)``'s choice, kept across weight loads; None: the family's declaration."""
         self.graphs = ModelGraphs(self)
+        self.quantization: Quantization | None = None
+        """Set by ``quantize()`` and cleared by ``dequantize()`` (``quantize.py``)."""
 
     # ------------------------------------------------------------------ building
     @classmethod
@@ -73,7 +93,9 @@ class ModelHandle:
         net = family.build_network()
         if source.state is not None:
             family.check_state(net, source.state, str(source.path))
+            masks = inf_by_design(net.state_dict())
             net.load_state_dict(source.state)
+            warn_nonfinite(source.state, str(source.path), masks)
         return cls(spec, source.size, source.task, source.nc, names, imgsz, net, checkpoint=source.checkpoint,
                    ckpt_path=source.path, fuse_default=fuse_default, family=family)
 
@@ -116,10 +138,12 @@ class ModelHandle:
 
     def renamed(self, names: Mapping[int, str]) -> ModelHandle:
         """A new handle on the same network (not copied) under other class names; this handle
-        should no longer be used (the two would share the network)."""
-        return ModelHandle(self._spec, self._size, self._task, self._nc, normalize_names(names, self._nc), self._imgsz,
-                           self._net, checkpoint=self._checkpoint, ckpt_path=self._ckpt_path, runtime=self._runtime,
-                           fuse_default=self.fuse_default, family=self._family)
+        should no longer be used (the two would share the network, and its quantization)."""
+        handle = ModelHandle(self._spec, self._size, self._task, self._nc, normalize_names(names, self._nc),
+                             self._imgsz, self._net, checkpoint=self._checkpoint, ckpt_path=self._ckpt_path,
+                             runtime=self._runtime, fuse_default=self.fuse_default, family=self._family)
+        handle.quantization = self.quantization
+        return handle
 
     # ------------------------------------------------------------------ identity (read-only)
     @property
@@ -209,10 +233,13 @@ class ModelHandle:
         """The inference seam (what inference capture records); ``net`` defaults to ``self.net``
         (validation passes the EMA copy). An exported model runs its runtime backend instead.
         ``images``: ``[B, 3, S, S]`` in [0, 1] in the network's dtype, or the uint8 pixels of a
-        letterbox (predict's), scaled here, inside what a graph captures."""
+        letterbox (predict's), scaled here, inside what a graph captures. A quantized model takes
+        [0, 1] images in any float dtype (validation's are fp32) and casts them to its own."""
         if images.dtype == torch.uint8:
             target = self._net if net is None else net
             images = to_network_input(images, next(target.parameters()).dtype, channels_last=is_channels_last(target))
+        elif self.quantization is not None and images.is_floating_point():
+            images = images.to(next((self._net if net is None else net).parameters()).dtype)
         if self._runtime is not None and (net is None or net is self._runtime):
             return self._runtime(images)
         return self._family.inference_forward(net if net is not None else self._net, images)
@@ -259,13 +286,24 @@ class ModelHandle:
         """fp16 weights (GPU inference); captured graphs are dropped. A fused copy is cast along
         (it was folded from the fp32 weights, so it rounds to fp16 once)."""
         self.require_pytorch("cast to fp16 (export with half=True instead)")
-        if self.dtype != torch.float16:
-            self.graphs.invalidate("weights cast to float16")
-            self._net.half()
-            self._fused.half()
+        if self.quantization is not None and self.quantization.recipe != "fp16":
+            raise ConfigError(f"half=True / half(): the model is quantized ({self.quantization.recipe!r}); call "
+                              "model.dequantize() first, or quantize('fp16') instead")
+        self.cast_weights(torch.float16, "weights cast to float16")
+
+    def cast_weights(self, dtype: torch.dtype, reason: str) -> None:
+        """Cast the network and its fused copy (folded from the weights before the cast: rounded
+        once) to ``dtype``; captured graphs are dropped for ``reason``."""
+        if self.dtype != dtype:
+            self.graphs.invalidate(reason)
+            self._net.to(dtype)
+            self._fused.to(dtype)
 
     def float(self) -> None:
         """fp32 weights; captured graphs and the fused copy (fp16 rounded) are dropped."""
+        if self.quantization is not None:
+            raise ConfigError(f"float(): the model is quantized ({self.quantization.recipe!r}); model.dequantize() "
+                              "restores its fp32 weights exactly (a cast back would keep the rounding)")
         if self.dtype != torch.float32:
             self.drop_fused("weights cast to float32")
             self.graphs.invalidate("weights cast to float32")
@@ -339,7 +377,8 @@ class ModelHandle:
                 "fused": self.fused, "fuse_by_default": self.wants_fuse(),
                 "checkpoint": str(self._ckpt_path) if self._ckpt_path else None, "loss_names": list(decl.loss_names),
                 "inference_capture_verified": decl.inference_capture, "train_capture_verified": decl.train_capture,
-                "exportable": decl.exportable, **(self._runtime.describe() if self._runtime is not None else {})}
+                "exportable": decl.exportable, "quantized": self.quantization.recipe if self.quantization else None,
+                **(self._runtime.describe() if self._runtime is not None else {})}
 
     def state_for_checkpoint(self, weights: dict[str, Tensor] | None = None, *,
                              imgsz: int | None = None) -> dict[str, Any]:
@@ -347,9 +386,15 @@ class ModelHandle:
         caller already copied them (the trainer saves the EMA's), else this network's; ``imgsz``:
         the size the weights were trained at, when it is not the handle's."""
         self.require_pytorch("save a checkpoint")
+        if self.quantization is not None:
+            raise ConfigError(f"cannot save a checkpoint of a model quantized to {self.quantization.recipe!r}: a "
+                              "checkpoint holds fp32 training weights. Call model.dequantize() first to save those, "
+                              "or model.export(...) to write the quantized network")
         meta = checkpoint_metadata(family=self._spec.name, size=self._size, task=self._task, nc=self._nc,
                                    names=self._names, imgsz=imgsz or self._imgsz, version=__version__)
         meta["model"] = cpu_state_dict(self._net) if weights is None else weights
+        if CERTIFICATE_KEY in self._checkpoint:  # the record of the run that made these weights travels with them
+            meta[CERTIFICATE_KEY] = dict(self._checkpoint[CERTIFICATE_KEY])
         return meta
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
@@ -373,6 +418,16 @@ class SeamModule(nn.Module):
 
     def forward(self, images: Tensor) -> Any:
         return self._seam(images)
+
+
+def warn_nonfinite(state: Mapping[str, Tensor], source: str, masks: Collection[str] = ()) -> None:
+    """One warning when loaded weights hold NaN or inf (beyond ``masks``, the network's own inf
+    masks): such a model predicts nothing useful, and it usually comes from a diverged run."""
+    bad = nonfinite_entries(state, masks)
+    if bad:
+        log.warning("%s: %d of %d weight tensors hold NaN or inf (e.g. %s); this model will not predict anything "
+                    "useful. It comes from a diverged training run: use an earlier checkpoint, or train again "
+                    "with a lower lr0", source, len(bad), len(state), bad[0])
 
 
 def normalize_names(names: Mapping[int, str] | list[str] | tuple[str, ...] | None, nc: int) -> dict[int, str]:

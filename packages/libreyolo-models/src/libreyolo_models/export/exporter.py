@@ -75,27 +75,28 @@ def export_model(model: ModelHandle, options: dict[str, Any]) -> Path:
                     decl.dynamic_imgsz_note)
     device = default_device(cfg.device, model.device)
     log.info("export on %s", describe_device(device))
-    if cfg.half and cfg.format != "openvino" and device.type != "cuda":
-        raise ConfigError(f"export(format={cfg.format!r}, half=True) traces fp16 weights, which needs a CUDA device "
-                          f"(device is {device}); pass device=0, or export fp32 (half=False)")
+    precision, half = export_precision(model, cfg)
+    if half and cfg.format != "openvino" and device.type != "cuda":
+        why = "half=True" if cfg.half else "the model is quantized to fp16, so this"
+        raise ConfigError(f"export(format={cfg.format!r}): {why} traces fp16 weights, which needs a CUDA device "
+                          f"(device is {device}); pass device=0, or export fp32 (half=False"
+                          f"{'' if cfg.half else ', after model.dequantize()'})")
     net = copy.deepcopy(model.net).to(device).eval()
     for param in net.parameters():
         param.requires_grad_(False)
-    half_graph = cfg.half and cfg.format != "openvino"
-    if half_graph:
-        net.half()
+    half_graph = half and cfg.format != "openvino"
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float16 if half_graph else torch.float32
+    net.to(dtype)  # OpenVINO traces fp32 and compresses to fp16 itself; int8 buffers keep their dtype
     seam = ExportSeam(model.family, net)
     generator = torch.Generator().manual_seed(0)
-    example = torch.rand(cfg.batch, 3, imgsz, imgsz, generator=generator)
-    example = example.to(device=device, dtype=torch.float16 if half_graph else torch.float32)
+    example = torch.rand(cfg.batch, 3, imgsz, imgsz, generator=generator).to(device=device, dtype=dtype)
     with torch.no_grad():
         outputs = len(seam(example))
     meta = ExportMetadata(format=cfg.format, family=model.spec.name, size=model.size, task=model.task, nc=model.nc,
                           names=dict(model.names), imgsz=imgsz, batch=cfg.batch, dynamic=cfg.dynamic,
-                          dynamic_imgsz=dynamic_imgsz, half=cfg.half,
-                          input_dtype="float16" if half_graph else "float32", stride=model.spec.stride,
-                          mean=model.spec.mean, std=model.spec.std, outputs=outputs, version=__version__,
-                          extra={"traced_on": device.type})
+                          dynamic_imgsz=dynamic_imgsz, half=half, input_dtype=str(dtype).removeprefix("torch."),
+                          stride=model.spec.stride, mean=model.spec.mean, std=model.spec.std, outputs=outputs,
+                          version=__version__, extra={"traced_on": device.type, "precision": precision})
     path = Path(cfg.file) if cfg.file else default_path(model, cfg.format)
     path.parent.mkdir(parents=True, exist_ok=True)
     if cfg.format == "onnx":
@@ -105,6 +106,25 @@ def export_model(model: ModelHandle, options: dict[str, Any]) -> Path:
     else:
         written = write_openvino(seam, example, path, meta, opset=cfg.opset, simplify=cfg.simplify)
     shape = ("dynamic batch and image size" if dynamic_imgsz else "dynamic batch") if cfg.dynamic else f"batch {cfg.batch}"
-    log.info("exported %s-%s %s to %s (%s, %s, imgsz %d%s)", model.spec.name, model.size, model.task, written,
-             cfg.format, shape, imgsz, ", fp16" if cfg.half else "")
+    log.info("exported %s-%s %s to %s (%s, %s, imgsz %d, %s)", model.spec.name, model.size, model.task, written,
+             cfg.format, shape, imgsz, precision)
     return written
+
+
+def export_precision(model: ModelHandle, cfg: ExportConfig) -> tuple[str, bool]:
+    """The precision the file carries (``"fp32"``, ``"fp16"``, ``"bf16"``, ``"int8"``: the model's
+    ``quantize`` recipe, else fp16 with ``half=True``) and whether its weights are fp16."""
+    recipe = model.quantization.recipe if model.quantization is not None else None
+    if recipe == "bf16":
+        if cfg.half:
+            raise ConfigError("export(half=True): the model is quantized to 'bf16'; export it as it is (half=False), "
+                              "or model.dequantize() first for an fp16 export")
+        if cfg.format != "torchscript":
+            raise ConfigError(f"export(format={cfg.format!r}): the model is quantized to 'bf16', which only TorchScript "
+                              "carries here (the ONNX and OpenVINO runtimes are fed NumPy arrays, and NumPy has no "
+                              "bfloat16); use format='torchscript', or quantize('fp16') for ONNX")
+        return "bf16", False
+    if recipe == "int8":
+        return "int8", cfg.half
+    half = cfg.half or recipe == "fp16"
+    return ("fp16" if half else "fp32"), half

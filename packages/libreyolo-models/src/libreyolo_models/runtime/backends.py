@@ -31,7 +31,7 @@ from .metadata import METADATA_FILE, METADATA_KEY, ExportMetadata
 
 log = logging.getLogger(__name__)
 
-DTYPES = {"float32": torch.float32, "float16": torch.float16}
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}  # bfloat16: TorchScript only
 
 
 def is_exported(model: object) -> bool:
@@ -115,7 +115,8 @@ class RuntimeNetwork(nn.Module):
 
     def describe(self) -> dict[str, Any]:
         return {"runtime": self.kind, "file": str(self.path), "exported_batch": self.meta.batch,
-                "dynamic": self.meta.dynamic, "dynamic_imgsz": self.meta.dynamic_imgsz, "half": self.meta.half}
+                "dynamic": self.meta.dynamic, "dynamic_imgsz": self.meta.dynamic_imgsz, "half": self.meta.half,
+                "precision": self.meta.extra.get("precision", "fp16" if self.meta.half else "fp32")}
 
 
 def _numpy_input(images: Tensor, dtype: str) -> np.ndarray:
@@ -228,7 +229,14 @@ class OpenVINONetwork(RuntimeNetwork):
                                   "model.export(format='openvino') writes them")
         super().__init__(folder, ExportMetadata.from_json(meta_file.read_text(), str(meta_file)))
         self.precision = openvino_precision()
-        self._compiled = ov.Core().compile_model(str(xml), "CPU", {"INFERENCE_PRECISION_HINT": self.precision})
+        core = ov.Core()
+        capability = {"bf16": "BF16", "f16": "FP16"}.get(self.precision)
+        if capability is not None and capability not in core.get_property("CPU", "OPTIMIZATION_CAPABILITIES"):
+            # The plugin then ignores the hint and computes in f32: say so rather than let it pass silently.
+            log.warning("%s=%s: this CPU has no native %s (OpenVINO reports %s), so the model computes in f32",
+                        OPENVINO_PRECISION_ENV, self.precision, self.precision,
+                        ", ".join(core.get_property("CPU", "OPTIMIZATION_CAPABILITIES")))
+        self._compiled = core.compile_model(str(xml), "CPU", {"INFERENCE_PRECISION_HINT": self.precision})
 
     @property
     def inference_precision(self) -> str:

@@ -5,7 +5,8 @@ with what resuming needs: optimizer, scaler, EMA updates, epoch, best fitness, t
 world size and global batch the run used. ``model`` and ``ema`` are plain state dicts; the entries
 only a resume reads (``train_model``, ``optimizer``) are packed (``tensor_trees.pack_tensors``: one
 tensor per dtype, which ``torch.save`` writes several times faster than thousands of small ones);
-a resume reads packed and older unpacked checkpoints alike.
+a resume reads packed and older unpacked checkpoints alike. Each also carries the run's numerics
+certificate (``certificate.py``): environment, whether the steps ran graphed, the certified class.
 """
 
 from __future__ import annotations
@@ -17,6 +18,16 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ..certificate import (
+    CERTIFICATE_KEY,
+    UNMEASURED,
+    Certificate,
+    current_environment,
+    find_certified,
+    probe_hashes,
+    today,
+    training_precision,
+)
 from ..checkpoint import atomic_save_bytes, cpu_state_dict, serialized
 from ..tensor_trees import pack_tensors
 from .fused_optim import AnyOptimizer
@@ -57,8 +68,36 @@ def build_training_checkpoint(model: ModelHandle, *, net: torch.nn.Module, ema: 
         "world_size": world_size,
         "global_batch": global_batch,
         "run_dir": str(run_dir),
+        CERTIFICATE_KEY: run_certificate(model, ema.ema if ema is not None else net, amp=bool(config.get("amp")),
+                                         global_batch=global_batch, imgsz=imgsz).to_dict(),
     })
     return ckpt
+
+
+def run_certificate(model: ModelHandle, net: torch.nn.Module, *, amp: bool, global_batch: int,
+                    imgsz: int) -> Certificate:
+    """The record of this run for its checkpoints: this environment; ``graphed`` when the training
+    capture is replaying graphs now (none latched, some replayed since the last invalidation); the
+    class the shipped table certifies for this configuration (``unmeasured`` without a row); and
+    the hashes of ``net``'s (the saved weights') outputs on the parity probes, in eval mode."""
+    device = next(net.parameters()).device
+    dtype = training_precision(amp, device)
+    helper = model.graphs.training
+    graphed = False
+    if helper is not None:
+        info = helper.info()
+        graphed = info.replays > 0 and info.latched is None
+    certified = find_certified(model.spec.name, model.size, model.task, dtype, device.type)
+    was_training = net.training
+    net.eval()
+    try:
+        hashes = probe_hashes(lambda x: model.inference_forward(x, net=net), imgsz, device=device)
+    finally:
+        net.train(was_training)
+    return Certificate(family=model.spec.name, size=model.size, task=model.task, dtype=dtype, batch=global_batch,
+                       device=device.type, **current_environment(device),
+                       numerics_class=certified.numerics_class if certified is not None else UNMEASURED,
+                       graphed=graphed, probe_hashes=hashes, date=today(), source="train")
 
 
 def write_epoch_checkpoints(ckpt: dict[str, Any], weights_dir: Path, *, is_best: bool, epoch: int,

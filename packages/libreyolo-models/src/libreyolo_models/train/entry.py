@@ -31,9 +31,12 @@ log = logging.getLogger(__name__)
 def train_model(model: ModelHandle, options: Mapping[str, Any]) -> tuple[TrainOutcome, ModelHandle]:
     """Train ``model`` (see ``train.settings.TrainConfig``): the outcome, and the handle holding
     this process's trained network (``model`` itself when it trained in place or in workers)."""
+    source = "train()"
+    if model.quantization is not None:
+        raise ConfigError(f"{source}: the model is quantized ({model.quantization.recipe!r}) for inference; call "
+                          "model.dequantize() to train its fp32 weights")
     options = dict(options)
     callbacks = options.pop("callbacks", None)
-    source = "train()"
     resume = None
     if options.get("resume"):
         if not is_training_checkpoint(model.checkpoint):
