@@ -164,3 +164,17 @@ def test_training_batch_pictures_show_the_points(tmp_path: Path) -> None:
 
     assert off_grey(32, 16) > 60 and off_grey(48, 64 + 48) > 60  # a dot on each image at its point
     assert off_grey(10, 64 + 10) < 20                            # grey elsewhere
+
+
+def test_fraction_keeps_each_image_with_its_own_points(tmp_path: Path) -> None:
+    from libreyolo_models.tasks import get_task
+    from libreyolo_models.train.fit_options import OptionedTask
+
+    generate_shapes_point(tmp_path, split_sizes={"train": 8, "val": 1})
+    task = OptionedTask(get_task("point"), fraction=0.5, seed=0)
+    data = task.load_data(str(tmp_path / "data.yaml"))
+    full, half = get_task("point").load_split(data, "train"), task.load_split(data, "train")
+    assert len(half) == len(half.points) == len(half.sizes) == 4
+    for image, points, size in zip(half.images, half.points, half.sizes, strict=True):
+        i = full.images.index(image)
+        assert np.array_equal(points, full.points[i]) and size == full.sizes[i]

@@ -190,3 +190,13 @@ def test_training_crops_follow_seed_and_epoch_only(paired: Path) -> None:
         PairTrainPipeline(split, imgsz=8, batch_size=4, device="cpu", fliplr=0.5, workers=0, seed=0)
     with pytest.raises(ConfigError, match="seed=-1"):
         PairTrainPipeline(split, imgsz=8, batch_size=3, device="cpu", fliplr=0.5, workers=0, seed=-1)
+
+
+def test_fraction_keeps_the_pairs_together(paired: Path) -> None:
+    from libreyolo_models.train.fit_options import OptionedTask
+
+    task = OptionedTask(get_task("restore"), fraction=0.5, seed=0)
+    data = task.load_data(paired)
+    half = task.load_split(data, "train")
+    assert len(half) == len(half.targets) == len(half.sizes) == 2          # 2 of the 3 usable pairs
+    assert all(i.name == t.name for i, t in zip(half.inputs, half.targets, strict=True))
