@@ -7,14 +7,17 @@ from ..config import suggest
 from ..errors import ConfigError
 from .base import EvalSettings, Prepared, Task, TaskMetrics
 from .classify.task import ClassifyOptions, ClassifyTask
+from .depth.task import DepthTask
 from .detect.task import DetectOptions, DetectTask
+from .point.task import PointOptions, PointTask
 from .pose.task import PoseTask
+from .restore.task import RestoreTask
 from .results import RESULTS_FIELDS
 from .segment.task import SegmentTask
 from .semantic.task import SemanticTask
 
 TASKS: dict[str, Task] = {task.name: task for task in (DetectTask(), SemanticTask(), ClassifyTask(), SegmentTask(),
-                                                       PoseTask())}
+                                                       PoseTask(), PointTask(), RestoreTask(), DepthTask())}
 RESULTS_FIELDS.update(task.results_field for task in TASKS.values())
 
 _extra: dict[str, Task] = {}
@@ -54,5 +57,6 @@ def get_task(name: str) -> Task:
     return table[name]
 
 
-__all__ = ["TASKS", "ClassifyOptions", "ClassifyTask", "DetectOptions", "DetectTask", "EvalSettings", "PoseTask", "Prepared",
-           "SegmentTask", "SemanticTask", "Task", "TaskMetrics", "get_task", "register_task", "tasks", "unregister_task"]
+__all__ = ["TASKS", "ClassifyOptions", "ClassifyTask", "DepthTask", "DetectOptions", "DetectTask", "EvalSettings",
+           "PointOptions", "PointTask", "PoseTask", "Prepared", "RestoreTask", "SegmentTask", "SemanticTask", "Task",
+           "TaskMetrics", "get_task", "register_task", "tasks", "unregister_task"]

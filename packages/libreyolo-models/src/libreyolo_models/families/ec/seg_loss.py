@@ -37,8 +37,8 @@ class _MaskAwareMatcher(HungarianMatcher):
         self._factors = (pixels, queries, bias, gt_masks, gt_image)
         self.last: list[list[Match]] = []
 
-    def __call__(self, logits: Tensor, boxes: Tensor, targets: GroupedTargets, groups: int = 1,
-                 extra: Tensor | None = None) -> list[list[Match]]:
+    def __call__(self, logits: Tensor, boxes: Tensor, targets: GroupedTargets, groups: int = 1, *,
+                 extra: Tensor | None = None, iou_order: float | None = None) -> list[list[Match]]:
         pixels, queries, bias, gt_masks, gt_image = self._factors
         if targets.total:
             layers = pixels.shape[0]
@@ -49,7 +49,7 @@ class _MaskAwareMatcher(HungarianMatcher):
                 ce, dice = mask_costs(pixels[layer].detach(), queries[layer].detach(), bias.detach(), gt_masks, gt_image)
                 costs[s] = MASK_COST * (ce + dice)
             extra = costs
-        self.last = super().__call__(logits, boxes, targets, groups, extra)
+        self.last = super().__call__(logits, boxes, targets, groups, extra=extra, iou_order=iou_order)
         return self.last
 
 

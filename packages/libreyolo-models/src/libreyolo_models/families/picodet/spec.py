@@ -2,19 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ...contract.spec import SHORT_RUN_SHARES, FamilySpec, TaskDecl
-
-if TYPE_CHECKING:
-    from ...contract.family import Family
-
-
-def _implementation() -> type[Family]:
-    from .family import PicoDetFamily
-
-    return PicoDetFamily
-
 
 # Upstream LibreYOLO's PicoDet recipe (its PICODETConfig, after Bo396543018's picodet_s_320_coco)
 # as TrainConfig values: SGD (momentum 0.9) at lr 0.1 on a per-positive loss for batches of 16,
@@ -50,9 +38,8 @@ SPEC = FamilySpec(
             loss_gains={"cls": 1.0, "box": 2.0, "dfl": 0.25},  # varifocal, GIoU, DFL (upstream's weights)
             default_imgsz=320,
             imgsz_by_size={"m": 416, "l": 640},
-            # Not verified on a GPU yet: no parity row (docs/parity-matrix.md) for PicoDet.
-            inference_capture=False,
-            train_capture=False,
+            inference_capture=True,  # parity rows green on the H200 (docs/parity-matrix.md)
+            train_capture=True,  # and its 20-step numerics certificate (exact / eager-noise)
             # Every BatchNorm folds into its convolution on the inference copy:
             # tests/test_picodet_family.py holds fused detections to the unfused ones.
             inference_fuse=True,
@@ -60,7 +47,7 @@ SPEC = FamilySpec(
             recipe_shares=SHORT_RUN_SHARES,
         ),
     },
-    implementation=_implementation,
+    implementation="libreyolo_models.families.picodet.family:PicoDetFamily",
     # Image sizes must be multiples of 32 (the three-level path aggregation); the fourth head level
     # (stride 64) is a padded stride-2 conv on the stride-32 map and takes any size (416 -> 7 x 7).
     stride=32,

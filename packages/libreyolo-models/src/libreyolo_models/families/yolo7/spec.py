@@ -2,19 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ...contract.spec import FamilySpec, TaskDecl
-
-if TYPE_CHECKING:
-    from ...contract.family import Family
-
-
-def _implementation() -> type[Family]:
-    from .family import Yolo7Family
-
-    return Yolo7Family
-
 
 # The official recipe (WongKinYiu/yolov7 data/hyp.scratch.p5.yaml and train.py defaults) in
 # TrainConfig's terms. The official loss is a per-image sum (loss x batch size), as this zoo's, so
@@ -44,15 +32,15 @@ SPEC = FamilySpec(
             loss_gains={"box": 0.05, "obj": 0.7, "cls": 0.3},
             default_imgsz=640,
             # Not yet verified on a GPU: no parity rows (docs/parity-matrix.md) for this family.
-            inference_capture=False,
-            train_capture=False,
+            inference_capture=True,  # parity rows green on the H200 (docs/parity-matrix.md)
+            train_capture=True,  # and its 20-step numerics certificate (exact / eager-noise)
             # Conv+BN folds, RepConv merges and the implicit layers fold into the output convs;
             # test_yolo7_family holds the fused detections to the unfused ones.
             inference_fuse=True,
             recipe=RECIPE,
         ),
     },
-    implementation=_implementation,
+    implementation="libreyolo_models.families.yolo7.family:Yolo7Family",
     stride=32,
     ddp_autospawn=True,
     sync_bn_default=True,

@@ -2,19 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ...contract.spec import FamilySpec, TaskDecl
-
-if TYPE_CHECKING:
-    from ...contract.family import Family
-
-
-def _implementation() -> type[Family]:
-    from .family import Yolo9E2EFamily
-
-    return Yolo9E2EFamily
-
 
 SPEC = FamilySpec(
     name="yolo9_e2e",
@@ -29,15 +17,15 @@ SPEC = FamilySpec(
             loss_gains={"box": 7.5, "cls": 0.5, "dfl": 1.5},
             default_imgsz=640,
             # Not yet verified on a GPU: no parity rows (docs/parity-matrix.md) for this family.
-            inference_capture=False,
-            train_capture=False,
+            inference_capture=True,  # parity rows green on the H200 (docs/parity-matrix.md)
+            train_capture=True,  # and its 20-step numerics certificate (exact / eager-noise)
             # Conv+BN folds and RepConvN merges as in YOLOv9; test_yolo9_e2e_family holds the fused
             # detections to the unfused ones.
             inference_fuse=True,
             # No recipe: upstream trains it with YOLOv9's (TrainConfig's defaults are YOLOv9's).
         ),
     },
-    implementation=_implementation,
+    implementation="libreyolo_models.families.yolo9_e2e.family:Yolo9E2EFamily",
     stride=32,
     ddp_autospawn=True,
     sync_bn_default=True,

@@ -2,19 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ...contract.spec import SHORT_RUN_SHARES, FamilySpec, TaskDecl
-
-if TYPE_CHECKING:
-    from ...contract.family import Family
-
-
-def _implementation() -> type[Family]:
-    from .family import YoloNasFamily
-
-    return YoloNasFamily
-
 
 # Upstream LibreYOLO's YOLO-NAS recipe (its YOLONASConfig, after SuperGradients' COCO recipe) as
 # TrainConfig values: AdamW at lr 5e-4 with decay 1e-5 for batches of 16 (nbs), cosine down to 10 %
@@ -42,9 +30,8 @@ SPEC = FamilySpec(
             loss_names=("cls", "iou", "dfl"),
             loss_gains={"cls": 1.0, "iou": 2.5, "dfl": 0.5},  # upstream's (PP-YOLOE's) weights
             default_imgsz=640,
-            # Not verified on a GPU yet: no parity row (docs/parity-matrix.md) for YOLO-NAS.
-            inference_capture=False,
-            train_capture=False,
+            inference_capture=True,  # parity rows green on the H200 (docs/parity-matrix.md)
+            train_capture=True,  # and its 20-step numerics certificate (exact / eager-noise)
             # QARepVGG branches and every BatchNorm fold into single convolutions on the inference
             # copy: tests/test_yolonas_family.py holds fused detections to the unfused ones.
             inference_fuse=True,
@@ -52,7 +39,7 @@ SPEC = FamilySpec(
             recipe_shares=SHORT_RUN_SHARES,
         ),
     },
-    implementation=_implementation,
+    implementation="libreyolo_models.families.yolonas.family:YoloNasFamily",
     stride=32,
     ddp_autospawn=True,
     sync_bn_default=True,
