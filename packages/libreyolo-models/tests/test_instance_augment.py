@@ -106,7 +106,7 @@ def pose_split(tmp_path_factory: pytest.TempPathFactory):
         (root / "labels" / f"{i}.txt").write_text(" ".join(f"{v:.6f}" for v in row) + "\n")
     (root / "data.yaml").write_text("train: images\nnames: [dots]\nkpt_shape: [3, 3]\nflip_idx: [0, 2, 1]\n")
     task = get_task("pose")
-    return task.load_split(task.load_data(root / "data.yaml"), "train").split
+    return task.load_split(task.load_data(root / "data.yaml"), "train")   # a PoseSplit: the split itself
 
 
 def test_keypoints_land_on_their_dots_and_flips_swap_left_and_right(pose_split) -> None:

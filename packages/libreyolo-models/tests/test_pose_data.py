@@ -112,3 +112,22 @@ def test_bundled_shapes_pose_has_houses_with_five_labelled_corners(tmp_path: Pat
     assert np.allclose(kp[0][:, :2] * [w, h], houses[0], atol=1e-3)
     apex, right, left = houses[0][0], houses[0][1], houses[0][4]
     assert apex[1] < right[1] and right[0] > left[0]  # roof up, right eave on the right
+
+
+def test_fraction_keeps_each_image_with_its_own_keypoints(tmp_path: Path) -> None:
+    """``fraction=`` cuts the split's per-image lists together (its ``extras`` too) and keeps what
+    the pipelines need: every kept image's keypoints still match its boxes."""
+    from libreyolo_models.tasks.pose.shapes_pose import ensure_shapes_pose
+    from libreyolo_models.train.fit_options import OptionedTask
+
+    data = ensure_shapes_pose(tmp_path, split_sizes={"train": 8, "val": 1})
+    task = OptionedTask(get_task("pose"), fraction=0.5, seed=0)
+    part = task.load_split(task.load_data(str(data)), "train")
+    full = get_task("pose").load_split(str(data), "train")
+    assert len(part) == 4 and set(part.images) < set(full.images)
+    for image, labels, extras in zip(part.images, part.labels, part.extras):
+        i = full.images.index(image)
+        assert np.array_equal(labels, full.labels[i]) and len(extras) == len(full.extras[i])
+    pipeline = task.val_pipeline(part, imgsz=64, batch_size=4, device="cpu", workers=0, cache=False)
+    for sample in next(iter(pipeline)).targets:
+        assert sample.keypoints is not None and len(sample.keypoints) == len(sample.boxes)

@@ -160,3 +160,22 @@ def test_bundled_shapes_inst_masks_are_the_visible_pixels(tmp_path: Path) -> Non
     masks = np.stack([m for _, m in objects])
     assert masks.sum(0).max() == 1  # visible parts never overlap
     assert ensure_shapes_inst(tmp_path, split_sizes={"train": 4, "val": 2}) == yaml_path  # cached
+
+
+def test_fraction_keeps_each_image_with_its_own_masks(tmp_path: Path) -> None:
+    """``fraction=`` cuts the split's per-image lists together (its ``extras`` too) and keeps what
+    the pipelines need: every kept image's masks still match its boxes."""
+    from libreyolo_models.tasks.segment.shapes_inst import ensure_shapes_inst
+    from libreyolo_models.train.fit_options import OptionedTask
+
+    data = ensure_shapes_inst(tmp_path, split_sizes={"train": 8, "val": 1})
+    task = OptionedTask(get_task("segment"), fraction=0.5, seed=0)
+    part = task.load_split(task.load_data(str(data)), "train")
+    full = get_task("segment").load_split(str(data), "train")
+    assert len(part) == 4 and set(part.images) < set(full.images)
+    for image, labels, extras in zip(part.images, part.labels, part.extras):
+        i = full.images.index(image)
+        assert np.array_equal(labels, full.labels[i]) and len(extras) == len(full.extras[i])
+    pipeline = task.val_pipeline(part, imgsz=64, batch_size=4, device="cpu", workers=0, cache=False)
+    for sample in next(iter(pipeline)).targets:
+        assert sample.masks is not None and len(sample.masks) == len(sample.boxes)

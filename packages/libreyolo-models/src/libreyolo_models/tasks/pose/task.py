@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -31,6 +31,7 @@ from ..base import Batch, EvalSettings, Prepared, Task, TaskMetrics, TrainOption
 from ..detect.boxes import Boxes
 from ..detect.task import DetectOptions
 from ..instances.pipeline import InstanceKind, InstanceTrainPipeline, InstanceValPipeline
+from ..instances.split import InstanceSplit
 from ..instances.validator import evaluate_instances
 from ..loss_meter import LossMeter
 from ..results import Results
@@ -43,7 +44,6 @@ from .shapes_pose import BUNDLED_NAMES, ensure_shapes_pose
 if TYPE_CHECKING:
     from ...data.cache_store import CacheSetting
     from ..base import ModelView
-    from ..instances.split import InstanceSplit
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ class PoseTask(Task):
             if not entry.exists():
                 raise EmptySplitError(f"{split}: {entry} does not exist (from {split!r} in {config.source})")
         split_data = read_pose_split(config, split)
-        return _WithConfig(split_data, config)
+        return PoseSplit(**{f.name: getattr(split_data, f.name) for f in fields(InstanceSplit)}, config=config)
 
     def train_pipeline(self, index: Any, *, imgsz: int, batch_size: int, device: torch.device,
                        cfg: TrainOptions, workers: int) -> InstanceTrainPipeline:
@@ -140,20 +140,15 @@ class PoseTask(Task):
                        contents={"keypoints": Keypoints(kp, info.orig_shape)})
 
 
-class _WithConfig:
-    """A pose split with the dataset's keypoint layout (what the pipelines need besides the split)."""
+@dataclass(frozen=True)
+class PoseSplit(InstanceSplit):
+    """A pose split with the dataset's keypoint layout (what the pipelines need besides the split).
+    A dataclass like every split, so what cuts a split (``fraction=``, ``subset``) keeps the layout."""
 
-    def __init__(self, split: InstanceSplit, config: PoseConfig) -> None:
-        self.split, self.config = split, config
-
-    def __len__(self) -> int:
-        return len(self.split)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.split, name)
+    config: PoseConfig | None = None
 
 
-def _unwrap(index: Any) -> tuple[Any, PoseConfig]:
-    if isinstance(index, _WithConfig):
-        return index.split, index.config
+def _unwrap(index: Any) -> tuple[InstanceSplit, PoseConfig]:
+    if isinstance(index, PoseSplit) and index.config is not None:
+        return index, index.config
     raise TypeError(f"a pose pipeline needs PoseTask.load_split's result, not {type(index).__name__}")
