@@ -96,8 +96,9 @@ def test_segment_results_come_from_predictions_at_the_original_size() -> None:
     assert 20 <= xs.float().mean() <= 40 and 10 <= ys.float().mean() <= 30
 
 
-def test_tracking_keeps_ids_and_their_keypoints_together() -> None:
-    spec = get_tracker("bytetrack")
+@pytest.mark.parametrize("tracker", ["bytetrack", "botsort", "ocsort"])
+def test_tracking_keeps_ids_and_their_keypoints_together(tracker: str) -> None:
+    spec = get_tracker(tracker)
     session = TrackSession(spec, spec.config())
     first = session(_pose_result())
     second = session(_pose_result(shift=1.0))
