@@ -101,6 +101,19 @@ def test_export_writes_a_file_that_predicts(capsys: pytest.CaptureFixture[str], 
     assert "cannot export" in capsys.readouterr().err
 
 
+def test_benchmark_prints_a_table_of_formats(capsys: pytest.CaptureFixture[str], tmp_path) -> None:
+    arch = tmp_path / "five.yaml"
+    arch.write_text("family: yolo9\nsize: t\nnc: 5\nimgsz: 64\n")  # shapes has five classes
+    words = ["benchmark", f"model={arch}", "data=shapes", "formats=pytorch,torchscript", "runs=1", "warmup=0",
+             f"project={tmp_path}"]
+    assert main(words) == EXIT_OK
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0].startswith("benchmark of") and "mAP50-95" in lines[1]
+    assert [line.split()[0] for line in lines[2:]] == ["pytorch", "torchscript"]
+    assert main(["benchmark", "model=LibreYOLO9t.yaml", "data=shapes"]) == EXIT_USAGE  # 80 classes vs 5
+    assert "has 5 classes but the model predicts 80" in capsys.readouterr().err
+
+
 def test_help_lists_export_and_checks(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--help"]) == EXIT_OK
     out = capsys.readouterr().out

@@ -384,13 +384,23 @@ class LibreYOLO:
         return self.metrics
 
     def export(self, **options: Any) -> Path:
-        """Write the inference seam as ``format`` = ``"onnx"`` | ``"torchscript"`` | ``"openvino"``
-        (see ``export.ExportConfig``: imgsz, batch, dynamic, half, simplify, opset, device, file).
-        Returns the file written (OpenVINO: its folder); ``LibreYOLO(path)`` loads it back."""
+        """Write the inference seam as ``format`` = ``"onnx"`` | ``"torchscript"`` | ``"openvino"`` |
+        ``"ncnn"`` | ``"tflite"`` | ``"coreml"`` | ``"engine"`` (see ``export.ExportConfig``: imgsz,
+        batch, dynamic, half, int8 with data=, simplify, opset, device, file). Returns the file
+        written (OpenVINO, NCNN, TensorRT: the folder); ``LibreYOLO(path)`` loads it back (CoreML:
+        on macOS only)."""
         from .export import export_model
 
         self._model.require_pytorch("export")
         return export_model(self._model, options)
+
+    def benchmark(self, **options: Any) -> Any:
+        """Export to every format this machine runs and measure each: size, batch-1 latency and
+        ``val`` metrics on ``data`` (default ``shapes``); see ``benchmark.BenchmarkConfig``.
+        Returns a ``BenchmarkResult`` (``.rows``, ``.table()``)."""
+        from .benchmark import run_benchmark
+
+        return run_benchmark(self._model, options)
 
     # ----------------------------------------------------------------- CUDA graphs
     def capture_graph(self, imgsz: int | None = None, batch: int = 1, dtype: torch.dtype | None = None,
