@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..runtime.coreml_tools import import_coremltools, tensorflow_hidden
+from ..runtime.coreml_tools import coremltools_quiet, import_coremltools, tensorflow_hidden
 from ..runtime.metadata import METADATA_KEY
 from .formats import quiet_tracing
 from .writing import WriteJob
@@ -63,16 +63,10 @@ def write_coreml(job: WriteJob) -> Path:
     with quiet_tracing(), torch.no_grad():
         traced = torch.jit.trace(job.seam, (job.example,), check_trace=False)
     precision = ct.precision.FLOAT16 if job.meta.half else ct.precision.FLOAT32
-    chatty = logging.getLogger("coremltools")  # one INFO line per folded constant: thousands
-    level = chatty.level
-    chatty.setLevel(max(level, logging.WARNING))
-    try:
-        with tensorflow_hidden():
-            mlmodel = ct.convert(traced, inputs=[ct.TensorType(name="images", shape=tuple(job.example.shape))],
-                                 outputs=[ct.TensorType(name=name) for name in names], convert_to="mlprogram",
-                                 minimum_deployment_target=ct.target.macOS13, compute_precision=precision)
-    finally:
-        chatty.setLevel(level)
+    with tensorflow_hidden(), coremltools_quiet():
+        mlmodel = ct.convert(traced, inputs=[ct.TensorType(name="images", shape=tuple(job.example.shape))],
+                             outputs=[ct.TensorType(name=name) for name in names], convert_to="mlprogram",
+                             minimum_deployment_target=ct.target.macOS13, compute_precision=precision)
     mlmodel.short_description = (f"LibreYOLO {job.meta.family}-{job.meta.size} {job.meta.task}, "
                                  f"{job.meta.nc} classes, {job.meta.imgsz} px")
     mlmodel.user_defined_metadata[METADATA_KEY] = job.meta.to_json()

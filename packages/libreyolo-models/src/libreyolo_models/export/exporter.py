@@ -128,7 +128,7 @@ def export_model(model: ModelHandle, options: dict[str, Any]) -> Path:
     half_graph = half and not target.half_on_cpu
     dtype = torch.bfloat16 if precision == "bf16" else torch.float16 if half_graph else torch.float32
     net.to(dtype)  # fp16-on-CPU formats trace fp32 and store fp16 weights themselves; int8 buffers keep their dtype
-    seam = ExportSeam(model.family, net)
+    seam = ExportSeam(model.family, net).eval()
     generator = torch.Generator().manual_seed(0)
     example = torch.rand(cfg.batch, 3, imgsz, imgsz, generator=generator).to(device=device, dtype=dtype)
     with torch.no_grad():

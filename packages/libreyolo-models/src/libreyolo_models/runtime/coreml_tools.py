@@ -7,6 +7,7 @@ Drop when coremltools imports cleanly beside TensorFlow."""
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -30,8 +31,21 @@ def tensorflow_hidden() -> Iterator[None]:
         sys.modules.update(saved)
 
 
+@contextmanager
+def coremltools_quiet() -> Iterator[None]:
+    """coremltools logs a warning per native proxy it lacks off macOS and per int64 constant it
+    narrows, and an INFO line per folded constant: errors only, for the duration."""
+    logger = logging.getLogger("coremltools")
+    level = logger.level
+    logger.setLevel(max(level, logging.ERROR))
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
 def import_coremltools(purpose: str) -> ModuleType:
     """coremltools (extra ``coreml``), imported with TensorFlow hidden, Triton first."""
     preload_triton()
-    with tensorflow_hidden():
+    with tensorflow_hidden(), coremltools_quiet():
         return require("coremltools", "coreml", purpose)
