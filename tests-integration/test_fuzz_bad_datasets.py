@@ -1,13 +1,16 @@
 """Fuzz: random mixes of broken files never crash a run, every bad file is named, every good one used.
 
 Each case (a seed) builds a small YOLO dataset from a menu of good images (JPEG, PNG, grey,
-RGBA, palette, 16-bit, CMYK, EXIF-rotated, BMP, WebP), broken images (truncated, corrupt middle,
-empty, text, junk, broken PNG chunks, dangling links) and label files (good, absent, bad class,
-malformed, not UTF-8, out of range, a folder), sometimes breaks a good image after the dataset
-check, then: scans the split, builds the training pipeline and reads every batch, and predicts over
-the image folder. Allowed outcomes are exact: the usable images are the good ones, each bad file
-is named in a warning, and the only error is ``EmptySplitError`` when nothing usable is left.
-Every tenth case also runs ``libreyolo train`` and asserts exit code 0 (or 1) and no traceback.
+RGBA, palette, 16-bit, CMYK, EXIF-rotated, BMP, WebP, GIF, AVIF, a 200-character name), broken
+images (truncated, corrupt middle, empty, text, junk, broken PNG chunks, dangling links) and label
+files (good, absent, bad class, malformed, six columns, not UTF-8, out of range, a folder),
+sometimes adds a link from inside the image folder back to it (a loop), sometimes breaks a good
+image after the dataset check, then: scans the split, builds the training pipeline and reads every
+batch, and predicts over the image folder and a ``**`` glob of it. Allowed outcomes are exact: the
+usable images are the good ones, each once, each bad file is named in a warning, and the only
+error is ``EmptySplitError``: when nothing usable is left, or when label files were rejected and
+what is left holds no object. Every tenth case also runs ``libreyolo train`` and asserts exit code
+0 (or 1) and no traceback.
 
 The default run checks 10 cases; the long run checks 200 or more, one parametrized test per case
 (each bounded by ``CASE_TIMEOUT_S``), spread over as many workers as there are cores::
@@ -30,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from PIL import Image
+from PIL import Image, features
 
 from libreyolo_models import LibreYOLO9, SourceError
 from libreyolo_models.data.augment_draws import AugmentConfig
@@ -75,6 +78,12 @@ def _corrupt_middle(rng: np.random.Generator) -> bytes:
 
 def _good_image(kind: str, rng: np.random.Generator) -> tuple[str, bytes]:
     px = _rgb(rng)
+    if kind == "gif":
+        return ".gif", _encode(px, "GIF")
+    if kind == "avif":
+        return ".avif", _encode(px, "AVIF")
+    if kind == "long_name":
+        return "_" + "n" * 200 + ".png", _encode(px, "PNG")
     if kind == "jpeg":
         return ".jpg", _encode(px, "JPEG", quality=90)
     if kind == "png":
@@ -114,11 +123,12 @@ def _bad_image(kind: str, rng: np.random.Generator) -> tuple[str, bytes | None]:
     }[kind]
 
 
-GOOD_IMAGES = ("jpeg", "png", "grey", "rgba", "palette", "png16", "cmyk", "exif", "bmp", "webp")
+GOOD_IMAGES = ("jpeg", "png", "grey", "rgba", "palette", "png16", "cmyk", "exif", "bmp", "webp", "gif",
+               *(("avif",) if features.check("avif") else ()), "long_name")
 BAD_IMAGES = ("truncated_jpeg", "corrupt_middle", "empty", "text", "junk", "header_only", "truncated_png",
               "bad_crc", "dangling")
 GOOD_LABELS = ("good", "good", "none", "empty")
-BAD_LABELS = ("bad_class", "malformed", "not_utf8", "pixels", "folder")
+BAD_LABELS = ("bad_class", "malformed", "six_columns", "not_utf8", "pixels", "folder")
 
 
 def _label(kind: str, rng: np.random.Generator) -> bytes | None | str:
@@ -129,6 +139,7 @@ def _label(kind: str, rng: np.random.Generator) -> bytes | None | str:
         "empty": b"",
         "bad_class": f"{NC + 2} 0.5 0.5 0.2 0.2\n".encode(),
         "malformed": b"0 0.5 0.5\n",
+        "six_columns": f"{int(rng.integers(0, NC))} {cx:.3f} {cy:.3f} 0.2 0.2 0.87\n".encode(),  # save_conf's
         "not_utf8": b"\xff\xfe\x00\x01",
         "pixels": b"0 120 80 30 20\n",
         "folder": "folder",
@@ -142,6 +153,12 @@ class Case:
     bad_images: list[Path] = field(default_factory=list)  # must be named, never used
     bad_labels: list[Path] = field(default_factory=list)  # must be named; their images unused
     broken_later: Path | None = None                      # good at the scan, broken before the cache
+    with_boxes: list[Path] = field(default_factory=list)  # good images whose label file holds a box
+
+    def nothing_to_learn(self, lost: Path | None = None) -> bool:
+        """Label files were rejected and the usable images left (less ``lost``) hold no object: the
+        split is refused rather than trained on backgrounds alone."""
+        return bool(self.bad_labels) and not any(p != lost for p in self.with_boxes)
 
 
 def _make_case(seed: int, root: Path) -> Case:
@@ -168,6 +185,10 @@ def _make_case(seed: int, root: Path) -> Case:
         elif content is not None:
             label_path.write_bytes(content)  # type: ignore[arg-type]
         (case.bad_images if bad_image else case.bad_labels if bad_label else case.good).append(path)
+        if not bad_image and label_kind == "good":
+            case.with_boxes.append(path)
+    if rng.random() < 0.3:
+        (images / "loop").symlink_to(images)  # ** and folder walks must not see the images twice
     if case.good and rng.random() < 0.25:
         case.broken_later = case.good[int(rng.integers(0, len(case.good)))]
     (root / "data.yaml").write_text("train: images/train\nnames: [a, b, c]\n")
@@ -204,7 +225,7 @@ def _expect_scan(case: Case, caplog: pytest.LogCaptureFixture) -> object | None:
         try:
             index = load_split(case.root / "data.yaml", "train", cache=True)
         except EmptySplitError as err:
-            assert not case.good, f"{err} although {case.good} are good"
+            assert not case.good or case.nothing_to_learn(), f"{err} although {case.good} are good"
             assert "\n" not in str(err) and "train: " in str(err)
             index = None
     text = _warnings(caplog)
@@ -258,6 +279,9 @@ def _expect_predict(case: Case, model: LibreYOLO9, caplog: pytest.LogCaptureFixt
     text = _warnings(caplog)
     for path in unreadable:
         assert f"skipped {path}: " in text
+    if readable or case.bad_labels:  # a ** glob through the loop link finds each image once
+        globbed = model(str(case.root / "images" / "train" / "**" / "*"), conf=0.5, imgsz=32)
+        assert sorted(Path(r.path) for r in globbed) == sorted(readable + case.bad_labels)
 
 
 def _expect_cli_train(case: Case, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -269,4 +293,5 @@ def _expect_cli_train(case: Case, tmp_path: Path, capsys: pytest.CaptureFixture[
                  f"project={tmp_path / 'runs'}"])
     err = capsys.readouterr().err
     assert "Traceback" not in err
-    assert code == (0 if any(p != case.broken_later for p in case.good) else 1), err[-3000:]
+    usable = any(p != case.broken_later for p in case.good) and not case.nothing_to_learn(case.broken_later)
+    assert code == (0 if usable else 1), err[-3000:]

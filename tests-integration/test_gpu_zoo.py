@@ -192,19 +192,24 @@ def test_train_with_cuda_graph_gives_eager_losses(tmp_path: Path, mini_shapes: P
     assert _losses(runs[True].run_dir) == _losses(runs[False].run_dir)
 
 
-def test_channels_last_training_writes_standard_layout_checkpoints(tmp_path: Path, mini_shapes: Path) -> None:
+def test_channels_last_training_writes_standard_layout_checkpoints(tmp_path: Path, mini_shapes: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from libreyolo_models.train.trainer import Trainer
+
     torch.manual_seed(0)
     model = LibreYOLO9(size="t")
     layouts: list[bool] = []
+    real_run = Trainer.run
 
-    def record(event, model=model) -> None:  # noqa: ANN001 - the layout the trainer trains in
-        if type(event).__name__ == "TrainEnd":
-            layouts.extend(p.is_contiguous(memory_format=torch.channels_last)
-                           for p in model.net.parameters() if p.dim() == 4)
+    def run(self: Trainer):  # noqa: ANN202 - the layout the trainer trained its own network in
+        outcome = real_run(self)
+        layouts.extend(p.is_contiguous(memory_format=torch.channels_last)
+                       for p in self.model.net.parameters() if p.dim() == 4)
+        return outcome
 
+    monkeypatch.setattr(Trainer, "run", run)
     out = model.train(data=str(mini_shapes), epochs=2, imgsz=128, batch=8, device=0, workers=2,
-                      channels_last=True, project=str(tmp_path), name="cl", verbose=False, plots=False,
-                      callbacks=[record])
+                      channels_last=True, project=str(tmp_path), name="cl", verbose=False, plots=False)
     assert layouts and all(layouts)
     ckpt = torch.load(out.run_dir / "weights" / "best.pt", weights_only=True)
     assert all(t.is_contiguous() for t in ckpt["model"].values())

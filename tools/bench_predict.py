@@ -111,7 +111,7 @@ def write_video(path: Path, seconds: int, fps: int = 30) -> str | None:
         import cv2
     except ImportError:
         return "neither PyAV (av) nor OpenCV (cv2) is installed"
-    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"mp4v"), fps, (1280, 720))
+    writer = cv2.VideoWriter(str(path), cv2.VideoWriter.fourcc(*"mp4v"), fps, (1280, 720))
     for img in frames:
         writer.write(img[:, :, ::-1])
     writer.release()

@@ -22,7 +22,7 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,8 +32,11 @@ if TYPE_CHECKING:  # the driver imports torch only where it needs it: each row r
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _calibrate_batchnorm(net: torch.nn.Module, imgsz: int, device: torch.device) -> None:
-    """Give random-init BatchNorm realistic statistics (two cumulative passes) so fp16 stays finite."""
+def _calibrate_batchnorm(net: torch.nn.Module, seam: Callable[[torch.Tensor], Any], imgsz: int,
+                         device: torch.device) -> None:
+    """Give random-init BatchNorm realistic statistics (two cumulative passes) so fp16 stays finite.
+    The passes go through the family's training seam, so a network that normalises its input
+    itself (PicoDet, ImageNet mean/std) sees in calibration what the probes give it."""
     import torch
 
     bns = [m for m in net.modules() if isinstance(m, torch.nn.BatchNorm2d)]
@@ -45,7 +48,7 @@ def _calibrate_batchnorm(net: torch.nn.Module, imgsz: int, device: torch.device)
     with torch.no_grad():
         for seed in (0, 1):
             g = torch.Generator(device="cpu").manual_seed(seed)
-            net(torch.rand(4, 3, imgsz, imgsz, generator=g).to(device))
+            seam(torch.rand(4, 3, imgsz, imgsz, generator=g).to(device))
     for m, mom in zip(bns, saved):
         m.momentum = mom
     net.eval()
@@ -82,7 +85,7 @@ def certify_one(family: str, size: str, task: str, imgsz: int | None, train_batc
     size_px = model.imgsz
     result: dict[str, Any] = {"family": family, "size": size, "task": task, "imgsz": size_px}
     model.net.to(device)
-    _calibrate_batchnorm(model.net, size_px, device)
+    _calibrate_batchnorm(model.net, model.training_forward, size_px, device)
     for dtype_name, dtype in (("fp32", torch.float32), ("fp16", torch.float16)):
         model.net.to(dtype)
         probe_a, probe_b = contrasting_probes((1, 3, size_px, size_px), dtype=dtype, device=device)

@@ -76,8 +76,14 @@ def decoders(path: Path, imgsz: int) -> dict[str, tuple[Any, ...]]:
         import cv2
 
         buf = np.frombuffer(data, np.uint8)
-        out["OpenCV imdecode (+BGR->RGB)"] = (lambda: cv2.cvtColor(cv2.imdecode(buf, cv2.IMREAD_COLOR),
-                                                                  cv2.COLOR_BGR2RGB), False)
+
+        def opencv_rgb() -> np.ndarray:
+            decoded = cv2.imdecode(buf, cv2.IMREAD_COLOR)
+            if decoded is None:
+                raise ValueError("OpenCV could not decode the probe image")
+            return np.asarray(cv2.cvtColor(decoded, cv2.COLOR_BGR2RGB))
+
+        out["OpenCV imdecode (+BGR->RGB)"] = (opencv_rgb, False)
     except ImportError:
         pass
     out["ours for the letterbox (read_image_for, reduced)"] = (lambda: read_image_for(path, imgsz).pixels, False)

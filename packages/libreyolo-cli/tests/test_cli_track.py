@@ -36,7 +36,7 @@ def test_track_prints_one_line_per_frame_with_ids(capsys: pytest.CaptureFixture[
 
 @pytest.mark.parametrize(("words", "message"), [
     (["track", "model=LibreYOLO9t.yaml"], "needs source="),
-    (["track", "model=LibreYOLO9t.yaml", "source=x.mp4", "tracker=botsort"], "tracker='botsort'"),
+    (["track", "model=LibreYOLO9t.yaml", "source=x.mp4", "tracker=botsrot"], "did you mean 'botsort'"),
     (["track", "model=LibreYOLO9t.yaml", "source=x.mp4", "track_bufer=3"], "did you mean 'track_buffer'"),
     (["track", "model=LibreYOLO9t.yaml", "source=x.mp4", "--persist"], "does not take persist="),
 ])

@@ -33,7 +33,7 @@ def batches(steps: int = 4):
 
 
 def loss_fn(out, target, module):
-    return nn.functional.cross_entropy(out, target)
+    return nn.functional.cross_entropy(out, target.to(out.device))  # the target travels as given
 
 
 def noisy(scale: float):
@@ -75,6 +75,15 @@ def test_group_distance_is_relative_and_infinite_for_mismatched_structure():
     assert group_distance({"a": torch.ones(5)}, ref) == math.inf
     assert group_distance({"a": None}, ref) == math.inf
     assert group_distance({"a": None}, {"a": None}) == 0.0
+
+
+def test_group_distance_reads_equal_infinities_as_equal_and_a_nan_as_unknown():
+    masked = torch.tensor([1.0, math.inf, 2.0])  # a buffer holding inf by design (an anchor mask)
+    assert group_distance({"a": masked.clone()}, {"a": masked}) == 0.0
+    assert group_distance({"a": torch.tensor([1.0, math.inf, 3.0])}, {"a": masked}) == pytest.approx(1 / 5**0.5)
+    assert math.isnan(group_distance({"a": torch.tensor([1.0, math.nan, 2.0])}, {"a": masked}))
+    overflowed = torch.tensor([math.nan, 3.0, 4.0])  # NaN in the same place in both: no difference
+    assert group_distance({"a": overflowed.clone()}, {"a": overflowed}) == 0.0
 
 
 def test_trace_hash_tells_bitwise_different_runs_apart():

@@ -118,3 +118,56 @@ def test_workers_draw_different_reproducible_numpy_streams():
     assert by_worker[0] != by_worker[1]  # workers are seeded apart
     assert len({d for d, _, _ in first}) == len(first)
     assert {(wid, mark) for _, wid, mark in first} == {(0, 100), (1, 101)}  # the user's init ran too
+
+
+def test_dataloader_workers_exit_when_their_parent_is_killed(tmp_path) -> None:  # noqa: ANN001
+    """A worker busy inside an item (torch's own watchdog looks only between items) still goes
+    when the training process is SIGKILLed: no orphans holding memory."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+    import time
+
+    pids_file = tmp_path / "pids"
+    script = textwrap.dedent(f"""
+        import os, signal, time
+        from torch.utils.data import Dataset
+        import libreyolo_ddp
+
+        class Stuck(Dataset):
+            def __len__(self):
+                return 100
+
+            def __getitem__(self, index):
+                with open({str(pids_file)!r}, "a") as f:
+                    f.write(f"{{os.getpid()}}\\n")
+                time.sleep(3600)
+
+        batches = iter(libreyolo_ddp.build_dataloader(Stuck(), batch_size=1, shuffle=False, workers=2, seed=0))
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if os.path.exists({str(pids_file)!r}) and len(set(open({str(pids_file)!r}).read().split())) >= 2:
+                break
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    log = tmp_path / "log"
+    with log.open("w") as out:  # a file, not a pipe: an orphan holding a pipe would block the wait itself
+        done = subprocess.run([sys.executable, "-c", script], stdout=out, stderr=out, timeout=120,
+                              env=os.environ.copy())
+    assert done.returncode == -9, log.read_text()[-2000:]
+    pids = {int(p) for p in pids_file.read_text().split()}
+    assert len(pids) >= 2
+
+    def running(pid: int) -> bool:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")  # a zombie has ended
+        except OSError:
+            return False
+
+    deadline = time.monotonic() + 30
+    while any(running(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(running(p) for p in pids), f"orphaned workers still running: {pids}"

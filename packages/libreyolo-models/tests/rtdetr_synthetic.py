@@ -10,9 +10,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from libreyolo_models.families.rtdetr.denoising import build_denoising
-from libreyolo_models.families.rtdetr.loss import RTDETRLoss
-from libreyolo_models.families.rtdetr.targets import group_targets
+from libreyolo_models.layers.detr.denoising import build_denoising
+from libreyolo_models.layers.detr.set_loss import RTDETRLoss
+from libreyolo_models.layers.detr.targets import group_targets
 
 NC, QUERIES, LAYERS, DENOISING = 3, 12, 2, 6
 GAINS = {"vfl": 1.0, "bbox": 5.0, "giou": 2.0}

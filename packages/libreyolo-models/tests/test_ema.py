@@ -32,3 +32,34 @@ def test_a_tensor_shared_under_three_keys_is_averaged_once_per_update() -> None:
     # One lerp: 0 -> 0.5. Once per key would give 1 - 0.5**3 = 0.875.
     torch.testing.assert_close(shared, torch.full_like(shared, 0.5))
     torch.testing.assert_close(ema.ema.levels[1][1].running_var, torch.full((2,), 2.0))  # untied: one lerp too
+
+
+class _Masked(nn.Module):
+    """A float buffer holding inf by construction, as the DETR decoders' anchor grid does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(1, 1, 1)
+        self.register_buffer("anchors", torch.tensor([0.5, float("inf"), -0.25]))
+
+
+def test_an_inf_mask_buffer_is_copied_not_lerped_into_nan() -> None:
+    net = _Masked()
+    ema = ModelEMA(net, decay=0.5, tau=1e-9)
+    for _ in range(3):
+        ema.update(net)
+    torch.testing.assert_close(ema.ema.anchors, net.anchors)  # inf - inf would have made NaN
+    assert torch.isfinite(ema.ema.conv.weight).all()
+
+
+def test_the_divergence_check_and_the_load_warning_leave_inf_masks_alone() -> None:
+    from libreyolo_models.checkpoint import inf_by_design, nonfinite_entries
+
+    state = _Masked().state_dict()
+    masks = inf_by_design(state)
+    assert masks == {"anchors"}
+    assert nonfinite_entries(state) == ["anchors"]  # without the masks: flagged
+    assert nonfinite_entries(state, masks) == []
+    state["anchors"][0] = float("nan")  # a NaN is divergence even in a mask
+    state["conv.weight"].fill_(float("inf"))
+    assert nonfinite_entries(state, masks) == ["anchors", "conv.weight"]

@@ -174,3 +174,28 @@ def test_a_folder_file_that_never_finishes_decoding_is_skipped_after_the_timeout
         release.set()
     assert [f.name for f in frames] == [str(p) for p in (paths[0], paths[2], paths[3])]
     assert report.skipped == [(str(paths[1]), report.skipped[0][1])] and "decoding took over" in report.skipped[0][1]
+
+
+def test_a_decode_stuck_on_a_fifo_never_blocks_interpreter_exit(tmp_path: Path) -> None:
+    """A read that never returns (a FIFO with no writer: a hung network drive behaves alike) is
+    given up on after the timeout, and the process still exits: its thread is a daemon."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    fifo = tmp_path / "stuck.jpg"
+    os.mkfifo(fifo)
+    good = tmp_path / "good.png"
+    Image.fromarray(np.full((8, 9, 3), 90, np.uint8)).save(good)
+    script = textwrap.dedent(f"""
+        from libreyolo_models.predict import sources
+        sources.DECODE_TIMEOUT_S = 0.5
+        for threads in (None, 1):
+            got = list(sources.decoded_in_order([{str(fifo)!r}, {str(good)!r}], threads=threads))
+            print([type(d).__name__ for _, d in got], flush=True)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          env=os.environ.copy())
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split("\n")[:2] == ["['ImageDecodeError', 'ndarray']"] * 2

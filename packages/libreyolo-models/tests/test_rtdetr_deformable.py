@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from libreyolo_models.families.rtdetr.deformable import _gather_bilinear, _grid_sample, sample_levels
-from libreyolo_models.families.rtdetr.determinism import needs_deterministic_backward
+from libreyolo_models.layers.detr.deformable import _gather_bilinear, _grid_sample, sample_levels
+from libreyolo_models.layers.detr.determinism import needs_deterministic_backward
 
 
 def test_gather_bilinear_equals_grid_sample_in_values_and_gradients() -> None:
@@ -25,9 +25,10 @@ def test_gather_bilinear_equals_grid_sample_in_values_and_gradients() -> None:
 def test_multi_level_sampling_shapes_and_the_cpu_policy() -> None:
     shapes = [(4, 4), (2, 2)]
     value = torch.randn(2, 20, 8, 4)
-    locations = torch.rand(2, 5, 8, 2, 3, 2)
-    weights = torch.rand(2, 5, 8, 2, 3).softmax(-1)
-    assert sample_levels(value, shapes, locations, weights).shape == (2, 5, 32)
+    locations = torch.rand(2, 5, 8, 6, 2)
+    weights = torch.rand(2, 5, 8, 6).softmax(-1)
+    assert sample_levels(value, shapes, locations, weights, [3, 3]).shape == (2, 5, 32)
+    assert sample_levels(value, shapes, locations, weights, [4, 2]).shape == (2, 5, 32)  # per-level counts
     saved = torch.are_deterministic_algorithms_enabled()
     torch.use_deterministic_algorithms(True)
     try:

@@ -18,7 +18,7 @@ from libreyolo_models import (
     LossContext,
     UnknownFamilyError,
 )
-from libreyolo_models.families.rtdetr.postprocess import postprocess
+from libreyolo_models.layers.detr.postprocess import postprocess
 from libreyolo_models.zoo.registry import parse_model_name
 
 
@@ -175,7 +175,7 @@ def test_fuse_folds_norms_and_merges_repvgg_branches_with_the_same_features() ->
 
 
 def test_hgnet_units_fold_their_frozen_norms_including_after_a_pad() -> None:
-    from libreyolo_models.families.rtdetr.hgnet import StemBlock
+    from libreyolo_models.layers.detr.rtdetr_hgnet import StemBlock
 
     stem = StemBlock(3, 32, 48, frozen=True)
     _randomize_norm_statistics(stem)

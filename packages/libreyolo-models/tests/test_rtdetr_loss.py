@@ -17,9 +17,9 @@ from rtdetr_synthetic import (
     target_rows,
 )
 
-from libreyolo_models.families.rtdetr.denoising import build_denoising
-from libreyolo_models.families.rtdetr.loss import RTDETRLoss
-from libreyolo_models.families.rtdetr.targets import group_targets
+from libreyolo_models.layers.detr.denoising import build_denoising
+from libreyolo_models.layers.detr.set_loss import RTDETRLoss
+from libreyolo_models.layers.detr.targets import group_targets
 
 L = 2
 

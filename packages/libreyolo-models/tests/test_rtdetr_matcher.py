@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from libreyolo_models.families.rtdetr.giou import generalized_iou
-from libreyolo_models.families.rtdetr.matcher import HungarianMatcher
-from libreyolo_models.families.rtdetr.targets import group_targets
+from libreyolo_models.layers.detr.giou import generalized_iou
+from libreyolo_models.layers.detr.matcher import HungarianMatcher
+from libreyolo_models.layers.detr.targets import group_targets
 
 FAR = (0.9, 0.9, 0.05, 0.05)
 

@@ -15,7 +15,7 @@ from upstream_fill import DATA, fill_weights, layout_rows, read_manifest
 
 from libreyolo_models.families.rtdetr.family import RTDETRFamily
 from libreyolo_models.families.rtdetr.nn import RTDETRNet
-from libreyolo_models.families.rtdetr.variants import VARIANTS
+from libreyolo_models.layers.detr.rtdetr_sizes import VARIANTS
 
 
 @pytest.mark.parametrize("size", list(VARIANTS))

@@ -247,7 +247,7 @@ def test_max_grad_norm_zero_steps_on_the_whole_gradient(max_grad_norm: float, sc
 
 
 def test_cudnn_autotuning_is_left_off_for_runs_too_short_to_repay_its_search() -> None:
-    from libreyolo_models.train.trainer import AUTOTUNE_MIN_STEPS, autotune_pays
+    from libreyolo_models.train.backend_flags import AUTOTUNE_MIN_STEPS, autotune_pays
 
     assert not autotune_pays(390, multi_scale=False)  # the shapes quick start: 30 epochs of 13 batches
     assert autotune_pays(3_700, multi_scale=False)   # one COCO epoch at batch 32

@@ -226,8 +226,9 @@ COMMANDS: dict[str, Callable[..., int]] = {
 _PREDICT = ("libreyolo_models.settings", "PredictConfig")
 _SETTINGS: dict[str, tuple[list[tuple[str, str]], str]] = {
     "predict": ([_PREDICT], "model=... source=... (default: the sample image)"),
-    "track": ([("libreyolo_models.track", "ByteTrackConfig"), _PREDICT],
-              "model=... source=... tracker=bytetrack (trackers: bytetrack)"),
+    "track": ([("libreyolo_models.track", "BoTSORTConfig"), ("libreyolo_models.track", "OCSortConfig"), _PREDICT],
+              "model=... source=... tracker=bytetrack (trackers: bytetrack, botsort = bytetrack's options + "
+              "cmc_method, ocsort, or module:Class for your own)"),
     "train": ([("libreyolo_models.train.settings", "TrainConfig")], "model=... (architecture, weights or last.pt)"),
     "val": ([("libreyolo_models.val.settings", "ValConfig")], "model=..."),
     "export": ([("libreyolo_models.export.settings", "ExportConfig")],
@@ -250,9 +251,11 @@ def command_help(command: str) -> str:
                  }.get(command, "")
         return f"libreyolo {command} {extra}".rstrip()
     classes, own = _SETTINGS[command]
-    words = []
+    words: list[str] = []
     for field in (f for module, name in classes for f in dataclasses.fields(
             getattr(importlib.import_module(module), name))):
+        if any(w.startswith(f"{field.name}=") for w in words):
+            continue  # a field two settings classes share (predict's and a tracker's) is listed once
         default = field.default if field.default is not dataclasses.MISSING else (
             field.default_factory() if field.default_factory is not dataclasses.MISSING else "...")
         if command == "train" and field.name == "sync_bn":

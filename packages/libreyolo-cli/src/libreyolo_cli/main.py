@@ -71,6 +71,8 @@ def exit_code(err: BaseException) -> int | None:
         return EXIT_USAGE
     if isinstance(err, LibreYOLOError | DDPError | OSError | NotImplementedError | RuntimeError):
         return EXIT_FAILED
+    if isinstance(err, ModuleNotFoundError):  # a package this run needs is missing: the install, not a bug
+        return EXIT_FAILED
     return None
 
 

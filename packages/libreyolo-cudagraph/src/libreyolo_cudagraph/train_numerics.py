@@ -85,7 +85,10 @@ def group_equal(a: Mapping[str, Tensor | None], b: Mapping[str, Tensor | None]) 
 
 def group_distance(a: Mapping[str, Tensor | None], ref: Mapping[str, Tensor | None]) -> float:
     """``||a - ref|| / ||ref||`` over every tensor of the group together (float64); infinite
-    when the names, shapes or missing gradients differ, NaN where a value is not finite."""
+    when the names, shapes or missing gradients differ, NaN where a non-finite value differs.
+    Equal elements count as no difference even when infinite (a buffer masked with inf by
+    design, like a DETR anchor grid) or NaN in both (an fp16 overflow step's gradients, which
+    the grad scaler skips), and non-finite reference values add nothing to ``||ref||``."""
     if a.keys() != ref.keys():
         return math.inf
     diff_sq, ref_sq = 0.0, 0.0
@@ -98,8 +101,10 @@ def group_distance(a: Mapping[str, Tensor | None], ref: Mapping[str, Tensor | No
         if x.shape != r.shape:
             return math.inf
         x64, r64 = x.detach().to("cpu", torch.float64), r.detach().to("cpu", torch.float64)
-        diff_sq += float((x64 - r64).square().sum())
-        ref_sq += float(r64.square().sum())
+        same = (x64 == r64) | (x64.isnan() & r64.isnan())
+        diff = torch.where(same, 0.0, x64 - r64)
+        diff_sq += float(diff.square().sum())
+        ref_sq += float(torch.where(torch.isfinite(r64), r64, 0.0).square().sum())
     if diff_sq == 0.0:
         return 0.0
     return math.sqrt(diff_sq) / max(math.sqrt(ref_sq), 1e-30)

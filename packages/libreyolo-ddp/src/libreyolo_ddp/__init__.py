@@ -42,6 +42,7 @@ from libreyolo_ddp.gradients import average_gradients, broadcast_parameters
 from libreyolo_ddp.guards import check_picklable, ensure_not_spawned_child
 from libreyolo_ddp.launch import find_free_port, launch, spawn
 from libreyolo_ddp.loader import build_dataloader, set_loader_epoch, shard_range
+from libreyolo_ddp.parent_watch import exit_with_parent
 from libreyolo_ddp.rank_zero import configure_rank_logging, is_rank_zero, rank_zero_only, resolve_on_rank_zero
 from libreyolo_ddp.seeds import seed_dataloader_worker, seed_everything, seed_for_rank
 from libreyolo_ddp.syncbn import (
@@ -88,6 +89,7 @@ __all__ = [
     "destroy_distributed",
     "dist_env",
     "elastic_run",
+    "exit_with_parent",
     "ensure_not_spawned_child",
     "find_free_port",
     "fit_batch_size",

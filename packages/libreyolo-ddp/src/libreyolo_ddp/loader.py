@@ -17,6 +17,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler, S
 
 from libreyolo_ddp.collectives import is_dist_initialized
 from libreyolo_ddp.env import dist_env
+from libreyolo_ddp.parent_watch import exit_with_parent
 from libreyolo_ddp.seeds import seed_dataloader_worker, seed_for_rank
 
 log = logging.getLogger(__name__)
@@ -48,6 +49,7 @@ def shard_range(n: int, rank: int, world_size: int) -> range:
 
 
 def _chained_worker_init(user_fn: Callable[[int], None] | None, worker_id: int) -> None:
+    exit_with_parent()  # a worker never outlives the training process (parent_watch says why)
     seed_dataloader_worker(worker_id)
     if user_fn is not None:
         user_fn(worker_id)

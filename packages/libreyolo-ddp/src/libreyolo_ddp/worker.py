@@ -9,12 +9,10 @@ message to the parent (its result or its traceback) and never outlives the paren
 from __future__ import annotations
 
 import logging
-import multiprocessing
 import multiprocessing.connection
 import os
 import pickle
 import sys
-import threading
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,6 +21,7 @@ from typing import Any
 import torch
 
 from libreyolo_ddp.backend import destroy_distributed, init_distributed
+from libreyolo_ddp.parent_watch import exit_with_parent
 from libreyolo_ddp.rank_zero import configure_rank_logging
 
 log = logging.getLogger(__name__)
@@ -99,19 +98,6 @@ class WorkerSetup:
     env: dict[str, str] = field(default_factory=dict)
 
 
-def _exit_when_parent_dies() -> None:
-    """No orphans: a worker whose parent is gone (killed, crashed) exits at once."""
-    parent = multiprocessing.parent_process()
-    if parent is None:
-        return
-
-    def watch() -> None:
-        multiprocessing.connection.wait([parent.sentinel])
-        os._exit(3)
-
-    threading.Thread(target=watch, name="libreyolo-ddp-parent-watch", daemon=True).start()
-
-
 def _report(conn: multiprocessing.connection.Connection, payload: bytes) -> None:
     try:
         conn.send_bytes(payload)
@@ -138,7 +124,7 @@ def worker_main(
     # CUDA_VISIBLE_DEVICES) were in the environment the worker started with; set again in
     # case the user's re-imported script changed them.
     os.environ.update({**setup.env, "RANK": str(rank), "LOCAL_RANK": str(rank)})
-    _exit_when_parent_dies()
+    exit_with_parent()
     try:
         setup.process_state.restore()
         setup.logging_state.restore(rank)

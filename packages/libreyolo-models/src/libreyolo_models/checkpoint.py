@@ -11,7 +11,7 @@ from __future__ import annotations
 import io
 import logging
 import pickle
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,7 @@ SCHEMA_VERSION = "1.0"
 
 
 __all__ = ["SCHEMA_VERSION", "atomic_save", "atomic_save_bytes", "checkpoint_metadata", "cpu_state_dict",
-           "extract_state_dict", "host_copies", "load_checkpoint", "serialized"]
+           "extract_state_dict", "host_copies", "inf_by_design", "load_checkpoint", "nonfinite_entries", "serialized"]
 
 
 def serialized(obj: object) -> memoryview:
@@ -115,6 +115,36 @@ def extract_state_dict(ckpt: Mapping[str, Any], source: str) -> dict[str, torch.
     if not isinstance(state, Mapping) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise CheckpointError(f"{source}: no state dict found (expected a 'model' entry of tensors)")
     return {key.removeprefix("module."): value for key, value in state.items()}
+
+
+def nonfinite_entries(state: Mapping[str, torch.Tensor], inf_by_design: Collection[str] = ()) -> list[str]:
+    """The keys of ``state``'s floating-point tensors holding NaN or inf, in order (one read-back
+    for the whole state: the per-tensor verdicts are stacked on their device first).
+
+    ``inf_by_design`` names tensors that hold inf on purpose (the DETR decoders' anchor grid masks
+    invalid cells with inf): those count only when they hold NaN."""
+    floats = [(k, v) for k, v in state.items() if isinstance(v, torch.Tensor) and v.is_floating_point()
+              and v.numel() and v.device.type != "meta"]
+    if not floats:
+        return []
+    by_device: dict[torch.device, list[int]] = {}
+    for i, (_, value) in enumerate(floats):
+        by_device.setdefault(value.device, []).append(i)
+    finite = [True] * len(floats)
+    for indices in by_device.values():
+        verdicts = torch.stack([~torch.isnan(floats[i][1]).any() if floats[i][0] in inf_by_design
+                                else torch.isfinite(floats[i][1]).all() for i in indices]).tolist()
+        for i, ok in zip(indices, verdicts):
+            finite[i] = bool(ok)
+    return [key for (key, _), ok in zip(floats, finite) if not ok]
+
+
+def inf_by_design(state: Mapping[str, torch.Tensor]) -> frozenset[str]:
+    """Keys of a freshly built network's state that hold inf and no NaN: masks by construction,
+    not divergence (``nonfinite_entries`` lets them keep their inf)."""
+    return frozenset(k for k, v in state.items() if isinstance(v, torch.Tensor) and v.is_floating_point()
+                     and v.numel() and v.device.type != "meta" and bool(torch.isinf(v).any())
+                     and not bool(torch.isnan(v).any()))
 
 
 def checkpoint_metadata(*, family: str, size: str, task: str, nc: int, names: Mapping[int, str],

@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 
+def abbreviated(text: str, limit: int = 120) -> str:
+    """``text`` as an error message quotes it: whole when short, else its ends and its length (a
+    5,000-character path would bury the reason)."""
+    return text if len(text) <= limit else f"{text[:60]}...{text[-40:]} ({len(text)} characters)"
+
+
 class LibreYOLOError(Exception):
     """Base of every error this package raises on purpose."""
 
@@ -25,3 +31,20 @@ class WeightsNotFoundError(LibreYOLOError, FileNotFoundError):
 
 class SourceError(LibreYOLOError, ValueError):
     """A prediction input (file, folder, array, tensor) cannot be read."""
+
+
+class TrainingDivergedError(LibreYOLOError, RuntimeError):
+    """Training stopped because its loss or weights became NaN or inf (the message says when,
+    what was saved, and what to change)."""
+
+
+class ModelBusyError(LibreYOLOError, RuntimeError):
+    """A model object was asked to do something while it trains (another ``train()``, a predict)."""
+
+
+class RunFolderBusyError(LibreYOLOError, RuntimeError):
+    """A run folder is in use by another live training run (its lock names the process)."""
+
+
+class MissingExtraError(LibreYOLOError, ImportError):
+    """An optional dependency is not installed; the message is the command that installs it."""

@@ -25,9 +25,10 @@ from .checkpoint import atomic_save
 from .config import load_config
 from .contract.family import Family, TensorTree
 from .contract.spec import FamilySpec
-from .errors import ConfigError
+from .errors import ConfigError, LibreYOLOError, abbreviated
 from .graphs import ModelGraphs, capture_ahead
 from .handle import ModelHandle
+from .job_guard import JobGuard
 from .runtime import RuntimeNetwork, is_exported
 from .settings import PredictConfig
 from .zoo.building import resolve_source
@@ -67,16 +68,24 @@ class LibreYOLO:
                  device: str | int | torch.device | None = None) -> None:
         self.metrics: Any = None
         """What the last ``val()`` returned (None before any)."""
+        self.callbacks: list[Any] = []
+        """Training callbacks added by ``add_callback`` (every ``train()`` of this model gets them)."""
         self.track_session: TrackSession | None = None
         """What ``track(persist=True)`` continues."""
-        if is_exported(model):
-            if size is not None or nc is not None or names is not None or task is not None:
-                raise ConfigError(f"size/task/nc/names describe an untrained model; {str(model)!r} is an exported "
-                                  "model whose metadata sets them")
-            self._model = ModelHandle.from_exported(Path(str(model)), family, imgsz)
-        else:
-            self._model = ModelHandle.from_source(resolve_source(model, family=family, size=size, task=task, nc=nc,
-                                                                 names=names, imgsz=imgsz))
+        self._guard = JobGuard()  # one train() at a time, no other job during it (job_guard says why)
+        try:
+            if is_exported(model):
+                if size is not None or nc is not None or names is not None or task is not None:
+                    raise ConfigError(f"size/task/nc/names describe an untrained model; {str(model)!r} is an "
+                                      "exported model whose metadata sets them")
+                self._model = ModelHandle.from_exported(Path(str(model)), family, imgsz)
+            else:
+                self._model = ModelHandle.from_source(resolve_source(model, family=family, size=size, task=task,
+                                                                     nc=nc, names=names, imgsz=imgsz))
+        except OSError as err:  # a name too long, a loop of links, no permission: not a missing model
+            if isinstance(err, LibreYOLOError):
+                raise
+            raise ConfigError(f"model={abbreviated(str(model))!r} cannot be read: {err.strerror or err}") from None
         if device is not None:
             self.to(device)
 
@@ -314,11 +323,14 @@ class LibreYOLO:
         save_txt, save_conf, save_crop, show, device (default: the model's accelerator, else the
         best one available, see ``devices.default_device``), half (fp16 weights), fuse (None: the
         model's choice, see ``fuse()``; False: the exact unfused forward), cuda_graph (False | True
-        | "auto"), stream, vid_stride, project, name, verbose. Returns one ``Results`` per image or
-        frame: a list, or with ``stream=True`` a generator.
+        | "auto"), stream, vid_stride, project, name, verbose; for detect models tile, tile_overlap,
+        tile_merge (sliced inference of large pictures, ``predict.tiling``) and augment (test-time
+        flips and scales, ``predict.tta``). Returns one ``Results`` per image or frame: a list, or
+        with ``stream=True`` a generator.
         """
         from .predict.predictor import run_prediction
 
+        self._guard.refuse_while_training("predict")
         cfg = load_config(PredictConfig, options, "predict()")
         if cfg.cuda_graph is not False:
             self._model.require_pytorch(f"predict(cuda_graph={cfg.cuda_graph!r})")
@@ -352,34 +364,53 @@ class LibreYOLO:
         """
         from .track.runner import start_tracking
 
+        self._guard.refuse_while_training("track")
         session, frames = start_tracking(self._model, source, tracker=tracker,
                                          previous=self.track_session if persist else None, options=options)
         self.track_session = session
         return frames if stream else list(frames)
 
+    def add_callback(self, event: str | type, fn: Any) -> LibreYOLO:
+        """Call ``fn(event)`` on one training event of every later ``train()``: a name from
+        ``train.callbacks.CALLBACK_EVENTS`` (``"on_train_start"``, ``"on_train_batch_end"``,
+        ``"on_fit_epoch_end"``, ``"on_train_end"``, ``"on_exception"``...) or the event class.
+        A failing callback is logged and training goes on."""
+        from .train.callbacks import EventCallback
+
+        self.callbacks.append(EventCallback(event, fn))
+        return self
+
     def train(self, **options: Any) -> Any:
         """Train on ``data`` (see ``train.settings.TrainConfig``); the instance ends with the best
-        weights (or, when the run saved none, the last), on the device it was on."""
+        weights (or, when the run saved none, the last), on the device it was on.
+
+        One ``train()`` per model object at a time: a second one, and a predict, val, export or
+        track of this object while it trains (from another thread), raise ``ModelBusyError``
+        (``job_guard``); load the run's ``last.pt`` into another object to predict meanwhile."""
         from .train.entry import train_model
 
+        if self.callbacks:
+            options = {**options, "callbacks": [*self.callbacks, *(options.get("callbacks") or [])]}
         self._model.require_pytorch("train")
-        self._model.drop_fused("training")  # frees its memory for the run; rebuilt from the trained weights
-        try:
-            outcome, trained = train_model(self._model, options)
-            self._replace(trained, "network rebuilt for training")
-            best = outcome.best or outcome.last
-            if best is not None and Path(best).is_file():
-                self.load(best)
-                log.info("model now holds the best weights: %s", best)
-            return outcome
-        finally:
-            self._model.drop_fused("trained")
+        with self._guard.training():
+            self._model.drop_fused("training")  # frees its memory for the run; rebuilt from the trained weights
+            try:
+                outcome, trained = train_model(self._model, options)
+                self._replace(trained, "network rebuilt for training")
+                best = outcome.best or outcome.last
+                if best is not None and Path(best).is_file():
+                    self.load(best)
+                    log.info("model now holds the best weights: %s", best)
+                return outcome
+            finally:
+                self._model.drop_fused("trained")
 
     def val(self, **options: Any) -> Any:
         """Validate on ``data``'s ``split`` (see ``val.settings.ValConfig``); returns the metrics
         (also kept as ``model.metrics``)."""
         from .val.entry import validate_model
 
+        self._guard.refuse_while_training("val")
         self.metrics = validate_model(self._model, options)
         return self.metrics
 
@@ -392,6 +423,7 @@ class LibreYOLO:
         from .export import export_model
 
         self._model.require_pytorch("export")
+        self._guard.refuse_while_training("export")
         return export_model(self._model, options)
 
     def benchmark(self, **options: Any) -> Any:
@@ -430,6 +462,8 @@ class LibreYOLO:
 def _from_handle(handle: ModelHandle) -> LibreYOLO:
     model = LibreYOLO.__new__(LibreYOLO)
     model.metrics = None
+    model.callbacks = []
     model.track_session = None
+    model._guard = JobGuard()
     model._model = handle
     return model

@@ -12,7 +12,7 @@ without the facade, and keeps ``facade.py`` out of the jobs' imports.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -22,7 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from .certificate import CERTIFICATE_KEY
-from .checkpoint import checkpoint_metadata, cpu_state_dict
+from .checkpoint import checkpoint_metadata, cpu_state_dict, inf_by_design, nonfinite_entries
 from .coco_names import default_names
 from .contract.family import Family, TensorTree
 from .contract.spec import FamilySpec
@@ -93,7 +93,9 @@ class ModelHandle:
         net = family.build_network()
         if source.state is not None:
             family.check_state(net, source.state, str(source.path))
+            masks = inf_by_design(net.state_dict())
             net.load_state_dict(source.state)
+            warn_nonfinite(source.state, str(source.path), masks)
         return cls(spec, source.size, source.task, source.nc, names, imgsz, net, checkpoint=source.checkpoint,
                    ckpt_path=source.path, fuse_default=fuse_default, family=family)
 
@@ -416,6 +418,16 @@ class SeamModule(nn.Module):
 
     def forward(self, images: Tensor) -> Any:
         return self._seam(images)
+
+
+def warn_nonfinite(state: Mapping[str, Tensor], source: str, masks: Collection[str] = ()) -> None:
+    """One warning when loaded weights hold NaN or inf (beyond ``masks``, the network's own inf
+    masks): such a model predicts nothing useful, and it usually comes from a diverged run."""
+    bad = nonfinite_entries(state, masks)
+    if bad:
+        log.warning("%s: %d of %d weight tensors hold NaN or inf (e.g. %s); this model will not predict anything "
+                    "useful. It comes from a diverged training run: use an earlier checkpoint, or train again "
+                    "with a lower lr0", source, len(bad), len(state), bad[0])
 
 
 def normalize_names(names: Mapping[int, str] | list[str] | tuple[str, ...] | None, nc: int) -> dict[int, str]:

@@ -1,8 +1,9 @@
 """Optional dependencies: import them on first use, and name the extra that installs them.
 
 Runtimes for exported models (onnxruntime, OpenVINO) are extras of ``libreyolo-models``, so a user
-who only trains never installs them. A missing one is an ``ImportError`` whose message is the
-command that fixes it, not a bare ``No module named ...``.
+who only trains never installs them. A missing one is a ``MissingExtraError`` (an ``ImportError``
+and a ``LibreYOLOError``: the command line prints it as one line) whose message is the command
+that fixes it, not a bare ``No module named ...``.
 """
 
 from __future__ import annotations
@@ -10,13 +11,15 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
+from .errors import MissingExtraError
+
 
 def require(module: str, extra: str, purpose: str) -> ModuleType:
-    """Import ``module`` or raise ``ImportError`` naming ``extra`` (``pip install 'libreyolo[onnx]'``)."""
+    """Import ``module`` or raise ``MissingExtraError`` naming ``extra`` (``pip install 'libreyolo[onnx]'``)."""
     try:
         return importlib.import_module(module)
     except ImportError as err:
-        raise ImportError(f"{purpose} needs the {module!r} package, which is not installed: "
+        raise MissingExtraError(f"{purpose} needs the {module!r} package, which is not installed: "
                           f"pip install 'libreyolo[{extra}]' (or 'libreyolo-models[{extra}]')") from err
 
 

@@ -1,9 +1,13 @@
-"""Run directories: ``runs/train/exp``, ``exp2``, ``exp3`` ... never overwriting an earlier run."""
+"""Run directories: ``runs/train/exp``, ``exp2``, ``exp3`` ... never overwriting an earlier run,
+and never shared by two live training runs (``claim_run_dir``, ``run_lock``)."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
+
+from .errors import RunFolderBusyError
+from .run_lock import RunLock
 
 
 def next_run_dir(project: str | Path, name: str, *, exist_ok: bool = False, create: bool = True) -> Path:
@@ -33,3 +37,21 @@ def next_run_dir(project: str | Path, name: str, *, exist_ok: bool = False, crea
             except FileExistsError:
                 pass
         n += 1
+
+
+def claim_run_dir(project: str | Path, name: str, *, exist_ok: bool = False) -> tuple[Path, RunLock]:
+    """A run folder (``next_run_dir``'s) and its lock, held by this process until released.
+
+    With ``exist_ok=False`` a folder another live run holds is passed over for the next number;
+    with ``exist_ok=True`` (this very folder, asked for by name) it is refused.
+
+    Raises:
+        RunFolderBusyError: ``exist_ok=True`` and another live run trains in ``project/name``.
+    """
+    while True:
+        folder = next_run_dir(project, name, exist_ok=exist_ok)
+        try:
+            return folder, RunLock.acquire(folder)
+        except RunFolderBusyError:
+            if exist_ok:
+                raise

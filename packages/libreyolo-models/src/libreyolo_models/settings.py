@@ -37,6 +37,27 @@ def check_positive_imgsz(imgsz: int | None, source: str = "imgsz") -> None:
         raise ConfigError(f"{source}={imgsz} must be a positive image size in pixels, e.g. 640")
 
 
+def check_number(key: str, value: object, low: float, high: float, meaning: str, *,
+                 low_open: bool = False, high_open: bool = False) -> None:
+    """Refuse ``value`` unless it is a finite number in the range (``low_open``/``high_open``:
+    that end excluded; ``high`` may be ``math.inf``), with one line naming it, the range and what
+    the option means.
+
+    NaN fails every comparison, so the check is written as "in range or raise", never the reverse.
+    """
+    import math
+
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ConfigError(f"{key}={value!r} must be a finite number ({meaning})")
+    above = value > low if low_open else value >= low
+    below = value < high if high_open else value <= high
+    if not (above and below):
+        if math.isinf(high):
+            raise ConfigError(f"{key}={value!r} must be {'>' if low_open else '>='} {low:g} ({meaning})")
+        span = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+        raise ConfigError(f"{key}={value!r} is outside {span} ({meaning})")
+
+
 @dataclass(frozen=True)
 class PredictConfig:
     """Options of ``model.predict`` / ``model(...)`` / ``libreyolo predict``."""
@@ -67,18 +88,35 @@ class PredictConfig:
     verbose: bool = False
     stream: bool = False      # True: a generator of Results (see predict.streams)
     vid_stride: int = 1       # keep every n-th frame of videos and streams
+    # Sliced inference (detect): windows of tile pixels, tile_overlap shared between neighbours,
+    # merged by class-aware NMS or a score-weighted merge (predict.tiling); None: untiled
+    tile: int | None = None
+    tile_overlap: float = 0.2
+    tile_merge: Literal["nms", "weighted"] = "nms"
+    augment: bool = False     # test-time augmentation (detect): flips and scales, merged (predict.tta)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "device", device_text(self.device))
         if self.vid_stride < 1:
             raise ConfigError(f"vid_stride={self.vid_stride} must be at least 1 (keep every n-th video frame)")
-        if not 0.0 <= self.conf <= 1.0:
-            raise ConfigError(f"conf={self.conf} must be between 0 and 1 (a score threshold)")
-        if not 0.0 <= self.iou <= 1.0:
-            raise ConfigError(f"iou={self.iou} must be between 0 and 1 (the NMS overlap threshold)")
+        check_number("conf", self.conf, 0.0, 1.0, "a score threshold")
+        check_number("iou", self.iou, 0.0, 1.0, "the NMS overlap threshold")
         if self.max_det < 1:
             raise ConfigError(f"max_det={self.max_det} must be at least 1")
         if self.batch < 1:
             raise ConfigError(f"batch={self.batch} must be at least 1")
         compile_mode(self.compile, self.cuda_graph)  # an unknown mode, or one that clashes with cuda_graph
         check_positive_imgsz(self.imgsz)
+        check_tiling(self.tile, self.tile_overlap, self.augment)
+
+
+def check_tiling(tile: int | None, overlap: float, augment: bool) -> None:
+    if tile is not None and tile < 32:
+        raise ConfigError(f"tile={tile} must be a window side of at least 32 pixels (e.g. 640, the network's input "
+                          "size), or None to predict untiled")
+    if not 0.0 <= overlap < 1.0:
+        raise ConfigError(f"tile_overlap={overlap} must be in [0, 1): the share of a tile its neighbour repeats "
+                          "(0.2 is usual)")
+    if tile is not None and augment:
+        raise ConfigError("tile= and augment=True together would run every window of every picture three times; "
+                          "choose one of them")

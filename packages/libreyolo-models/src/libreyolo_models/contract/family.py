@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias
 import torch
 from torch import Tensor, nn
 
-from ..errors import CheckpointError
+from ..errors import CheckpointError, ConfigError
 
 if TYPE_CHECKING:
     from .spec import FamilySpec
@@ -157,6 +157,12 @@ class Family(abc.ABC):
         """State-dict key prefixes of the class outputs: ``train(pretrained=...)`` leaves them
         freshly initialised (they belong to another set of classes). Default: none."""
         return ()
+
+    def set_num_queries(self, net: nn.Module, num_queries: int) -> None:
+        """``train(num_queries=...)``: make a query-based decoder select ``num_queries`` queries
+        (the weights do not change). Default: the family has no queries; say so."""
+        raise ConfigError(f"num_queries={num_queries}: {self.spec.display_name} has no decoder queries; the option "
+                          "applies to the DETR families (rtdetr, rtdetrv2, dfine, deim, rtdetrv4, deimv2)")
 
     def epoch_start(self, epoch: int, epochs: int, close_mosaic: int = 0) -> str | None:
         """Called before each training epoch (``close_mosaic``: the run's last epochs without

@@ -230,8 +230,18 @@ class FamilySpec:
         return check_multiple(imgsz, self.stride, source)
 
 
+MAX_IMGSZ = 16384
+"""The largest image size a job takes. One 3-channel image at 16384 px is 3 GiB as the network's
+float input, before its first feature map; far past it an allocator fails with a raw message
+(``imgsz=100000``: 112 GiB), so the size is refused up front, naming it."""
+
+
 def check_multiple(imgsz: int, stride: int, source: str = "imgsz") -> int:
-    """Image sizes must be positive multiples of the network stride."""
+    """Image sizes must be positive multiples of the network stride, at most ``MAX_IMGSZ``."""
+    if isinstance(imgsz, int) and not isinstance(imgsz, bool) and imgsz > MAX_IMGSZ:
+        gib = 3 * imgsz * imgsz * 4 / 2**30
+        raise ConfigError(f"{source}={imgsz} is larger than {MAX_IMGSZ} px: one image alone would take {gib:.0f} GiB "
+                          "as the network's input; use a smaller imgsz (640-1280 is usual), or tile the image")
     if isinstance(imgsz, bool) or not isinstance(imgsz, int) or imgsz <= 0 or imgsz % stride:
         value = imgsz if isinstance(imgsz, int) else 0
         lower = max(stride, value // stride * stride)

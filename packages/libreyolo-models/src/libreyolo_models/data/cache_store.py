@@ -153,13 +153,19 @@ def choose_dir(place: CachePlace, nbytes: int) -> Path:
     ram = ram_dir()
     if ram is not None and _ram_room(ram, nbytes, place):
         return ram
-    gib = nbytes / 2**30
-    available = mem_available_bytes()
-    facts = (f"{free_bytes(ram) / 2**30:.2f} GiB free in {ram.parent}" if ram is not None else "no /dev/shm")
-    facts += f", {available / 2**30:.2f} GiB of memory available" if available is not None else ""
     level = logging.WARNING if place.mode == "ram" else logging.INFO
+    skip = " (use cache='disk' to skip this check)" if place.mode == "ram" else ""
+    if ram is None:  # nowhere to put a RAM cache at all: say so, not that it is too large
+        configured = os.environ.get(SHM_DIR_ENV, "").strip()
+        why = (f"{SHM_DIR_ENV}={configured} is not a folder; point it at an existing tmpfs folder or unset it"
+               if configured else "this system has no /dev/shm")
+        log.log(level, "image cache: no RAM cache folder (%s); caching on disk in %s instead%s", why, disk, skip)
+        return disk
+    available = mem_available_bytes()
+    facts = f"{free_bytes(ram) / 2**30:.2f} GiB free in {ram.parent}"
+    facts += f", {available / 2**30:.2f} GiB of memory available" if available is not None else ""
     log.log(level, "image cache: %.2f GiB does not fit in RAM here (%s); caching on disk in %s instead%s",
-            gib, facts, disk, " (use cache='disk' to skip this check)" if place.mode == "ram" else "")
+            nbytes / 2**30, facts, disk, skip)
     return disk
 
 

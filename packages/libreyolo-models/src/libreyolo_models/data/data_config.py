@@ -30,6 +30,7 @@ from pathlib import Path
 
 import yaml
 
+from ..errors import abbreviated
 from .coco_json import read_coco_categories
 from .errors import DataConfigError
 
@@ -105,13 +106,17 @@ def load_data_config(data: str | os.PathLike[str] | Mapping[str, object] | DataC
         raise DataConfigError(f"data={data!r} ({type(data).__name__}) is not a dataset; pass a "
                               "data.yaml path, a dict, or 'shapes'")
     path = Path(data).expanduser()
-    if not path.exists() and os.fspath(data) in BUNDLED_NAMES:
-        from .shapes import ensure_shapes  # lazy: generating is only needed when asked for
+    try:
+        if not path.exists() and os.fspath(data) in BUNDLED_NAMES:
+            from .shapes import ensure_shapes  # lazy: generating is only needed when asked for
 
-        path = ensure_shapes()
-    if path.is_dir():
-        path = _yaml_in_folder(path)
-    if not path.is_file():
+            path = ensure_shapes()
+        if path.is_dir():
+            path = _yaml_in_folder(path)
+        found = path.is_file()
+    except OSError as err:  # a name too long for the file system, a loop of links...
+        raise DataConfigError(f"data={abbreviated(os.fspath(data))!r} cannot be read: {err.strerror or err}") from None
+    if not found:
         hint = difflib.get_close_matches(os.fspath(data), BUNDLED_NAMES, n=1)
         raise DataConfigError(
             f"data={os.fspath(data)!r}: no such file or folder"

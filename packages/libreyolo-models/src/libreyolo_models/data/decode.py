@@ -45,8 +45,11 @@ from ..errors import SourceError
 
 log = logging.getLogger(__name__)
 
-IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"})
-"""Image file suffixes that readers and predict pick up (compared in lower case)."""
+IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".gif", ".avif"})
+"""Image file suffixes that readers and predict pick up (compared in lower case). One list for
+training splits, folders and globs alike: a picture predict reads is never left out of a split
+(a GIF is read as its first frame; an AVIF needs a Pillow built with it, else it is named as
+unreadable)."""
 
 VIDEO_SUFFIXES = frozenset({".mp4", ".avi", ".mov", ".mkv", ".webm", ".m4v", ".wmv", ".flv", ".mpg", ".mpeg",
                             ".3gp", ".ts"})
@@ -290,6 +293,15 @@ def tensor_to_rgb8(tensor: Any, name: str, notes: Notes | None = None) -> list[n
     import torch
 
     t = tensor.detach()
+    if getattr(t, "is_nested", False):
+        raise ImageDecodeError(name, "tensor is nested (images of several sizes); pass a list of CxHxW tensors")
+    if t.layout != torch.strided:
+        raise ImageDecodeError(name, f"tensor is sparse ({t.layout}); pass a dense one: t.to_dense()")
+    if t.device.type == "meta":
+        raise ImageDecodeError(name, "tensor is on the 'meta' device: it has a shape but no values; pass one holding "
+                                     "pixels")
+    if t.is_quantized:
+        t = t.dequantize()
     shape = tuple(t.shape)
     if t.dim() == 2:
         t = t[None, None]

@@ -92,6 +92,9 @@ def parse_label_text(text: str, nc: int, nc_source: str) -> LabelCheck:
 def _parse_fields(fields: list[str]) -> tuple[list[float], str | None]:
     """One row's fields to ``[class, cx, cy, w, h]``, or an error saying what is wrong."""
     n = len(fields)
+    if n == 6:  # what predict's save_txt writes with save_conf=True: not a label
+        return [], (f"6 values {' '.join(fields)!r}; expected 5 (class cx cy w h): a sixth column looks like a "
+                    "confidence (predict's save_conf=True writes one); drop it to use these as labels")
     if n != 5 and (n < 7 or n % 2 == 0):
         return [], (f"{n} values {' '.join(fields)!r}; expected 5 (class cx cy w h) or a polygon "
                     "(class x1 y1 x2 y2 x3 y3 ...)")

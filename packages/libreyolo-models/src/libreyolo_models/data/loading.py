@@ -3,7 +3,7 @@ and handing batches over from a side stream one ahead of the training step."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Protocol, TypeVar
 
 import numpy as np
@@ -11,6 +11,7 @@ import torch
 from torch import Tensor
 
 from ..errors import ConfigError
+from .errors import DataConfigError
 
 
 class _HasImages(Protocol):
@@ -28,6 +29,23 @@ def resolve_gpu_augment(value: bool | str, device: torch.device) -> bool:
     if isinstance(value, bool):
         return value
     raise ConfigError(f"gpu_augment={value!r} must be True, False or 'auto' (True on CUDA devices)")
+
+
+def smaller_than_a_batch(name: str, n_images: int, batch_size: int, world_size: int,
+                         problems: Sequence[object] = ()) -> ConfigError:
+    """The error of a training split with fewer images than one batch per rank. When files of the
+    split were skipped (``problems``: its ``DataProblem``s), they are the cause the message leads
+    with, and it is a data error (the command line was fine); else lowering ``batch`` is the fix."""
+    fix = f"lower batch to at most {max(1, n_images // world_size)} or add images"
+    skipped = [p for p in problems if getattr(p, "skipped", False)]
+    where = f"the {name} split has {n_images} usable images, fewer than one batch of {batch_size} on each of " \
+            f"{world_size} rank(s)"
+    if skipped:
+        first = skipped[0]
+        return DataConfigError(f"{where}: {len(skipped)} of its files were skipped (reasons in the warnings above; "
+                               f"first: {getattr(first, 'path', '?')}: {getattr(first, 'reason', '?')}); fix those "
+                               f"files, or {fix}")
+    return ConfigError(f"{where}; {fix}")
 
 
 def shuffle_seed(seed: int, rank: int, epoch: int) -> int:

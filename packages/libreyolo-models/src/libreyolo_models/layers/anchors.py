@@ -88,10 +88,11 @@ def distances_to_boxes(dist: Tensor, anchors: Tensor, dim: int = -1) -> Tensor:
     return torch.cat((anchors - lt, anchors + rb), dim)
 
 
-def boxes_to_distances(anchors: Tensor, boxes: Tensor, max_dist: float) -> Tensor:
-    """xyxy boxes to left/top/right/bottom distances, clamped just below ``max_dist`` (DFL range)."""
+def boxes_to_distances(anchors: Tensor, boxes: Tensor, max_dist: float, eps: float = 0.01) -> Tensor:
+    """xyxy boxes to left/top/right/bottom distances, clamped to ``[0, max_dist - eps]`` (DFL range:
+    the last bin's index is ``max_dist``; PicoDet keeps 0.1 below it, the others 0.01)."""
     x1y1, x2y2 = boxes.chunk(2, -1)
-    return torch.cat((anchors - x1y1, x2y2 - anchors), -1).clamp(0, max_dist - 0.01)
+    return torch.cat((anchors - x1y1, x2y2 - anchors), -1).clamp(0, max_dist - eps)
 
 
 def dfl_expectation(logits: Tensor, reg_max: int) -> Tensor:

@@ -81,3 +81,16 @@ def aligned_ciou(a: Tensor, b: Tensor, eps: float = 1e-7) -> Tensor:
     with torch.no_grad():
         alpha = v / (v - iou + (1 + eps))
     return iou - (centre2 / diag2 + v * alpha)
+
+
+def aligned_giou(a: Tensor, b: Tensor, eps: float = 1e-7) -> Tensor:
+    """Generalised IoU of matched xyxy boxes ``a[i]`` vs ``b[i]`` (``[..., 4]``) -> ``[...]``.
+
+    GIoU = IoU - (enclosing area - union) / enclosing area: in [-1, 1], and still informative
+    (through the enclosing box) when the boxes do not overlap. Inverted boxes count as empty.
+    Scale-free: pixels and grid units give the same value (up to ``eps``).
+    """
+    inter = wh_area((torch.minimum(a[..., 2:], b[..., 2:]) - torch.maximum(a[..., :2], b[..., :2])).clamp(min=0))
+    union = box_area(a) + box_area(b) - inter
+    enclose = wh_area((torch.maximum(a[..., 2:], b[..., 2:]) - torch.minimum(a[..., :2], b[..., :2])).clamp(min=0))
+    return inter / union.clamp(min=eps) - (enclose - union) / enclose.clamp(min=eps)

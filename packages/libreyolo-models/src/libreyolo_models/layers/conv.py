@@ -68,7 +68,7 @@ class Conv(nn.Module):
         super().__init__()
         self.conv = nn.Conv2d(c_in, c_out, k, s, same_padding(k) if p is None else p, groups=g, bias=False)
         self.bn = BatchNorm2d(c_out, eps=BN_EPS, momentum=BN_MOMENTUM)
-        self.act = SiLU() if act else nn.Identity()
+        self.act: nn.Module = SiLU() if act else nn.Identity()  # subclasses swap in their own activation
 
     folded = False
     """Set on the fused inference copy's units: ``bn`` is folded into ``conv``."""

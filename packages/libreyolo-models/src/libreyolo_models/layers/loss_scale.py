@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import torch
 from torch import Tensor
 
 from ..errors import ConfigError
@@ -47,15 +48,21 @@ def global_normalizer(local: Tensor, normalizer_sum: Callable[[Tensor], Tensor] 
     return total.detach().reshape(()).to(local.device, local.dtype).clamp(min=1.0)
 
 
-def global_normalizers(local: Tensor, normalizer_sum: Callable[[Tensor], Tensor] | None) -> Tensor:
-    """Several normalisers ``[k]`` summed over all ranks in one collective, each clamped to >= 1
-    only after the reduce: for losses with more than one normaliser (a second head, or upstream's
-    per-term counts), so that ``normalizer_sum`` is still called exactly once per call.
-    """
+def global_normalizers(local: Tensor, normalizer_sum: Callable[[Tensor], Tensor] | None,
+                       floors: tuple[float, ...] | None = None) -> Tensor:
+    """Several normalisers of one loss (``local``: ``[k]``, rank-local) summed over all ranks in one
+    call of ``normalizer_sum`` (so it is still called exactly once per loss call), then each clamped
+    to at least its floor (1 by default), after the reduce so that ranks agree. For losses that
+    divide different terms by different counts (a second head; PicoDet's positives for the class
+    term and quality weights for the box terms). Returns ``[k]`` (unpack it: ``a, b = ...``)."""
     local = local.detach().float().reshape(-1)
+    floors = floors if floors is not None else (1.0,) * local.numel()
+    if local.numel() != len(floors):
+        raise ValueError(f"{local.numel()} normalisers but {len(floors)} floors; pass one floor per normaliser")
     total = local if normalizer_sum is None else normalizer_sum(local)
-    if not isinstance(total, Tensor) or total.shape != local.shape:
+    if not isinstance(total, Tensor) or total.numel() != local.numel():
         raise TypeError(f"normalizer_sum returned {type(total).__name__} "
                         f"{tuple(total.shape) if isinstance(total, Tensor) else ''}; it must return a tensor "
-                        f"of its argument's shape {tuple(local.shape)}, the sum over ranks (all-reduce-sum)")
-    return total.detach().to(local.device, local.dtype).clamp(min=1.0)
+                        f"shaped like its argument ({local.numel()} elements), its sum over ranks (all-reduce-sum)")
+    total = total.detach().reshape(-1).to(local.device, local.dtype)
+    return torch.maximum(total, torch.tensor(floors, dtype=total.dtype, device=total.device))

@@ -51,7 +51,9 @@ class RopePositionEmbedding(nn.Module):
 
 
 def apply_rope(x: Tensor, sin: Tensor, cos: Tensor) -> Tensor:
-    """Rotate ``x [..., N, head_dim]`` (its two channel halves as pairs) by the angles."""
+    """Rotate ``x [..., N, head_dim]`` (its two channel halves as pairs) by the angles, in ``x``'s
+    dtype: the float32 angles would otherwise promote half-precision queries and keys away from
+    their values' dtype (a model in ``.half()`` fails in attention)."""
     half = x.shape[-1] // 2
     rotated = torch.cat((-x[..., half:], x[..., :half]), -1)
-    return x * cos + rotated * sin
+    return (x * cos + rotated * sin).to(x.dtype)

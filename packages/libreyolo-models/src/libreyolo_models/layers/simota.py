@@ -17,6 +17,11 @@ A ground truth with no anchor at all in its centre region (its centre lies far o
 gets no positive and takes none from the others. (Upstream would hand it anchors from other ground
 truths' regions at the penalty cost; with labels clipped to the image this never happens.)
 
+``region="box_or_centre"`` is the original (mmdetection / PicoDet) geometry instead: an anchor is
+a candidate when its centre lies inside some ground truth's box *or* centre region, and the
+penalty applies unless it lies inside this ground truth's box *and* centre region. A ground truth
+whose box and centre region hold no anchor centre gets no positive, as above.
+
 The whole batch is one set of tensor operations over padded ground truths ``[B, G]`` and anchors
 ``[A]``: no per-image Python loop, no ``.item()``, no boolean-mask selection, nothing the host
 waits for. Memory is a few ``[B, G, A]`` tensors.
@@ -25,11 +30,13 @@ waits for. Memory is a few ``[B, G, A]`` tensors.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from torch import Tensor
 
 from ..errors import ConfigError
+from .assign import anchors_inside_boxes
 from .boxes import aligned_iou, xywh_to_xyxy
 
 OUTSIDE_PENALTY = 1e6  # added to the cost of an anchor outside the ground truth's centre region
@@ -65,10 +72,21 @@ class SimOTAAssigner:
     Args:
         radius: half-size of the centre region, in strides of the anchor's level (1.5 as upstream).
         candidates_k: IoUs summed for the dynamic k (10 as upstream).
-        iou_weight: weight of the IoU cost against the classification cost (3.0 as upstream).
+        iou_weight: weight of the IoU cost against the classification cost (3.0 as upstream YOLOX;
+            PicoDet: 6.0).
+        region: ``"centre"`` (YOLOX: centre regions only) or ``"box_or_centre"`` (PicoDet, the
+            original SimOTA: boxes or centre regions; see the module docstring).
+        score_eps: scores are clamped to ``[score_eps, 1 - score_eps]`` before the classification
+            cost (PicoDet: 1e-7); 0 keeps them and floors the logs at -100 instead.
     """
 
-    def __init__(self, *, radius: float = 1.5, candidates_k: int = 10, iou_weight: float = 3.0) -> None:
+    def __init__(self, *, radius: float = 1.5, candidates_k: int = 10, iou_weight: float = 3.0,
+                 region: Literal["centre", "box_or_centre"] = "centre", score_eps: float = 0.0) -> None:
+        if region not in ("centre", "box_or_centre"):
+            raise ConfigError(f"region={region!r}: use 'centre' (YOLOX) or 'box_or_centre' (PicoDet)")
+        if not 0.0 <= score_eps < 0.5:
+            raise ConfigError(f"score_eps={score_eps} must be in [0, 0.5): the scores' clamp margin (PicoDet: 1e-7)")
+        self.region, self.score_eps = region, score_eps
         if radius <= 0:
             raise ConfigError(f"radius={radius} must be > 0 (centre region half-size in strides); 1.5 is upstream's")
         if candidates_k < 1:
@@ -99,20 +117,32 @@ class SimOTAAssigner:
         if gt_boxes.shape[1] == 0:  # shape only, known on the host: one masked column keeps the code path
             gt_labels, gt_boxes, gt_mask = gt_labels.new_zeros(b, 1), gt_boxes.new_zeros(b, 1, 4), gt_mask.new_zeros(b, 1)
         labels = gt_labels.long()
-        in_centre = self._centre_prior(anchor_centres, anchor_strides.reshape(a), gt_boxes) & gt_mask[..., None]
-        candidate = in_centre.sum(1) > 0  # [B, A]; not .any(): it synchronised on CUDA (pytorch#84291)
+        in_region, cost_free = self._regions(anchor_centres, anchor_strides.reshape(a), gt_boxes)
+        in_region, cost_free = in_region & gt_mask[..., None], cost_free & gt_mask[..., None]
+        candidate = in_region.sum(1) > 0  # [B, A]; not .any(): it synchronised on CUDA (pytorch#84291)
         usable = candidate[:, None, :] & gt_mask[..., None]  # [B, G, A]
         iou = aligned_iou(xywh_to_xyxy(gt_boxes)[:, :, None], xywh_to_xyxy(pred_boxes)[:, None]) * usable
-        cost = self._classification_cost(pred_scores.float(), labels) + self.iou_weight * -torch.log(iou + 1e-8)
-        cost = cost + OUTSIDE_PENALTY * (~in_centre)
+        scores = pred_scores.float()
+        if self.score_eps:
+            scores = scores.clamp(self.score_eps, 1.0 - self.score_eps)
+        cost = self._classification_cost(scores, labels) + self.iou_weight * -torch.log(iou + 1e-8)
+        cost = cost + OUTSIDE_PENALTY * (~cost_free)
         cost = cost.masked_fill(~usable, float("inf"))
-        dynamic_k = self._dynamic_k(iou, has_centre=in_centre.sum(-1) > 0)
+        dynamic_k = self._dynamic_k(iou, has_centre=in_region.sum(-1) > 0)
         chosen = self._cheapest(cost, dynamic_k) & usable
         gt_index, foreground = self._resolve_conflicts(chosen, cost)
         matched_iou = iou.gather(1, gt_index[:, None]).squeeze(1) * foreground
         boxes = gt_boxes.gather(1, gt_index[..., None].expand(b, a, 4))
         return SimOTAAssignment(foreground, gt_index, labels.gather(1, gt_index), boxes, matched_iou,
                                 foreground.sum().float())
+
+    def _regions(self, centres: Tensor, strides: Tensor, gt_boxes: Tensor) -> tuple[Tensor, Tensor]:
+        """``[B, G, A]`` twice: where an anchor is a candidate of a gt, and where it costs no penalty."""
+        in_centre = self._centre_prior(centres, strides, gt_boxes)
+        if self.region == "centre":
+            return in_centre, in_centre
+        in_box = anchors_inside_boxes(centres, xywh_to_xyxy(gt_boxes), eps=0.0)
+        return in_box | in_centre, in_box & in_centre
 
     def _centre_prior(self, centres: Tensor, strides: Tensor, gt_boxes: Tensor) -> Tensor:
         """``[B, G, A]``: the anchor centre lies strictly within ``radius`` strides of the gt centre."""

@@ -37,6 +37,8 @@ from typing import TypeVar
 import numpy as np
 from torch.utils.data import DataLoader, Dataset
 
+import libreyolo_ddp
+
 from ..data.decode import ImageDecodeError
 from ..data.image_files import ShrunkImage
 from ..workers import usable_cores
@@ -208,7 +210,8 @@ def decode_in_processes(items: Sequence[P], read: Callable[[P], Decoded], proces
         # longer one would leave a dead worker unnoticed that long); our bound is DECODE_TIMEOUT_S.
         poll = min(POLL_S, sources.DECODE_TIMEOUT_S)
         loader = DataLoader(_Chunks(items, read, chunk, first, ring), batch_size=None, num_workers=processes,
-                            timeout=poll, multiprocessing_context="fork", prefetch_factor=PREFETCH_CHUNKS)
+                            timeout=poll, multiprocessing_context="fork", prefetch_factor=PREFETCH_CHUNKS,
+                            worker_init_fn=_decoder_start)
         with warnings.catch_warnings():  # the workers only decode: no lock of ours is taken in them
             warnings.filterwarnings("ignore", message=_FORK_WARNING, category=DeprecationWarning)
             batches = iter(loader)
@@ -233,6 +236,10 @@ def decode_in_processes(items: Sequence[P], read: Callable[[P], Decoded], proces
             if shutdown is not None:
                 shutdown()
             ring.close()
+
+
+def _decoder_start(worker_id: int) -> None:
+    libreyolo_ddp.exit_with_parent()  # a decoder stuck in a read never outlives predict's process
 
 
 class _WorkerDied(Exception):

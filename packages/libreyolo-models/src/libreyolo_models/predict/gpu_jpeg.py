@@ -38,7 +38,7 @@ from PIL import Image
 from torch import Tensor
 
 from ..data.decode import ImageDecodeError, exif_orientation, read_image_file, shown_size
-from ..errors import ConfigError
+from ..errors import ConfigError, MissingExtraError
 from ..optional import require
 
 log = logging.getLogger(__name__)
@@ -131,7 +131,7 @@ def resolve_gpu_decode(request: GpuDecodeRequest, device: torch.device) -> bool:
                           "pass device=0 (or leave gpu_decode at 'auto')")
     why = _device_failure(_indexed(device))
     if why is not None:
-        raise ImportError(f"gpu_decode=True: {why}; pip install -U 'libreyolo[{EXTRA}]' (a TorchCodec built for "
+        raise MissingExtraError(f"gpu_decode=True: {why}; pip install -U 'libreyolo[{EXTRA}]' (a TorchCodec built for "
                           f"this torch and CUDA), or pass gpu_decode=False")
     return True
 
@@ -183,7 +183,7 @@ def decode_on_device(items: Sequence[EncodedJpeg], device: torch.device) -> list
     decode = _decoder()
     if decode is None:
         require("torchcodec", EXTRA, "JPEG decoding on the GPU")
-        raise ImportError(f"TorchCodec does not load with torch {torch.__version__} (pip install -U 'libreyolo[{EXTRA}]')")
+        raise MissingExtraError(f"TorchCodec does not load with torch {torch.__version__} (pip install -U 'libreyolo[{EXTRA}]')")
     raw = [_encoded(item.data) for item in items]
     try:
         decoded: list[Tensor | None] = list(decode(raw, device=device))

@@ -27,7 +27,7 @@ from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
@@ -41,6 +41,7 @@ from ..rundir import next_run_dir
 from ..settings import PredictConfig
 from ..tasks.results import Results, ResultsList
 from ..tensor_trees import map_tensors
+from .detect_modes import DetectModes
 from .gpu_jpeg import decode_on_device, resolve_gpu_decode
 from .outputs import PredictOutputs, wants_run_dir
 from .prefetch import Prefetcher
@@ -106,7 +107,7 @@ def run_prediction(model: ModelHandle, source: object, cfg: PredictConfig) -> Re
     # Image files decode for the letterbox they feed: a large JPEG at a reduced DCT scale straight
     # to its letterbox size (the image cache's pixels), its full picture kept for Results.orig_img;
     # or, on CUDA with TorchCodec, JPEGs decode on the GPU (predict.gpu_jpeg).
-    shrink_to = imgsz if model.task_spec.reduced_decode else None
+    shrink_to = imgsz if model.task_spec.reduced_decode and cfg.tile is None else None  # tiles need every pixel
     # Saving, cropping or showing needs every full picture on the host anyway: "auto" then lets the
     # CPU decode it once, rather than the GPU for the network and the CPU again for orig_img.
     pictures = cfg.save or cfg.save_crop or cfg.show
@@ -157,6 +158,7 @@ class Predictor:
         if compiling is not None:
             model.require_pytorch(f"compile={cfg.compile!r}")
         self.forward = forward_for_predict(model, cfg.cuda_graph, self.net, compiling)
+        self.detect_modes = DetectModes(model, cfg, self.forward, self.options, imgsz, pad_rows)  # tile=, augment=
         self.save_dir = next_run_dir(cfg.project, cfg.name) if wants_run_dir(cfg) else None
         self.outputs = PredictOutputs(cfg, self.save_dir)  # labels, crops, windows (predict.outputs)
         self.names = dict(model.names)
@@ -222,11 +224,24 @@ class Predictor:
                 return []
             clock.mark("decode")
         n = len(batch.frames)
+        if self.detect_modes.tiled is not None:  # every picture whole on the device, then its windows
+            pictures = [p.to(model.device, non_blocking=True) for p in batch.pixels]
+            batch.pixels.clear()
+            self._release(batch)
+            clock.mark("preprocess")
+            predictions, infos = self.detect_modes.run_tiled(pictures)   # windows' forward and merge
+            clock.mark("inference")
+            return self._finish(batch, clock, predictions, infos)
         x, infos = task.prepare_batch(batch.pixels, self.imgsz, model.dtype, model.device,
                                       [f.orig_shape for f in batch.frames])
         batch.pixels.clear()  # the uploaded or device-decoded pictures: not needed past the letterbox
-        if batch.slot is not None and self._staging is not None:  # the uploads are queued
-            self._staging.release(batch.slot, torch.cuda.current_stream(model.device))
+        self._release(batch)
+        if self.detect_modes.augment:   # every variant in one forward, then the merge
+            self._full_batch_ran |= full
+            clock.mark("preprocess")
+            predictions = self.detect_modes.run_augmented(x)
+            clock.mark("inference")
+            return self._finish(batch, clock, predictions, infos)
         padded = (self._full_batch_ran or full) and n < self.cfg.batch
         if padded:
             x = pad_rows(x, self.cfg.batch)
@@ -237,7 +252,18 @@ class Predictor:
                 out = map_tensors(out, lambda t: t[:n])
         self._full_batch_ran |= full
         clock.mark("inference")
-        predictions = task.predictions_to_host(model.family.postprocess(out, self.options))
+        return self._finish(batch, clock, model.family.postprocess(out, self.options), infos)
+
+    def _release(self, batch: FrameBatch) -> None:
+        """Hand the batch's pinned buffer back: its uploads are queued."""
+        if batch.slot is not None and self._staging is not None:
+            self._staging.release(batch.slot, torch.cuda.current_stream(self.model.device))
+            batch.slot = None
+
+    def _finish(self, batch: FrameBatch, clock: PhaseClock, predictions: Any, infos: list[Any]) -> list[Results]:
+        """Post-processed ``predictions`` of ``batch`` -> its ``Results`` (with per-phase times)."""
+        task, n = self.task, len(batch.frames)
+        predictions = task.predictions_to_host(predictions)
         clock.mark("postprocess")
         phases = clock.ms()
         speed = {"decode": (batch.decode_ms + phases.pop("decode", 0.0)) / n, **{k: v / n for k, v in phases.items()}}

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import glob
 import logging
+import os
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
@@ -37,8 +38,9 @@ from ..data.decode import (
     read_image_file,
     tensor_to_rgb8,
 )
-from ..errors import SourceError
+from ..errors import SourceError, abbreviated
 from ..workers import usable_cores
+from .daemon_pool import DaemonPool
 
 __all__ = ["IMAGE_SUFFIXES", "SourceImage", "SourceReport", "expand_paths", "iter_sources"]
 
@@ -107,10 +109,15 @@ def expand_paths(source: str | Path) -> list[Path]:
     if "://" in text:
         raise SourceError(f"{text}: unsupported source: URLs are not downloaded; download the file and pass "
                           "its path")
-    expanded = str(Path(text).expanduser())
+    try:
+        return _expand(text, str(Path(text).expanduser()))
+    except OSError as err:  # a name too long for the file system, a loop of links, no permission...
+        raise SourceError(f"source {abbreviated(text)!r} cannot be read: {err.strerror or err}") from None
+
+
+def _expand(text: str, expanded: str) -> list[Path]:
     if any(ch in expanded for ch in "*?["):
-        matches = sorted(Path(p) for p in glob.glob(expanded, recursive=True))
-        files = [p for p in matches if _is_image_entry(p)]
+        files = _once_each(p for p in glob.glob(expanded, recursive=True) if _is_image_entry(Path(p)))
         if not files:
             raise SourceError(f"glob {text!r} matched no image files ({', '.join(sorted(IMAGE_SUFFIXES))})")
         return files
@@ -126,6 +133,18 @@ def expand_paths(source: str | Path) -> list[Path]:
     if not path.exists():
         raise SourceError(f"source {text!r} does not exist (expected an image file, a folder or a glob)")
     return [path]
+
+
+def _once_each(matches: Iterable[str]) -> list[Path]:
+    """Glob matches, sorted, each file once: ``**`` follows links to folders, so a link back up the
+    tree (``dir/loop -> dir``) yields the same files again under ever longer paths, until the
+    file system's limit. A match whose folder resolves to one already seen, under the same name,
+    is a repeat; the shortest path is kept. (Two names of one file in one folder both stay.)"""
+    kept: dict[tuple[str, str], str] = {}
+    for match in sorted(matches, key=lambda p: (p.count(os.sep), p)):
+        key = (os.path.realpath(os.path.dirname(match) or "."), os.path.basename(match))
+        kept.setdefault(key, match)
+    return sorted(Path(p) for p in kept.values())
 
 
 def _is_image_entry(path: Path) -> bool:
@@ -219,13 +238,17 @@ def decode_in_order(items: Sequence[P], read: Callable[[P], D], threads: int | N
     """Each item with what ``read`` made of it (pixels, or why it cannot be read), in order,
     reading up to ``threads`` (default ``decode_threads()``) items ahead on a pool; closing the
     iterator early cancels what has not started. An item still being read after
-    ``DECODE_TIMEOUT_S`` is reported as unreadable, so no wait is unbounded."""
-    threads = decode_threads() if threads is None else threads
-    if threads <= 1 or len(items) <= 1:
+    ``DECODE_TIMEOUT_S`` is reported as unreadable, so no wait is unbounded; its thread is a
+    daemon (``daemon_pool``), so a read that never returns cannot keep the process from exiting.
+    Several items take the pool even at ``threads=1`` (the timeout needs another thread); a single
+    item is read in the caller's thread, with no thread hop on a one-image call (a read that
+    never returns then blocks that thread as any read would, and Ctrl-C still ends it)."""
+    if len(items) <= 1:
         for item in items:
             yield item, read(item)
         return
-    pool = ThreadPoolExecutor(min(threads, len(items)), thread_name_prefix="libreyolo-decode")
+    threads = max(1, decode_threads() if threads is None else threads)
+    pool = DaemonPool(min(threads, len(items)), "libreyolo-decode")
     pending: deque[tuple[P, Future[D]]] = deque()
     ahead = iter(items)
     try:
@@ -241,9 +264,10 @@ def decode_in_order(items: Sequence[P], read: Callable[[P], D], threads: int | N
             try:
                 yield item, future.result(timeout=DECODE_TIMEOUT_S)
             except TimeoutError:
+                pool.add_thread()  # the stuck one is abandoned; the rest keep their pace
                 yield item, stalled(item)
     finally:
-        pool.shutdown(wait=False, cancel_futures=True)
+        pool.shutdown()
 
 
 def stalled(item: object) -> ImageDecodeError:

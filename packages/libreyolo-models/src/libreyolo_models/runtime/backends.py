@@ -183,7 +183,14 @@ class OpenVINONetwork(RuntimeNetwork):
                                   "model.export(format='openvino') writes them")
         super().__init__(folder, read_folder_metadata(folder))
         self.precision = openvino_precision()
-        self._compiled = ov.Core().compile_model(str(xml), "CPU", {"INFERENCE_PRECISION_HINT": self.precision})
+        core = ov.Core()
+        capability = {"bf16": "BF16", "f16": "FP16"}.get(self.precision)
+        if capability is not None and capability not in core.get_property("CPU", "OPTIMIZATION_CAPABILITIES"):
+            # The plugin then ignores the hint and computes in f32: say so rather than let it pass silently.
+            log.warning("%s=%s: this CPU has no native %s (OpenVINO reports %s), so the model computes in f32",
+                        OPENVINO_PRECISION_ENV, self.precision, self.precision,
+                        ", ".join(core.get_property("CPU", "OPTIMIZATION_CAPABILITIES")))
+        self._compiled = core.compile_model(str(xml), "CPU", {"INFERENCE_PRECISION_HINT": self.precision})
 
     @property
     def inference_precision(self) -> str:

@@ -99,6 +99,8 @@ class EvalSettings:
     """Validation settings; a task uses those that mean something for it (conf/iou: detect).
 
     ``save_dir``: where plots (``plots``) and ``predictions.json`` (``save_json``) go; None: no files.
+    ``loss``: ``(images, targets) -> loss items`` on the validation batches, under ``loss_names``
+    (training's validation passes the family's loss; see ``tasks.loss_meter``); None: no losses.
     """
 
     conf: float = 0.001
@@ -108,6 +110,8 @@ class EvalSettings:
     save_dir: Path | None = None
     plots: bool = False
     save_json: bool = False
+    loss: Callable[[Tensor, Any], Tensor] | None = None
+    loss_names: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -135,6 +139,9 @@ class Task(abc.ABC):
     # predict may hand prepare_batch a reduced decode of a large picture, with the picture's size
     # in orig_shapes (data.image_files.read_image_for): true for the letterboxing tasks.
     reduced_decode: ClassVar[bool] = True
+    # train_pipeline / val_pipeline take ``rect=<stride>``: rectangular batches (``rect=True``),
+    # and box rows a single class can replace (``single_cls=True``): detect.
+    supports_rect: ClassVar[bool] = False
 
     # ------------------------------------------------------------------ data
     @abc.abstractmethod

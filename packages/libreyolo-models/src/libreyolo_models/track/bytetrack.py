@@ -29,8 +29,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import ConfigError
-from . import kalman
 from .matching import assign, iou_cost, iou_matrix
+from .motion import XYAH, Motion
 
 # Fixed thresholds of the later association stages (ByteTrack's published values): low-score
 # detections must overlap well (IoU >= 0.5), tentative tracks a little less strictly (>= 0.3).
@@ -79,10 +79,11 @@ class TrackState(enum.Enum):
 
 
 class Track:
-    """One object followed through frames: its Kalman state and bookkeeping."""
+    """One object followed through frames: its Kalman state (of ``motion``'s filter) and bookkeeping."""
 
-    def __init__(self, box: np.ndarray, score: float, cls: float, frame: int) -> None:
-        self.mean, self.cov = kalman.initiate(kalman.xyxy_to_xyah(box))
+    def __init__(self, box: np.ndarray, score: float, cls: float, frame: int, motion: Motion = XYAH) -> None:
+        self.motion = motion
+        self.mean, self.cov = motion.initiate(box)
         self.score, self.cls = score, cls
         self.track_id = 0                 # 0 until confirmed
         self.state = TrackState.TENTATIVE
@@ -97,10 +98,10 @@ class Track:
     @property
     def box(self) -> np.ndarray:
         """The filter's current box, ``[4]`` x1, y1, x2, y2."""
-        return kalman.xyah_to_xyxy(self.mean[:4])
+        return self.motion.box(self.mean)
 
     def correct(self, box: np.ndarray, score: float, cls: float, frame: int, det_index: int) -> None:
-        self.mean, self.cov = kalman.update(self.mean, self.cov, kalman.xyxy_to_xyah(box))
+        self.mean, self.cov = self.motion.update(self.mean, self.cov, box)
         self.score, self.cls, self.last_frame, self.det_index = score, cls, frame, det_index
         if self.state is TrackState.LOST:
             self.state = TrackState.TRACKED
@@ -119,7 +120,14 @@ class TrackOutput:
 
 
 class ByteTracker:
-    """The ByteTrack association over a sequence of frames (one tracker per video or stream)."""
+    """The ByteTrack association over a sequence of frames (one tracker per video or stream).
+
+    Subclasses change the motion model (``motion``) and may move the predicted tracks before
+    association (``_compensate``: BoT-SORT's camera-motion compensation)."""
+
+    motion: Motion = XYAH
+    wants_image = False
+    """Whether ``update`` should get the frame (``image=``); the tracking loop reads it."""
 
     def __init__(self, config: ByteTrackConfig | None = None) -> None:
         self.config = config or ByteTrackConfig()
@@ -131,13 +139,15 @@ class ByteTracker:
         self.tracks: list[Track] = []
         self._next_id = 1
 
-    def update(self, boxes: np.ndarray, scores: np.ndarray, classes: np.ndarray) -> TrackOutput:
+    def update(self, boxes: np.ndarray, scores: np.ndarray, classes: np.ndarray,
+               image: np.ndarray | None = None) -> TrackOutput:
         """Advance one frame with its detections.
 
         Args:
             boxes: ``[N, 4]`` x1, y1, x2, y2 in pixels.
             scores: ``[N]`` confidences in [0, 1].
             classes: ``[N]`` class ids (association ignores them; a track reports its latest).
+            image: the frame, RGB uint8 ``[H, W, 3]`` (read only by trackers with ``wants_image``).
 
         Returns:
             Which detections belong to confirmed tracks this frame, and their ids.
@@ -153,6 +163,7 @@ class ByteTracker:
         pool = [t for t in self.tracks if t.state is not TrackState.TENTATIVE]
         tentative = [t for t in self.tracks if t.state is TrackState.TENTATIVE]
         self._predict(pool)
+        self._compensate(pool + tentative, image, boxes)
 
         def match(tracks: list[Track], dets: np.ndarray, max_cost: float, fuse: bool) -> tuple[list[Track], np.ndarray]:
             track_boxes = np.array([t.box for t in tracks]).reshape(-1, 4)
@@ -175,7 +186,7 @@ class ByteTracker:
         self.tracks = [t for t in self.tracks if not any(t is d for d in dropped)]
         for d in high_left:
             if scores[d] >= cfg.new_track_thresh:
-                track = Track(boxes[d], float(scores[d]), float(classes[d]), self.frame)
+                track = Track(boxes[d], float(scores[d]), float(classes[d]), self.frame, self.motion)
                 track.det_index = int(d)
                 if self.frame == 1:
                     self._confirm(track)
@@ -193,17 +204,21 @@ class ByteTracker:
         track.track_id = self._next_id
         self._next_id += 1
 
-    @staticmethod
-    def _predict(tracks: list[Track]) -> None:
-        """One Kalman step for all ``tracks`` at once. A lost track's height velocity is zeroed
+    def _compensate(self, tracks: list[Track], image: np.ndarray | None, boxes: np.ndarray) -> None:
+        """Move the predicted ``tracks`` for the camera's own motion between the last frame and
+        ``image`` (whose detections are ``boxes``); ByteTrack assumes a still camera."""
+
+    def _predict(self, tracks: list[Track]) -> None:
+        """One Kalman step for all ``tracks`` at once. A lost track's size velocity is zeroed
         first, so an object out of sight does not keep growing or shrinking."""
         if not tracks:
             return
         means = np.stack([t.mean for t in tracks])
         covs = np.stack([t.cov for t in tracks])
         lost = np.array([t.state is TrackState.LOST for t in tracks])
-        means[lost, 7] = 0.0
-        means, covs = kalman.predict(means, covs)
+        for index in self.motion.size_velocity:
+            means[lost, index] = 0.0
+        means, covs = self.motion.predict(means, covs)
         for t, m, c in zip(tracks, means, covs):
             t.mean, t.cov = m, c
 

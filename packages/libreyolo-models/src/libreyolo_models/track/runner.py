@@ -42,9 +42,12 @@ def start_tracking(model: ModelHandle, source: object, *, tracker: str, previous
     config: Any = load_config(spec.config, {k: v for k, v in options.items() if k in tracker_keys}, "track()")
     predict_options = {k: v for k, v in options.items() if k in predict_keys}
     cfg = load_config(PredictConfig, predict_options, "track()")   # checks values and types now
-    floor = float(getattr(config, spec.score_floor))
     user_conf = cfg.conf if "conf" in predict_options else None
-    predict_options.update(conf=floor, save=False)   # weak boxes must reach the tracker
+    predict_options["save"] = False
+    if spec.score_floor is not None:   # weak boxes must reach the tracker
+        predict_options["conf"] = float(getattr(config, spec.score_floor))
+    else:   # the tracker sees what predict keeps; nothing is filtered again
+        user_conf = None
     session = previous
     if session is None or session.spec is not spec or session.config != config:
         session = TrackSession(spec, config)

@@ -68,8 +68,9 @@ class TrackSession:
         if res.boxes is None:
             raise ValueError(f"{res.path}: these results hold no boxes; tracking needs a detect model")
         data = res.boxes.data.detach().cpu()
+        extra = {"image": res.orig_img} if self.spec.wants_image else {}
         out = self.tracker.update(data[:, :4].double().numpy(), data[:, 4].double().numpy(),
-                                  data[:, 5].numpy())
+                                  data[:, 5].numpy(), **extra)
         keep, ids = torch.from_numpy(out.det_index), torch.from_numpy(out.ids)
         if self.conf is not None and len(keep):
             strong = data[keep, 4] >= self.conf

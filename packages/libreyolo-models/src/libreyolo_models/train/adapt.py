@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from ..data.errors import DataConfigError
+
 if TYPE_CHECKING:
     from ..handle import ModelHandle
 
@@ -24,6 +26,26 @@ def adapt_to_classes(model: ModelHandle, nc: int, names: Mapping[int, str]) -> M
     adapted = model.rebuilt(nc=nc, names=names, keep_weights=True)
     log.info("model adapted from %d to %d classes (%d state entries)", model.nc, nc, len(model.net.state_dict()))
     return adapted
+
+
+def check_resume_classes(model: ModelHandle, nc: int, names: Mapping[int, str], data: str) -> None:
+    """A resumed run continues one network, so its class count cannot change: one line saying
+    what changed and the two ways on (new class names for the same count are taken as they are).
+
+    Raises:
+        DataConfigError: the dataset's class count is not the checkpoint's.
+    """
+    if nc == model.nc:
+        return
+    added = [str(v) for k, v in sorted(dict(names).items()) if k >= model.nc][:5]
+    change = f"now has {nc} classes ({', '.join(added)}{'...' if nc - model.nc > 5 else ''} added)" if nc > model.nc \
+        else f"now has {nc} classes ({model.nc - nc} fewer)"
+    source = model.ckpt_path or "the checkpoint"
+    raise DataConfigError(
+        f"resume: data={data!r} {change} but the run trained {model.nc}; a resumed run continues the same "
+        f"network, so its classes cannot change. Restore the dataset's {model.nc} classes to resume, or start a "
+        f"new run from these weights without resume=True (LibreYOLO({str(source)!r}).train(data={data!r}, ...): "
+        "the class outputs start afresh for the new classes)")
 
 
 def initialize_from_seed(model: ModelHandle, seed: int) -> ModelHandle:

@@ -7,6 +7,12 @@ A callback is any callable taking one event; dispatch on its type::
             print(event.epoch, event.metrics["metrics/mAP50-95"])
     model.train(data="shapes", callbacks=[on_event])
 
+Or register one event's callback on the model, under the event names Ultralytics users know
+(``CALLBACK_EVENTS``; the event class itself works too)::
+
+    model.add_callback("on_fit_epoch_end", lambda e: print(e.epoch, e.metrics["fitness"]))
+    model.train(data="shapes")
+
 Under multi-GPU training callbacks travel to the worker processes, so they must be picklable:
 module-level functions or classes, not lambdas or closures.
 
@@ -79,6 +85,47 @@ class TrainException:
 
 
 TrainEvent = TrainStart | StepEnd | PredictionImages | EpochEnd | TrainEnd | TrainException
+
+
+CALLBACK_EVENTS: dict[str, type] = {
+    "on_train_start": TrainStart,           # the run folder exists, before the first epoch
+    "on_train_batch_end": StepEnd,          # every ``log_every`` batches, with the losses
+    "on_fit_epoch_end": EpochEnd,           # after an epoch's validation: its results.csv row
+    "on_train_epoch_end": EpochEnd,         # the same event (validation is part of our epoch)
+    "on_prediction_images": PredictionImages,  # per epoch, the EMA model's drawn predictions
+    "on_train_end": TrainEnd,               # best.pt and last.pt written
+    "on_exception": TrainException,         # the run failed (the error follows)
+}
+"""``model.add_callback(name, fn)``'s event names -> the event each one receives."""
+
+
+class EventCallback:
+    """``fn`` called with the events of one type only (what ``model.add_callback`` registers).
+    Picklable when ``fn`` is, so it travels to multi-GPU workers like any callback."""
+
+    def __init__(self, event: str | type, fn: Callable[[Any], object]) -> None:
+        from ..config import suggest
+        from ..errors import ConfigError
+
+        if isinstance(event, str):
+            if event not in CALLBACK_EVENTS:
+                raise ConfigError(f"add_callback({event!r}): not a training event{suggest(event, CALLBACK_EVENTS)}; "
+                                  f"events: {', '.join(CALLBACK_EVENTS)}")
+            event = CALLBACK_EVENTS[event]
+        if event not in set(CALLBACK_EVENTS.values()):
+            raise ConfigError(f"add_callback({event!r}): not a training event class; use one of "
+                              f"{', '.join(sorted({c.__name__ for c in CALLBACK_EVENTS.values()}))} or a name")
+        if not callable(fn):
+            raise ConfigError(f"add_callback: {fn!r} is not callable; pass a function taking one event")
+        self.event, self.fn = event, fn
+        self.wants_prediction_images = event is PredictionImages
+
+    def __call__(self, event: object) -> None:
+        if isinstance(event, self.event):
+            self.fn(event)
+
+    def __repr__(self) -> str:
+        return f"EventCallback({self.event.__name__}, {getattr(self.fn, '__qualname__', self.fn)!r})"
 
 
 class CallbackRunner:

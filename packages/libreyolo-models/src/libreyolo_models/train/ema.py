@@ -9,10 +9,12 @@ from typing import NamedTuple
 import torch
 from torch import Tensor, nn
 
+from ..checkpoint import inf_by_design
+
 
 class _Pairs(NamedTuple):
-    """EMA entries and their sources: same-dtype floats (lerped together), integers (copied
-    together) and floats whose source has another dtype (lerped one by one, after a cast)."""
+    """EMA entries and their sources: same-dtype floats (lerped together), integers and inf masks
+    (copied together) and floats whose source has another dtype (lerped one by one, after a cast)."""
 
     floats_e: list[Tensor]
     floats_s: list[Tensor]
@@ -27,7 +29,8 @@ class ModelEMA:
 
     The decay ramps up (``d = decay * (1 - exp(-updates / tau))``) so early, fast-changing
     weights are not averaged with the random start. Buffers (BatchNorm statistics) are averaged
-    too; integer buffers are copied. The update is two multi-tensor ops (a lerp over the floats,
+    too; integer buffers, and float buffers that hold inf by construction (the DETR anchor grid's
+    masked cells, where a lerp would give inf - inf = NaN), are copied. The update is two multi-tensor ops (a lerp over the floats,
     a copy of the integers), not one small kernel per tensor: at ~1,300 state entries the
     per-tensor loop cost more than a graphed forward and backward.
     """
@@ -47,6 +50,7 @@ class ModelEMA:
         source network (the tensors are updated in place, so the lists stay valid)."""
         if self._pairs is None or self._pairs[0] != id(net):
             source = net.state_dict()
+            masks = inf_by_design(self.ema.state_dict())
             pairs = _Pairs([], [], [], [], [], [])
             seen: set[int] = set()
             for key, value in self.ema.state_dict().items():
@@ -56,7 +60,7 @@ class ModelEMA:
                     continue
                 seen.add(value.data_ptr())
                 src = source[key].detach()
-                if not value.dtype.is_floating_point:
+                if not value.dtype.is_floating_point or key in masks:
                     pairs.ints_e.append(value)
                     pairs.ints_s.append(src)
                 elif src.dtype == value.dtype:
@@ -75,7 +79,7 @@ class ModelEMA:
         pairs = self._paired(_unwrap(net))
         if pairs.floats_e:
             torch._foreach_lerp_(pairs.floats_e, pairs.floats_s, 1.0 - d)
-        if pairs.ints_e:  # BatchNorm's num_batches_tracked (221 in YOLOv9-t): one op, not one each
+        if pairs.ints_e:  # num_batches_tracked (221 in YOLOv9-t), inf masks: one op, not one each
             torch._foreach_copy_(pairs.ints_e, pairs.ints_s)
         for value, src in zip(pairs.cast_e, pairs.cast_s):  # a source in another float dtype (rare)
             value.lerp_(src.to(value.dtype), 1.0 - d)

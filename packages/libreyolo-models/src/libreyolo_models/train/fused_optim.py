@@ -52,6 +52,8 @@ class FusedOptimizer:
     ``step``, ``zero_grad``, ``state_dict``, ``load_state_dict``)."""
 
     _step_supports_amp_scaling = True  # GradScaler sets grad_scale / found_inf before step()
+    grad_scale: Tensor  # set only around a step (GradScaler, the trainer's skip): read with getattr
+    found_inf: Tensor
 
     def __init__(self, kind: str, groups: Iterable[dict[str, Any]], **options: Any) -> None:
         if kind not in KINDS:

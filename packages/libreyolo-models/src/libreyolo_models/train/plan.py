@@ -41,6 +41,8 @@ class TrainPlan:
         gains: every loss term's weight (family defaults overridden by the user's).
         sync_bn: convert BatchNorm to SyncBatchNorm when distributed.
         world_size: ranks that will train (the spawn plan's, or torchrun's).
+        explicit: the options the user gave (not the recipe's nor the defaults): ``optimizer="auto"``
+            keeps an ``lr0``/``momentum`` named here (``optim.choose_optimizer``).
     """
 
     cfg: TrainConfig
@@ -49,6 +51,7 @@ class TrainPlan:
     gains: dict[str, float]
     sync_bn: bool
     world_size: int
+    explicit: frozenset[str] = frozenset()
 
     @property
     def global_batch(self) -> int:
@@ -77,7 +80,8 @@ def resolve_plan(model: ModelHandle, options: Mapping[str, Any], source: str, *,
     if cfg.multi_scale and not model.task_spec.supports_multi_scale:
         raise ConfigError(f"{source}: multi_scale=True is not supported for task {model.task!r}")
     sync_bn = model.spec.sync_bn_default if cfg.sync_bn is None else cfg.sync_bn
-    return TrainPlan(cfg, devices, imgsz, resolve_gains(model, cfg, source), sync_bn, world)
+    return TrainPlan(cfg, devices, imgsz, resolve_gains(model, cfg, source), sync_bn, world,
+                     explicit=frozenset() if resumed else frozenset(options))
 
 
 def scale_recipe_to_run(cfg: TrainConfig, shares: Mapping[str, float], user_keys: set[str]) -> TrainConfig:

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
 from typing import Literal
 
 from ..data.augment_draws import AugmentConfig
 from ..data.cache_store import CacheSetting, parse_cache_setting
 from ..errors import ConfigError
-from ..settings import DeviceSpec, device_text
+from ..settings import DeviceSpec, check_number, device_text
 from ..tasks.classify.augment import ClassifyAugment
+from .fit_options import check_fit_options
 
 _AUG = AugmentConfig()
 _CLS = ClassifyAugment()
@@ -81,6 +83,9 @@ class TrainConfig:
     tensorboard: bool = False           # event files in the run folder (extra: libreyolo-models[tensorboard])
     mlflow: bool = False                # MLFLOW_TRACKING_URI, else <project>/mlflow (extra: [mlflow])
     wandb: bool = False                 # Weights & Biases; WANDB_MODE=offline works without login (extra: [wandb])
+    comet: bool = False                 # Comet; offline (a zip in the run folder) without COMET_API_KEY (extra: [comet])
+    clearml: bool = False               # ClearML; an offline session without a configured server (extra: [clearml])
+    dvclive: bool = False               # DVCLive files in <run folder>/dvclive (extra: [dvclive])
     log_every: int = 50                 # loggers get the losses every this many batches
     cuda_graph: bool = False
     multi_scale: bool = False
@@ -91,13 +96,24 @@ class TrainConfig:
     channels_last: bool | Literal["auto"] = "auto"    # CUDA: NHWC weights and images; auto: on for CUDA
     cudnn_benchmark: bool | Literal["auto"] = "auto"  # auto: CUDA runs of 2,000+ steps, unless deterministic or multi_scale
     max_grad_norm: float = 10.0                       # clip the gradient norm to this; 0 disables clipping
+    # DETR families: decoder queries selected from the encoder while training and validating (None:
+    # the family's own, 300 for most). A decoder's cost grows with its queries, not with the image.
+    num_queries: int | None = None
     val_conf: float = 0.001
     val_iou: float = 0.7
     max_det: int = 300
     verbose: bool = True
+    # What trains on what (train.fit_options): layers frozen (the first N, or names), one class
+    # for every box, rectangular batches (True: training too; "val": validation only), a share
+    # of the training images
+    freeze: int | list[str] | None = None
+    single_cls: bool = False
+    rect: bool | Literal["val"] = False
+    fraction: float = 1.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "device", device_text(self.device))  # [0, 1] -> "0,1": saved and resumed as text
+        check_fit_options(self)
         if parse_cache_setting(self.cache).mode == "gpu" and self.gpu_augment is False:
             raise ConfigError("cache='gpu' keeps the training images on the GPU for batches rendered there, but "
                               "gpu_augment=False renders them in the workers; drop one of them")
@@ -113,9 +129,10 @@ class TrainConfig:
             raise ConfigError(f"log_every={self.log_every} must be at least 1 (batches between logged losses)")
         if self.nbs < 1:
             raise ConfigError(f"nbs={self.nbs} must be at least 1 (the nominal batch for gradient accumulation)")
-        if not self.max_grad_norm >= 0.0:  # NaN fails too
-            raise ConfigError(f"max_grad_norm={self.max_grad_norm} must be >= 0 (the largest gradient norm a step "
-                              "keeps; 10 is the default, 0 turns clipping off)")
+        self._check_numbers()
+        if self.num_queries is not None and self.num_queries < 1:
+            raise ConfigError(f"num_queries={self.num_queries} must be a positive number of decoder queries "
+                              "(or None for the family's own)")
         if self.deterministic and self.cudnn_benchmark is True:
             raise ConfigError("cudnn_benchmark=True contradicts deterministic=True (cuDNN's autotuner picks kernels "
                               "run by run); drop one of them")
@@ -123,6 +140,19 @@ class TrainConfig:
         self.classify_augment()
         if not 0.0 <= self.label_smoothing < 1.0:
             raise ConfigError(f"label_smoothing={self.label_smoothing} must be in [0, 1) (0.1 is usual)")
+
+    def _check_numbers(self) -> None:
+        """Every numeric hyperparameter: finite and in its range (``HYPERPARAMETER_RANGES``)."""
+        for key, (low, high, low_open, high_open, meaning) in HYPERPARAMETER_RANGES.items():
+            value = getattr(self, key)
+            if value is not None:
+                check_number(key, value, low, high, meaning, low_open=low_open, high_open=high_open)
+        for key, gain in (self.gains or {}).items():
+            check_number(f"gains[{key}]", gain, 0.0, math.inf, "a loss term's weight")
+        for key in ("patience", "close_mosaic", "max_det", "seed"):
+            floor = 1 if key == "max_det" else 0
+            if getattr(self, key) < floor:
+                raise ConfigError(f"{key}={getattr(self, key)} must be at least {floor}")
 
     def augment(self) -> AugmentConfig:
         """The augmentation settings as the data pipeline takes them."""
@@ -141,8 +171,29 @@ class TrainConfig:
         return {**named, **{str(k): float(v) for k, v in (self.gains or {}).items()}}
 
 
+HYPERPARAMETER_RANGES: dict[str, tuple[float, float, bool, bool, str]] = {
+    # key: (low, high, low excluded, high excluded, what it is): checked once, in TrainConfig
+    "lr0": (0.0, 1.0, True, False, "the initial learning rate; 0.01 is usual for SGD, 0.001-0.002 for AdamW"),
+    "lrf": (0.0, 1.0, False, False, "the final learning rate as a share of lr0"),
+    "momentum": (0.0, 1.0, False, True, "SGD momentum, or Adam's beta1; 0.937 and 0.9 are usual"),
+    "weight_decay": (0.0, 1.0, False, False, "the L2 weight decay at the nominal batch; 5e-4 is usual"),
+    "warmup_epochs": (0.0, math.inf, False, False, "epochs of learning-rate warmup; 0 turns it off"),
+    "warmup_momentum": (0.0, 1.0, False, True, "the momentum warmup starts from"),
+    "warmup_bias_lr": (0.0, 1.0, False, False, "the bias learning rate warmup starts from"),
+    "box": (0.0, math.inf, False, False, "the box loss gain"),
+    "cls": (0.0, math.inf, False, False, "the class loss gain"),
+    "dfl": (0.0, math.inf, False, False, "the distribution focal loss gain"),
+    "max_grad_norm": (0.0, math.inf, False, False, "the largest gradient norm a step keeps; 10 is the default, "
+                                              "0 turns clipping off"),
+    "val_conf": (0.0, 1.0, False, False, "the score threshold of validation during training"),
+    "val_iou": (0.0, 1.0, False, False, "the NMS overlap threshold of validation during training"),
+}
+"""The numeric hyperparameters' ranges. A value outside (NaN and inf included) is one
+``ConfigError`` line naming it, before any data is read; predict and val check their thresholds
+the same way."""
+
 # Options whose change on resume is allowed and handled (others are reported, then the saved value wins).
 RESUME_MAY_CHANGE = frozenset({"epochs", "device", "workers", "patience", "verbose", "plots", "cache",
                                "gpu_augment", "resume", "profile", "cuda_graph", "save_period",
                                "channels_last", "cudnn_benchmark", "tensorboard", "mlflow", "wandb",
-                               "log_every"})
+                               "comet", "clearml", "dvclive", "log_every"})

@@ -14,8 +14,9 @@ from torch import Tensor, nn
 import libreyolo_ddp
 
 from ..contract.family import Family, LossContext
+from .divergence import NonFiniteSteps, skip_flag
 from .ema import ModelEMA
-from .fused_optim import AnyOptimizer
+from .fused_optim import AnyOptimizer, FusedOptimizer
 from .grad_tools import clip_grad_norm
 from .half_weights import HalfWeights
 
@@ -72,6 +73,7 @@ class TrainStep:
         # tensors in YOLOv9-t); an eager step is host-bound, so the list is made once.
         self.parameters = list(net.parameters())
         self.half_weights = half_weights  # fp16 weight copies the forward runs on (see train.half_weights)
+        self.nonfinite = NonFiniteSteps(device)  # steps skipped for a NaN/inf loss (see train.divergence)
 
     def start_epoch(self, epoch: int) -> None:
         """The loss context of ``epoch`` (epoch-aware terms read it)."""
@@ -94,6 +96,7 @@ class TrainStep:
                 outputs = self.forward(images, targets) if self.takes_targets else self.forward(images)
             with self.timer.phase("loss"):
                 result = self.family.compute_loss(outputs, targets, self.context)
+                self.nonfinite.see_loss(result.total)
         with self.timer.phase("backward"):
             self.scaler.scale(result.total).backward()
             if half is not None:
@@ -101,7 +104,11 @@ class TrainStep:
         return result.items
 
     def optimizer_step(self) -> None:
-        """Unscale, clip (unless ``max_grad_norm`` is 0), step (skipped by the scaler on inf/NaN), clear grads, update the EMA."""
+        """Unscale, clip (unless ``max_grad_norm`` is 0), step, clear grads, update the EMA.
+
+        A step is skipped on the device, its weights left as they were, when a loss of its window
+        was NaN or inf or (without AMP) its gradient norm is; with AMP the scaler skips a
+        non-finite gradient itself. ``nonfinite`` counts the skips (``train.divergence``)."""
         if self.sync_gradients:
             with self.timer.phase("sync"):
                 libreyolo_ddp.average_gradients(self.parameters)
@@ -109,16 +116,36 @@ class TrainStep:
         optimizer = cast(torch.optim.Optimizer, self.optimizer)
         with self.timer.phase("optimizer"):
             self.scaler.unscale_(optimizer)
-            if self.max_grad_norm > 0:  # 0: no clipping (a norm-0 clip would zero every gradient)
-                clip_grad_norm(self.parameters, self.max_grad_norm)
-            self.scaler.step(optimizer)
+            norm = clip_grad_norm(self.parameters, self.max_grad_norm) if self.max_grad_norm > 0 else None
+            scaled = self.scaler.is_enabled()
+            # Under AMP an overflow skip is routine (the scaler's search for its scale): only a
+            # non-finite loss counts there.
+            bad = skip_flag(self.nonfinite.pending, None if scaled else norm)
+            if scaled:
+                self.scaler.step(optimizer)
+            else:
+                _step_unless(self.optimizer, bad)
             self.scaler.update()
             self.optimizer.zero_grad(set_to_none=True)
             if self.half_weights is not None:
                 self.half_weights.refresh()
+            self.nonfinite.end_step(bad)
         if self.ema is not None:
             with self.timer.phase("ema"):
                 self.ema.update(self.net)
+
+
+def _step_unless(optimizer: AnyOptimizer, skip: Tensor) -> None:
+    """``optimizer.step()`` unless ``skip`` (a bool tensor): on the device for the fused kernels
+    (they read ``found_inf`` as for a scaler's overflow), with one read-back for ``torch.optim``'s."""
+    if isinstance(optimizer, FusedOptimizer):
+        optimizer.found_inf = skip.to(torch.float32)
+        try:
+            optimizer.step()
+        finally:
+            del optimizer.found_inf
+    elif not bool(skip):
+        optimizer.step()
 
 
 class SeamThenHead(nn.Module):

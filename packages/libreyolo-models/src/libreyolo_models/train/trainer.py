@@ -26,12 +26,12 @@ from ..atomic_write import remove_stale_temps
 from ..contract.family import LossContext, has_training_head
 from ..devices import describe_device
 from ..errors import ConfigError
-from ..rundir import next_run_dir
 from ..tasks import EvalSettings
 from ..tensor_trees import unpack_tensors
 from ..workers import default_workers
 from . import half_weights
-from .adapt import adapt_to_classes
+from .adapt import adapt_to_classes, check_resume_classes
+from .backend_flags import restored_backend_flags, set_autotune, set_deterministic
 from .callbacks import (
     CallbackRunner,
     EpochEnd,
@@ -42,18 +42,22 @@ from .callbacks import (
     TrainStart,
 )
 from .checkpoints import build_training_checkpoint, write_epoch_checkpoints
-from .elastic import forget_run, record_run_dir
+from .divergence import DivergenceWatch
+from .elastic import forget_run
 from .ema import ModelEMA
+from .fit_options import OptionedTask, freeze_layers
 from .grad_tools import LeanGradScaler
 from .graph_forward import graph_forward, wants_graphs
 from .loggers import enabled_loggers
 from .loggers.images import first_images, prediction_images
-from .optim import build_optimizer
+from .optim import OptimizerChoice, build_optimizer, choose_optimizer
 from .plan import TrainPlan
 from .results_log import ResultsLog
+from .run_folder import claim_training_folder, restore_missing_best
 from .schedule import MIN_STEPS_PER_EPOCH, accumulate_steps, apply_lr, nominal_accumulation, warmup_iterations
 from .start_plots import plot_start_of_training, plot_train_batch
 from .step import SeamThenHead, StepTimer, TrainStep
+from .val_loss import validation_loss
 
 if TYPE_CHECKING:
     from ..handle import ModelHandle
@@ -93,7 +97,7 @@ class Trainer:
     def __init__(self, model: ModelHandle, plan: TrainPlan, *, callbacks: list | None = None,
                  resume: dict[str, Any] | None = None) -> None:
         self.model, self.plan, self.cfg, self.resume = model, plan, plan.cfg, resume
-        self.task = model.task_spec
+        self.task = OptionedTask.for_training(model.task_spec, plan.cfg, model.spec.stride)  # single_cls, fraction, rect
         self.env = libreyolo_ddp.dist_env()
         self.rank0 = self.env.rank == 0
         self.world = self.env.world_size
@@ -123,9 +127,11 @@ class Trainer:
         self.device = libreyolo_ddp.local_device() if self.world > 1 else self.plan.devices.torch_device(0)
         log.info("train on %s%s", describe_device(self.device), f" (rank {self.env.rank} of {self.world})" if self.world > 1 else "")
         libreyolo_ddp.seed_everything(cfg.seed)
-        self._set_backend_flags()
+        set_deterministic(cfg.deterministic)
         with self._setup_phase("data"):
             data = libreyolo_ddp.resolve_on_rank_zero(lambda: task.load_data(cfg.data))
+            if self.resume is not None:
+                check_resume_classes(model, data.nc, data.names, cfg.data)
             self.model = model = adapt_to_classes(model, data.nc, data.names)
             self.imgsz = self.plan.imgsz
             self.global_batch = self.plan.global_batch
@@ -137,6 +143,8 @@ class Trainer:
             self.train_index = train_index = task.load_split(data, "train")
             val_index = task.load_split(data, "val") if has_val else None
         with self._setup_phase("model"):
+            if cfg.num_queries is not None:  # before the EMA copy, so validation selects as many
+                model.family.set_num_queries(model.net, cfg.num_queries)
             model.net.to(self.device).float()
             self.channels_last = self.device.type == "cuda" and cfg.channels_last in (True, "auto")
             if self.channels_last:  # before the EMA copy and the optimizer, so both see NHWC parameters
@@ -151,22 +159,27 @@ class Trainer:
         self.skipped = [*getattr(self.train_data, "skipped", ()), *getattr(self.val_data, "skipped", ())]
         self.n_batches = len(self.train_data)
         self.accumulate = nominal_accumulation(cfg.nbs, self.global_batch, self.n_batches)
-        if self.accumulate < nominal_accumulation(cfg.nbs, self.global_batch):
-            log.info("small dataset: %d batches an epoch, so gradients accumulate over %d batches instead of "
-                     "nbs/batch = %d (every epoch keeps at least %d optimizer steps)", self.n_batches,
-                     self.accumulate, nominal_accumulation(cfg.nbs, self.global_batch), MIN_STEPS_PER_EPOCH)
+        if self.accumulate < (nominal := nominal_accumulation(cfg.nbs, self.global_batch)):
+            log.info("small dataset: %d batches an epoch, so gradients accumulate over %d instead of nbs/batch = %d: "
+                     "%d optimizer steps an epoch instead of %d (up to %d, as many as the batches allow)",
+                     self.n_batches, self.accumulate, nominal, math.ceil(self.n_batches / self.accumulate),
+                     math.ceil(self.n_batches / nominal), MIN_STEPS_PER_EPOCH)
         weight_decay = cfg.weight_decay * self.global_batch * self.accumulate / cfg.nbs
         iterations = math.ceil(self.n_batches / self.accumulate) * cfg.epochs
         with self._setup_phase("optimizer"):
+            freeze_layers(model.net, cfg.freeze)
             groups = model.family.parameter_groups(model.net, weight_decay=weight_decay)
-            self.optimizer = build_optimizer(groups, cfg, iterations=iterations)
+            saved_choice = (self.resume or {}).get("optimizer_choice")
+            self.choice = (OptimizerChoice.from_dict(saved_choice) if saved_choice else
+                           choose_optimizer(cfg, iterations=iterations, explicit=self.plan.explicit))
+            self.optimizer = build_optimizer(groups, cfg, iterations=iterations, choice=self.choice)
             self.scaler = LeanGradScaler("cuda", enabled=cfg.amp and self.device.type == "cuda")
             self.ema = ModelEMA(model.net)
         self.start_epoch = 0
         # -inf: a task's fitness may be negative (an error to minimise: fitness = -error)
         self.best: dict[str, Any] = {"fitness": float("-inf"), "epoch": -1, "fields": task.empty_best()}
         with self._setup_phase("run folder"):
-            self.run_dir = self._resolve_run_dir()
+            self.run_dir, self.lock = claim_training_folder(cfg, self.resume)
             self.weights_dir = self.run_dir / "weights"
             if self.rank0:  # rank 0 owns the run folder: temp files there are an interrupted write's
                 remove_stale_temps(self.weights_dir, owned_folder=True)
@@ -174,9 +187,11 @@ class Trainer:
             self.results = ResultsLog.read(self.run_dir / "results.csv") if self.resume else ResultsLog(
                 self.run_dir / "results.csv")
         with self._setup_phase("resume"):
-            if self.resume:
-                self._restore(self.resume)
-        self._set_autotune()
+            if (ckpt := self.resume) is not None:
+                self._restore(ckpt)
+                if libreyolo_ddp.resolve_on_rank_zero(lambda: restore_missing_best(self.weights_dir, ckpt)):
+                    self.best = {"fitness": float("-inf"), "epoch": -1, "fields": task.empty_best()}
+        set_autotune(cfg, self.device, steps=self.n_batches * max(cfg.epochs - self.start_epoch, 0))
         self.timer = StepTimer(cfg.profile and self.world == 1, self.device)
         if cfg.profile and self.world > 1:
             log.warning("profile=True is ignored under multi-GPU training (it synchronizes every phase)")
@@ -192,35 +207,10 @@ class Trainer:
         self.step = TrainStep(model.family, forward, model.net, self.optimizer, self.scaler, self.ema, amp=cfg.amp,
                               device=self.device, context=context, max_grad_norm=cfg.max_grad_norm, timer=self.timer,
                               takes_targets=self.takes_targets, sync_gradients=self.sync_gradients, half_weights=half)
-
-    def _set_backend_flags(self) -> None:
-        if self.cfg.deterministic:
-            torch.use_deterministic_algorithms(True, warn_only=True)
-            torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
-
-    def _set_autotune(self) -> None:
-        """cuDNN autotuning, decided once the run's length is known (after a resume, too)."""
-        cfg = self.cfg
-        if cfg.deterministic or self.device.type != "cuda":
-            return
-        steps = self.n_batches * max(cfg.epochs - self.start_epoch, 0)
-        on = cfg.cudnn_benchmark is True or (cfg.cudnn_benchmark == "auto"
-                                             and autotune_pays(steps, multi_scale=cfg.multi_scale))
-        if cfg.cudnn_benchmark == "auto" and not on and not cfg.multi_scale:
-            log.info("cuDNN autotuning off: %d training steps are too few to repay its one-off search (about half "
-                     "a minute for YOLOv9-t); cudnn_benchmark=True turns it on", steps)
-        torch.backends.cudnn.benchmark = on  # fixed shapes: autotune each conv once, then reuse
-
-    def _resolve_run_dir(self) -> Path:
-        cfg = self.cfg
-        if self.resume:
-            run_dir = Path(self.resume["run_dir"])
-        else:
-            run_dir = libreyolo_ddp.resolve_on_rank_zero(
-                lambda: next_run_dir(cfg.project, cfg.name, exist_ok=cfg.exist_ok))
-        if self.rank0:
-            record_run_dir(cfg.project, run_dir)  # torchrun: where a restart of this job resumes
-        return run_dir
+        self.divergence = DivergenceWatch(
+            self.step.nonfinite, model.net, world=self.world, last=self.weights_dir / "last.pt",
+            advice=f"the learning rate may be too high ({self.choice.name} lr0={self.choice.lr0:g}): train again with "
+                   "a lower lr0, or check the dataset's labels")
 
     def _restore(self, ckpt: dict[str, Any]) -> None:
         self.model.net.load_state_dict(unpack_tensors(ckpt["train_model"]))
@@ -267,10 +257,13 @@ class Trainer:
 
     # ------------------------------------------------------------------ run
     def run(self) -> TrainOutcome:
-        with _restored_backend_flags():  # deterministic / cudnn settings are the run's, not the process's
+        with restored_backend_flags():  # deterministic / cudnn settings are the run's, not the process's
             try:
                 return self._run()
             finally:
+                lock = getattr(self, "lock", None)
+                if lock is not None:  # the folder is free for another run from here
+                    lock.release()
                 self.model.graphs.release_training()
                 close = getattr(getattr(self, "train_data", None), "close", None)
                 if close is not None:  # the rendering graphs' pool and resident images: free now
@@ -336,6 +329,7 @@ class Trainer:
             self.model.graphs.invalidate(reason)
         self.step.start_epoch(epoch)
         train_stats = self._train_epoch(epoch)
+        self.divergence.check_state(epoch, {"weights": self.model.net, "EMA weights": self.ema.ema})
         row: dict[str, float] = {"epoch": epoch + 1, **train_stats}
         final = epoch == cfg.epochs - 1
         is_best = False
@@ -343,7 +337,9 @@ class Trainer:
             val_started = time.perf_counter()
             ema_net = self.ema.ema
             settings = EvalSettings(conf=cfg.val_conf, iou=cfg.val_iou, max_det=cfg.max_det,
-                                    save_dir=self.run_dir if final else None, plots=cfg.plots and final)
+                                    save_dir=self.run_dir if final else None, plots=cfg.plots and final,
+                                    loss=validation_loss(self.model, ema_net, self.step.context),
+                                    loss_names=self.loss_names)
             result = self.task.evaluate(self.model, lambda x: self.model.inference_forward(x, net=ema_net),
                                         self.val_data, settings=settings, progress=self.rank0 and cfg.verbose)
             row.update(result.as_dict())
@@ -360,7 +356,7 @@ class Trainer:
                 is_best = True
                 self.best.update(epoch=epoch)
         if self.rank0:
-            log.info("epoch %d/%d: %s%s", epoch + 1, cfg.epochs, summary, self._skipped_note())
+            log.info("epoch %d/%d: %s%s%s", epoch + 1, cfg.epochs, summary, self._skipped_note(), self.divergence.note())
         row.update({f"lr/pg{i}": g["lr"] for i, g in enumerate(self.optimizer.param_groups)})
         if self.val_data is not None and self.callbacks.wants("wants_prediction_images"):
             self.callbacks.emit(PredictionImages(epoch, self._prediction_images()))
@@ -372,6 +368,7 @@ class Trainer:
                 epoch=epoch, best=self.best, config=cfg.as_dict(), world_size=self.world,
                 global_batch=self.global_batch, run_dir=self.run_dir, loss=train_stats.get("train/loss", 0.0),
                 imgsz=self.imgsz)
+            ckpt["optimizer_choice"] = self.choice.as_dict()  # a resume keeps it (auto decides by run length)
             last, _ = write_epoch_checkpoints(ckpt, self.weights_dir, is_best=is_best, epoch=epoch,
                                               save_period=cfg.save_period)
             row["time/save_s"] = time.perf_counter() - save_started
@@ -408,7 +405,7 @@ class Trainer:
             accumulate = accumulate_steps(ni, warmup, cfg.nbs, self.global_batch, nb)
             apply_lr(self.optimizer, iteration=ni, warmup_iters=warmup, epoch=epoch, epochs=cfg.epochs, lrf=cfg.lrf,
                      cosine=cfg.cos_lr, warmup_bias_lr=cfg.warmup_bias_lr, warmup_momentum=cfg.warmup_momentum,
-                     momentum=cfg.momentum)
+                     momentum=self.choice.momentum)
             images = self._multi_scale(batch.images) if cfg.multi_scale else batch.images
             if self.channels_last:
                 images = images.contiguous(memory_format=torch.channels_last)
@@ -421,6 +418,8 @@ class Trainer:
             if ni - last_opt >= accumulate or i == nb - 1:
                 step.optimizer_step()
                 last_opt = ni
+            if i % LOG_EVERY == 0 or i == nb - 1:  # every rank: they stop together or not at all
+                self.divergence.watch(epoch, i)
             if self.rank0 and cfg.verbose and (i % LOG_EVERY == 0 or i == nb - 1):
                 with self.timer.phase("log"):
                     mean = (sums / (i + 1)).tolist()  # the loop's only read-back of a device value
@@ -476,33 +475,3 @@ def global_throughput(*, images: int, wait_s: float, elapsed_s: float) -> dict[s
     world = libreyolo_ddp.dist_env().world_size if libreyolo_ddp.is_dist_initialized() else 1
     return {"train/images_per_s": total_images * world / max(slowest, 1e-9),
             "train/data_wait_share": wait_share, "train/epoch_s": slowest}
-
-
-@contextlib.contextmanager
-def _restored_backend_flags() -> Iterator[None]:
-    saved = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
-             torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark)
-    try:
-        yield
-    finally:
-        # Only when the run changed it: the call imports torch's compiler (seconds), which a run
-        # that never touched the setting has no reason to pay.
-        if (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()) != (
-                saved[0], saved[1]):
-            torch.use_deterministic_algorithms(saved[0], warn_only=saved[1])
-        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = saved[2], saved[3]
-
-
-AUTOTUNE_MIN_STEPS = 2000
-"""Training steps below which ``cudnn_benchmark="auto"`` leaves cuDNN's autotuner off. Measured on
-an H200 (2026-12-01, YOLOv9-t, batch 32, AMP, channels_last): the search costs 30-34 s at the first
-batch and saves about 30 % of an eager step (up to ~28 ms at 640 px), so it repays itself after
-roughly 1,100-1,500 steps; the 390-step quick start on ``shapes`` spent 32 of its 74 s to mAP50 0.9
-in it. Runs on real datasets (thousands of steps an epoch) keep it."""
-
-
-def autotune_pays(steps: int, *, multi_scale: bool) -> bool:
-    """Whether cuDNN's autotuner is worth its one-off search for a run of ``steps`` training
-    steps (never with ``multi_scale``: every new input size would search again)."""
-    return not multi_scale and steps >= AUTOTUNE_MIN_STEPS
-

@@ -13,6 +13,7 @@ from ..devices import default_device, describe_device
 from ..errors import ConfigError
 from ..rundir import next_run_dir
 from ..tasks import EvalSettings, TaskMetrics
+from ..train.fit_options import OptionedTask
 from ..workers import default_workers
 from .settings import ValConfig
 
@@ -31,11 +32,17 @@ def validate_model(model: ModelHandle, options: Mapping[str, Any]) -> TaskMetric
         raise ConfigError(f"val(half=True) runs fp16 weights, which needs a CUDA GPU; the model is on {model.device}. "
                           "Pass device=0 (or move the model with model.to(0)), or leave half=False on the CPU")
     imgsz = model.resolve_imgsz(cfg.imgsz)
-    task = model.task_spec
+    runtime = model.runtime
+    if cfg.rect and runtime is not None and runtime.fixed_imgsz is not None:
+        raise ConfigError(f"val(rect=True) feeds rectangles, and this exported model runs at {runtime.fixed_imgsz} x "
+                          f"{runtime.fixed_imgsz} only; validate it with rect=False, or export with dynamic=True")
+    # rect and single_cls as training reads them (train.fit_options)
+    task = OptionedTask(model.task_spec, single_cls=cfg.single_cls, rect=cfg.rect, stride=model.spec.stride)
     data = task.load_data(cfg.data)
     if data.nc != model.nc:
         raise ConfigError(f"data={cfg.data!r} has {data.nc} classes but the model predicts {model.nc}; "
-                          "validate on the dataset the model was trained for")
+                          "validate on the dataset the model was trained for"
+                          + (" (single_cls=True if it trained with one class)" if model.nc == 1 else ""))
     index = task.load_split(data, cfg.split)
     workers = default_workers(cfg.workers, batch=cfg.batch)
     pipeline = task.val_pipeline(index, imgsz=imgsz, batch_size=cfg.batch, device=model.device, workers=workers,

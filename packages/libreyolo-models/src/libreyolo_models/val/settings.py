@@ -7,7 +7,7 @@ from typing import Literal
 
 from ..data.cache_store import CacheSetting, parse_cache_setting
 from ..errors import ConfigError
-from ..settings import DeviceSpec, device_text
+from ..settings import DeviceSpec, check_number, device_text
 
 
 @dataclass(frozen=True)
@@ -26,6 +26,8 @@ class ValConfig:
     cache: CacheSetting = "auto"
     plots: bool = False        # confusion matrices and P/R/F1/PR curves into project/name
     save_json: bool = False    # predictions.json in the COCO results format, into project/name
+    rect: bool = False         # rectangular batches (detect): similar aspect ratios together, less padding
+    single_cls: bool = False   # every box one class (detect; a model trained with single_cls=True)
     project: str = "runs/val"
     name: str = "exp"
     verbose: bool = True
@@ -37,3 +39,7 @@ class ValConfig:
             raise ConfigError("val needs data=...: a data.yaml path, a dataset folder, or the bundled 'shapes'")
         if self.batch < 1:
             raise ConfigError(f"batch={self.batch} must be at least 1")
+        check_number("conf", self.conf, 0.0, 1.0, "the score threshold of validation; 0.001 counts every box for mAP")
+        check_number("iou", self.iou, 0.0, 1.0, "the NMS overlap threshold")
+        if self.max_det < 1:
+            raise ConfigError(f"max_det={self.max_det} must be at least 1")

@@ -17,22 +17,30 @@ from ..contract.spec import TASK_SUFFIXES, FamilySpec
 from ..errors import ConfigError, UnknownFamilyError
 from ..families.convnext.spec import SPEC as CONVNEXT
 from ..families.damoyolo.spec import SPEC as DAMOYOLO
+from ..families.deim.spec import SPEC as DEIM
+from ..families.deimv2.spec import SPEC as DEIMV2
+from ..families.dfine.spec import SPEC as DFINE
 from ..families.ec.spec import SPEC as EC
 from ..families.efficientnetv2.spec import SPEC as EFFICIENTNETV2
 from ..families.mobilenetv4.spec import SPEC as MOBILENETV4
+from ..families.picodet.spec import SPEC as PICODET
 from ..families.resnet.spec import SPEC as RESNET
 from ..families.rfdetr.spec import SPEC as RFDETR
 from ..families.rtdetr.spec import SPEC as RTDETR
+from ..families.rtdetrv2.spec import SPEC as RTDETRV2
+from ..families.rtdetrv4.spec import SPEC as RTDETRV4
 from ..families.rtmdet.spec import SPEC as RTMDET
 from ..families.segformer.spec import SPEC as SEGFORMER
 from ..families.yolo7.spec import SPEC as YOLO7
 from ..families.yolo9.spec import SPEC as YOLO9
 from ..families.yolo9_e2e.spec import SPEC as YOLO9_E2E
+from ..families.yolonas.spec import SPEC as YOLONAS
 from ..families.yolox.spec import SPEC as YOLOX
 
 BUILTIN: dict[str, FamilySpec] = {spec.name: spec for spec in (YOLO9, YOLOX, RTMDET, RTDETR, SEGFORMER, RESNET,
                                                                 EFFICIENTNETV2, CONVNEXT, MOBILENETV4, YOLO9_E2E,
-                                                                DAMOYOLO, YOLO7, RFDETR, EC)}
+                                                                DAMOYOLO, YOLO7, RFDETR, EC, DFINE, DEIM,
+                                                                RTDETRV4, RTDETRV2, DEIMV2, YOLONAS, PICODET)}
 
 _extra: dict[str, FamilySpec] = {}
 

@@ -215,6 +215,7 @@ class ECDecoder(nn.Module):
             anchors, valid = self.anchors, self.valid_mask  # the stored values, as upstream's eval reads
         else:
             anchors, valid = generate_anchors(shapes, device=memory.device)
+            anchors = anchors.to(memory.dtype)  # float32 as generated: a half model stays half
         memory = valid.to(memory.dtype) * memory
         logits = self.enc_score_head(memory)
         k = min(self.num_queries, memory.shape[1])

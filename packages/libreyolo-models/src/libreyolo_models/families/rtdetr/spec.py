@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ...contract.spec import FamilySpec, TaskDecl
-from .variants import VARIANTS
+from ...layers.detr.rtdetr_sizes import VARIANTS
 
 # The official RT-DETR recipe, as TrainConfig values: AdamW at a constant 1e-4 (lrf=1: no decay;
 # momentum is AdamW's beta1) with weight decay 1e-4 at its nominal batch of 16 (nbs), no warmup,

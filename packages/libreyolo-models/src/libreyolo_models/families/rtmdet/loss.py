@@ -29,23 +29,11 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ...errors import ConfigError
-from ...layers.boxes import box_area, wh_area, xywh_to_xyxy
+from ...layers.boxes import aligned_giou, xywh_to_xyxy
 from ...layers.ground_truth import padded_ground_truths
 from ...layers.loss_scale import check_world_size, global_normalizer
 from .assign import DynamicSoftLabelAssigner
 from .nn import STRIDES, flatten_levels
-
-
-def aligned_giou(a: Tensor, b: Tensor, eps: float = 1e-7) -> Tensor:
-    """Generalised IoU of matched xyxy boxes ``a[i]`` vs ``b[i]`` (``[..., 4]``) -> ``[...]``.
-
-    GIoU = IoU - (enclosing area - union) / enclosing area: in [-1, 1], and still informative
-    (through the enclosing box) when the boxes do not overlap. Inverted boxes count as empty.
-    """
-    inter = wh_area((torch.minimum(a[..., 2:], b[..., 2:]) - torch.maximum(a[..., :2], b[..., :2])).clamp(min=0))
-    union = box_area(a) + box_area(b) - inter
-    enclose = wh_area((torch.maximum(a[..., 2:], b[..., 2:]) - torch.minimum(a[..., :2], b[..., :2])).clamp(min=0))
-    return inter / union.clamp(min=eps) - (enclose - union) / enclose.clamp(min=eps)
 
 
 class RTMDetLoss:

@@ -21,7 +21,7 @@ def conv(c_in: int, c_out: int, k: int = 1, s: int = 1, *, leaky: bool = False) 
     """Conv-BN-activation: SiLU (YOLOv7, YOLOv7-X) or LeakyReLU(0.1) (YOLOv7-tiny)."""
     unit = Conv(c_in, c_out, k, s)
     if leaky:
-        unit.act = nn.LeakyReLU(0.1)  # type: ignore[assignment]  # Conv declares SiLU | Identity; tiny uses leaky
+        unit.act = nn.LeakyReLU(0.1)  # YOLOv7-tiny uses leaky ReLU where the others use SiLU
     return unit
 
 

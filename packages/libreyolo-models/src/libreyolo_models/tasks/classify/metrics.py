@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -161,3 +162,17 @@ def evaluate_classification(model: ModelView, forward: Callable[[Tensor], Any], 
     result = counter.reduced().result(model.names)
     log.debug("validation of %d images in %.1f s", result.n_images, time.perf_counter() - started)
     return result
+
+
+def write_confusion_plots(confusion: np.ndarray, names: Mapping[int, str], save_dir: Path) -> list[Path]:
+    """``confusion_matrix.png`` (counts) and ``confusion_matrix_normalized.png`` (row shares) into
+    ``save_dir``: what ``val(plots=True)`` and the last epoch of training write (rows true class,
+    columns the top-1 prediction; no background row, unlike detection's)."""
+    from ..plots import plot_confusion
+
+    save_dir.mkdir(parents=True, exist_ok=True)
+    written = [plot_confusion(confusion, names, save_dir / "confusion_matrix.png", normalize=False, background=False),
+               plot_confusion(confusion, names, save_dir / "confusion_matrix_normalized.png", normalize=True,
+                              background=False)]
+    log.info("validation artefacts written to %s", save_dir)
+    return written

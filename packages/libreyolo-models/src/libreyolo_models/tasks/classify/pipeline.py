@@ -30,7 +30,7 @@ import libreyolo_ddp
 from ...data.collate import batch_tensor, pass_through
 from ...data.decode import read_image_file
 from ...data.image_cache import CacheSetting, ImageCache, open_image_cache
-from ...data.loading import one_ahead_on_side_stream, resolve_gpu_augment, shuffle_seed
+from ...data.loading import one_ahead_on_side_stream, resolve_gpu_augment, shuffle_seed, smaller_than_a_batch
 from ...errors import ConfigError
 from .augment import RANDAUGMENT_N_OPS, ClassifyAugment, CropDraws, draw_crop, draw_mix
 from .folder_reader import ClassSplit
@@ -179,9 +179,8 @@ class ClassifyTrainPipeline:
             pin_memory=self.device.type == "cuda",
             sampler=None if distributed else RandomSampler(dataset, generator=self._shuffle))
         if len(self._loader) == 0:
-            raise ConfigError(f"the training split has {len(split)} images, fewer than one batch of {batch_size} on "
-                              f"each of {env.world_size} rank(s); lower batch to at most "
-                              f"{max(1, len(split) // env.world_size)} or add images")
+            raise smaller_than_a_batch("training", len(split), batch_size, env.world_size,
+                                       getattr(split, "problems", ()))
         log.info("train pipeline: %d images, crops of %d px from a %d px cache, batch %d, %d workers, "
                  "augmentation %s", len(split), imgsz, self.cache.imgsz, batch_size, workers,
                  f"batched on {self.device}" if self.gpu_augment else "per sample in workers")

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import torch
 from torch import Tensor
+
+import libreyolo_ddp
 
 from ...data.cache_store import CacheSetting
 from ..base import Batch, EvalSettings, Prepared, Task, TaskMetrics, TrainOptions
@@ -23,7 +26,7 @@ from ..results import Results
 from .augment import ClassifyAugment
 from .folder_config import load_folder_data
 from .folder_reader import load_class_split
-from .metrics import evaluate_classification
+from .metrics import evaluate_classification, write_confusion_plots
 from .ops import centre_crop
 from .pipeline import ClassifyTrainPipeline, ClassifyValPipeline
 from .probs import Probs
@@ -65,7 +68,10 @@ class ClassifyTask(Task):
 
     def evaluate(self, model: ModelView, forward: Callable[[Tensor], Any], pipeline: Iterable[Batch], *,
                  settings: EvalSettings, progress: bool) -> TaskMetrics:
-        return evaluate_classification(model, forward, pipeline, half=settings.half, progress=progress)
+        result = evaluate_classification(model, forward, pipeline, half=settings.half, progress=progress)
+        if settings.plots and settings.save_dir is not None and libreyolo_ddp.is_rank_zero():
+            write_confusion_plots(result.confusion, model.names, Path(settings.save_dir))
+        return result
 
     def empty_best(self) -> dict[str, float]:
         return {"top1": 0.0, "top5": 0.0}

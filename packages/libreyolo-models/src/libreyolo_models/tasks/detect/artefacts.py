@@ -1,5 +1,7 @@
 """What a detection validation writes besides its numbers: the confusion matrix (counts and
-normalised), P / R / F1 / PR curves per class, and ``predictions.json`` (COCO results format).
+normalised), P / R / F1 / PR curves per class, ``predictions.json`` (COCO results format), and
+the first batches as pictures (``val_batch0_labels.jpg`` with the ground truth,
+``val_batch0_pred.jpg`` with the predictions scoring 0.25 or more; batches 0-2, rank 0).
 
 The validator feeds every image to ``DetectArtefacts.update`` on each rank; ``finish`` gathers the
 small per-rank parts (a matrix, the JSON rows) to rank 0, which writes the files. Nothing here
@@ -19,12 +21,15 @@ import libreyolo_ddp
 
 from ...layers.nms import scale_to_original
 from ..curves import all_class_curves
-from ..plots import plot_confusion, plot_curves
+from ..plots import plot_batch, plot_confusion, plot_curves
 from .coco_results import coco_detections, write_json
 from .confusion import ConfusionMatrix
 from .metrics import DetectionMetrics
+from .pictures import plot_predictions
 
 log = logging.getLogger(__name__)
+
+BATCH_PICTURES = 3   # val_batch0..2
 
 
 class DetectArtefacts:
@@ -45,6 +50,19 @@ class DetectArtefacts:
             ratio, pad = ratio_pad if ratio_pad is not None else (1.0, (0, 0))
             original = scale_to_original(det.float().cpu(), ratio, (float(pad[0]), float(pad[1])), orig_shape)
             self.json_rows.extend(coco_detections(original, path))
+
+    def batch_pictures(self, number: int, images: Tensor, targets: Tensor, detections: list[Tensor],
+                       paths: list[str]) -> None:
+        """Draw batch ``number`` (the first ``BATCH_PICTURES``, on rank 0, with ``plots``): labels and predictions."""
+        if not self.plots or number >= BATCH_PICTURES or libreyolo_ddp.dist_env().rank != 0:
+            return
+        for name, draw in (("labels", lambda p: plot_batch(images, targets, self.names, p)),
+                           ("pred", lambda p: plot_predictions(images, detections, self.names, p))):
+            path = self.save_dir / f"val_batch{number}_{name}.jpg"
+            try:
+                draw(path)
+            except Exception as err:  # noqa: BLE001 - a picture is never worth a validation
+                log.warning("could not draw %s: %s: %s", path.name, type(err).__name__, err)
 
     def finish(self, metrics: DetectionMetrics | None) -> list[Path]:
         """Gather to rank 0 and write the files there (``metrics``: the merged metrics on rank 0,

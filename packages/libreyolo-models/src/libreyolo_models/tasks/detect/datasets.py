@@ -75,6 +75,11 @@ def load_split(config: DataSource, split: str, *, cache: bool = True) -> SplitIn
     _report(index, counts)
     if not index.images:
         raise EmptySplitError(_empty_message(index, entries))
+    rejected = [p for p in index.problems if p.skipped and p.path.suffix.lower() not in IMAGE_SUFFIXES]
+    if rejected and index.n_instances() == 0:  # what is left would teach "no objects anywhere"
+        raise EmptySplitError(f"{split}: every labelled image was left out: {len(rejected)} label files were "
+                              f"rejected (first: {rejected[0].path}: {rejected[0].reason}), leaving only "
+                              f"{len(index)} images without objects; fix the label files (from {config.source})")
     return index
 
 

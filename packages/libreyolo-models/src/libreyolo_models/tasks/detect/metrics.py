@@ -91,6 +91,7 @@ class MetricsResult:
     n_pred: int = 0
     conf_threshold: float = 0.0
     names: dict[int, str] = field(default_factory=dict)
+    losses: dict[str, float] = field(default_factory=dict)   # val/<term>_loss, when training validates
 
     @property
     def fitness(self) -> float:
@@ -104,6 +105,7 @@ class MetricsResult:
             "metrics/recall": self.recall,
             "metrics/mAP50": self.map50,
             "metrics/mAP50-95": self.map50_95,
+            **self.losses,
         }
 
     def best_fields(self) -> dict[str, float]:

@@ -48,7 +48,7 @@ from ...data.letterbox import (
     to_network_input,
     to_targets,
 )
-from ...data.loading import one_ahead_on_side_stream, resolve_gpu_augment, shuffle_seed
+from ...data.loading import one_ahead_on_side_stream, resolve_gpu_augment, shuffle_seed, smaller_than_a_batch
 from ...data.split_index import SplitIndex
 from ...errors import ConfigError
 from .render_graph import RenderGraphs, render_eagerly, wants_render_graphs
@@ -230,10 +230,8 @@ class TrainPipeline:
             pin_memory=self.device.type == "cuda",
             sampler=None if distributed else RandomSampler(dataset, generator=self._shuffle))
         if len(self._loader) == 0:
-            raise ConfigError(
-                f"the {index.name or 'training'} split has {len(index)} images, fewer than one batch of "
-                f"{batch_size} on each of {env.world_size} rank(s); lower batch to at most "
-                f"{max(1, len(index) // env.world_size)} or add images")
+            raise smaller_than_a_batch(index.name or "training", len(index), batch_size, env.world_size,
+                                       index.problems)
         log.info("train pipeline: %d images at %d px, batch %d, %d workers, augmentation %s",
                  len(index), imgsz, batch_size, workers,
                  f"batched on {self.device}" if self.gpu_augment else "per sample in workers")

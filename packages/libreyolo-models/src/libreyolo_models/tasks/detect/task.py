@@ -19,12 +19,14 @@ from ...data.augment_draws import AugmentConfig
 from ...data.letterbox_images import letterbox
 from ...layers.nms import scale_to_original
 from ..base import Batch, EvalSettings, Prepared, Task, TaskMetrics, TrainOptions
+from ..loss_meter import LossMeter
 from ..results import Results
 from . import render_graph
 from .artefacts import DetectArtefacts
 from .boxes import Boxes
 from .datasets import load_split, resolve_dataset
 from .pipeline import TrainPipeline, ValPipeline
+from .rect import RectTrainPipeline, RectValPipeline
 from .validator import evaluate_detections
 
 if TYPE_CHECKING:
@@ -51,6 +53,7 @@ class DetectTask(Task):
     images_on_device: ClassVar[bool] = True
     rendering_bytes_per_pixel: ClassVar[int] = render_graph.BYTES_PER_PIXEL
     augmentations: ClassVar[frozenset[str]] = frozenset(AugmentConfig.__dataclass_fields__)
+    supports_rect: ClassVar[bool] = True
 
     def load_data(self, data: Any) -> Any:
         return resolve_dataset(data)
@@ -59,12 +62,19 @@ class DetectTask(Task):
         return load_split(data, split)
 
     def train_pipeline(self, index: Any, *, imgsz: int, batch_size: int, device: torch.device,
-                       cfg: TrainOptions, workers: int) -> TrainPipeline:
+                       cfg: TrainOptions, workers: int, rect: int | None = None) -> TrainPipeline | RectTrainPipeline:
+        """Augmented batches; ``rect``: the network's stride, for rectangular batches (``tasks.detect.rect``)."""
+        if rect:
+            return RectTrainPipeline(index, imgsz=imgsz, stride=rect, batch_size=batch_size, device=device,
+                                     workers=workers, seed=cfg.seed, fliplr=cfg.augment().fliplr, cache=cfg.cache)
         return TrainPipeline(index, imgsz=imgsz, batch_size=batch_size, device=device, augment=cfg.augment(),
                              workers=workers, seed=cfg.seed, gpu_augment=cfg.gpu_augment, cache=cfg.cache)
 
     def val_pipeline(self, index: Any, *, imgsz: int, batch_size: int, device: torch.device, workers: int,
-                     cache: CacheSetting) -> ValPipeline:
+                     cache: CacheSetting, rect: int | None = None) -> ValPipeline | RectValPipeline:
+        if rect:
+            return RectValPipeline(index, imgsz=imgsz, stride=rect, batch_size=batch_size, device=device,
+                                   workers=workers, cache=cache)
         return ValPipeline(index, imgsz=imgsz, batch_size=batch_size, device=device, workers=workers,
                            cache=cache)
 
@@ -75,8 +85,9 @@ class DetectTask(Task):
         if settings.save_dir is not None and (settings.plots or settings.save_json):
             artefacts = DetectArtefacts(model.nc, model.names, settings.save_dir, plots=settings.plots,
                                         save_json=settings.save_json)
+        losses = LossMeter(settings.loss, settings.loss_names) if settings.loss is not None else None
         return evaluate_detections(model, forward, pipeline, options=options, half=settings.half,
-                                   progress=progress, artefacts=artefacts)
+                                   progress=progress, artefacts=artefacts, losses=losses)
 
     def empty_best(self) -> dict[str, float]:
         return {"mAP50": 0.0, "mAP50_95": 0.0}

@@ -8,6 +8,7 @@ at most ``MAX_NMS_CANDIDATES`` boxes per image, so an untrained model cannot sta
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -20,6 +21,7 @@ from tqdm import tqdm
 import libreyolo_ddp
 
 from ...layers.boxes import xywh_to_xyxy
+from ..loss_meter import LossMeter
 from .matching import match_image
 from .metrics import DetectionMetrics, MetricsResult
 
@@ -34,20 +36,25 @@ log = logging.getLogger(__name__)
 @torch.no_grad()
 def evaluate_detections(model: ModelView, forward: Callable[[Tensor], Any], pipeline: Iterable[Any], *,
                         options: DetectOptions, half: bool = False, progress: bool = True,
-                        artefacts: DetectArtefacts | None = None) -> MetricsResult:
+                        artefacts: DetectArtefacts | None = None, losses: LossMeter | None = None) -> MetricsResult:
     """mAP of ``forward`` (images -> the family's inference outputs) over ``pipeline``'s split.
 
     ``half``: the network holds fp16 weights, so images are cast to fp16 on the way in.
     ``artefacts``: also collect and write plots / ``predictions.json`` (see ``tasks.detect.artefacts``).
+    ``losses``: also average the family's loss over the batches (``tasks.loss_meter``).
     Returns the same ``MetricsResult`` on every rank.
     """
     env = libreyolo_ddp.dist_env()
     metrics = DetectionMetrics(model.nc, model.names)
     started = time.perf_counter()
     bar = tqdm(pipeline, desc="val", leave=False, disable=not progress or env.rank != 0, file=None)
-    for batch in bar:
+    for number, batch in enumerate(bar):
         images = batch.images.half() if half else batch.images
         detections = model.family.postprocess(forward(images), options)
+        if losses is not None:
+            losses.update(images, batch.targets)
+        if artefacts is not None:
+            artefacts.batch_pictures(number, images, batch.targets, detections, batch.paths)
         size = torch.tensor([images.shape[3], images.shape[2]] * 2, device=batch.targets.device)
         for i, det in enumerate(detections):
             rows = batch.targets[batch.targets[:, 0] == i]
@@ -68,6 +75,8 @@ def evaluate_detections(model: ModelView, forward: Callable[[Tensor], Any], pipe
         result = libreyolo_ddp.broadcast_object(result, src=0)
     else:
         result = metrics.compute()
+    if losses is not None:
+        result = dataclasses.replace(result, losses=losses.result())
     if artefacts is not None:
         artefacts.finish(metrics if env.rank == 0 else None)
     log.debug("validation of %d images in %.1f s", result.n_images, time.perf_counter() - started)

@@ -35,7 +35,7 @@ from ...data.collate import batch_tensor, pass_through
 from ...data.image_cache import CacheSetting, ImageCache, cache_failures, open_image_cache
 from ...data.image_files import read_image
 from ...data.letterbox_images import LetterboxInfo, letterbox_batch
-from ...data.loading import one_ahead_on_side_stream, resolve_gpu_augment, shuffle_seed
+from ...data.loading import one_ahead_on_side_stream, resolve_gpu_augment, shuffle_seed, smaller_than_a_batch
 from ...data.split_index import DataProblem
 from ...errors import ConfigError, SourceError
 from .augment import PARAMS, draw_mask_params, render_pairs
@@ -190,10 +190,8 @@ class MaskTrainPipeline:
             pin_memory=self.device.type == "cuda",
             sampler=None if distributed else RandomSampler(dataset, generator=self._shuffle))
         if len(self._loader) == 0:
-            raise ConfigError(
-                f"the {split.name or 'training'} split has {len(split)} images, fewer than one batch of "
-                f"{batch_size} on each of {env.world_size} rank(s); lower batch to at most "
-                f"{max(1, len(split) // env.world_size)} or add images")
+            raise smaller_than_a_batch(split.name or "training", len(split), batch_size, env.world_size,
+                                       getattr(split, "problems", ()))
         log.info("train pipeline: %d image+mask pairs at %d px, batch %d, %d workers, augmentation %s",
                  len(split), imgsz, batch_size, workers, "on the device" if self.gpu_augment else "in workers")
 

@@ -27,6 +27,9 @@ class ServiceLogger:
     name: ClassVar[str]
     module: ClassVar[str]
     extra: ClassVar[str]
+    package: ClassVar[str | None] = None
+    """The pip package that provides ``module``, when it is not ``module``'s top name (TensorBoard
+    writes through ``torch.utils.tensorboard``, which needs the ``tensorboard`` package)."""
     wants_prediction_images: ClassVar[bool] = False
 
     def __init__(self, cfg: TrainConfig) -> None:
@@ -67,7 +70,8 @@ class ServiceLogger:
         except ImportError as err:
             self.disabled = True
             log.warning("%s=True but %s is not installed (%s); training goes on without it. Install it with: "
-                        "pip install 'libreyolo-models[%s]'", self.name, self.module.split(".")[0], err, self.extra)
+                        "pip install 'libreyolo-models[%s]'", self.name, self.package or self.module.split(".")[0], err,
+                        self.extra)
             return None
 
     # Subclasses override what they use.
@@ -100,4 +104,5 @@ def run_files(run_dir: Any) -> list[Any]:
     root = Path(run_dir)
     names = ("results.csv", "results.png", "args.yaml", "labels.jpg", "confusion_matrix.png",
              "confusion_matrix_normalized.png", "PR_curve.png", "P_curve.png", "R_curve.png", "F1_curve.png")
-    return [root / n for n in names if (root / n).is_file()] + sorted(root.glob("train_batch*.jpg"))
+    return ([root / n for n in names if (root / n).is_file()] + sorted(root.glob("train_batch*.jpg"))
+            + sorted(root.glob("val_batch*.jpg")))

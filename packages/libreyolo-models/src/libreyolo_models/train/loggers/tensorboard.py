@@ -17,6 +17,7 @@ from .base import ServiceLogger, scalar_metrics
 class TensorBoardLogger(ServiceLogger):
     name = "tensorboard"
     module = "torch.utils.tensorboard"
+    package = "tensorboard"
     extra = "tensorboard"
     wants_prediction_images = True
 

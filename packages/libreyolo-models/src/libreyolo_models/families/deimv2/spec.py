@@ -1,0 +1,62 @@
+"""DEIMv2's declaration: data only (no torch import), read by the registry and the CLI."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ...contract.spec import FamilySpec, TaskDecl
+from .sizes import SIZES
+
+if TYPE_CHECKING:
+    from ...contract.family import Family
+
+
+def _implementation() -> type[Family]:
+    from .family import DEIMv2Family
+
+    return DEIMv2Family
+
+
+# Upstream LibreYOLO's DEIMv2 recipes, as TrainConfig values. Upstream's differ by size (lr 2e-3
+# atto, 1.6e-3 femto/pico, 8e-4 n, 5e-4 s-x; weight decay 1e-4, 1.25e-4 for l/x); a recipe here is
+# one per task, so it takes the s-x values (set lr0 for the small sizes). AdamW, clipping at 0.1,
+# fp32, EMA, and DEIM's dense one-to-one augmentation (see families/deim/spec.py); the cosine
+# spans the run to 50 % (upstream: flat, then cosine over the last epochs). The per-size backbone
+# learning rate and the late switch to IoU-ordered matching are in the family.
+RECIPE: dict[str, object] = {
+    "epochs": 132, "optimizer": "AdamW", "lr0": 5e-4, "lrf": 0.5, "cos_lr": True, "momentum": 0.9,
+    "weight_decay": 1e-4, "nbs": 32, "warmup_epochs": 2.0, "max_grad_norm": 0.1, "amp": False,
+    "mosaic": 0.5, "close_mosaic": 12, "degrees": 0.0, "translate": 0.1, "scale": 0.5, "shear": 0.0,
+    "fliplr": 0.5,
+}
+
+SPEC = FamilySpec(
+    name="deimv2",
+    display_name="DEIMv2",
+    weight_prefix="LibreDEIMv2",
+    sizes=tuple(SIZES),
+    default_size="atto",
+    tasks={
+        "detect": TaskDecl(
+            loss_names=("mal", "bbox", "giou", "fgl", "ddf"),
+            loss_gains={"mal": 1.0, "bbox": 5.0, "giou": 2.0, "fgl": 0.15, "ddf": 1.5},
+            default_imgsz=640,
+            imgsz_by_size={name: size.imgsz for name, size in SIZES.items() if size.imgsz != 640},
+            inference_capture=False,  # no parity row yet (GPU)
+            train_capture=False,
+            half_weights=False,
+            recipe=RECIPE,
+            recipe_shares={"warmup_epochs": 0.3, "close_mosaic": 0.3},
+            dynamic_imgsz=False,
+            dynamic_imgsz_note="its decoder reads anchor buffers built for one input size and lays out the "
+                               "deformable attention's per-level sampling from feature-map sizes read as Python "
+                               "numbers, which the trace freezes at the export's imgsz",
+        ),
+    },
+    implementation=_implementation,
+    stride=32,
+    ddp_autospawn=True,
+    sync_bn_default=False,
+    summary="DEIM with DINOv3-style ViT (s-x) or tiny HGNetv2 (atto-n) backbones and an RMSNorm decoder; "
+            "Hungarian matching, NMS-free",
+)

@@ -1,0 +1,1 @@
+"""D-FINE: a DETR whose decoder refines boxes as edge-offset distributions (fine-grained distribution refinement)."""

@@ -1,0 +1,57 @@
+"""RT-DETRv4's declaration: data only (no torch import), read by the registry and the CLI."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ...contract.spec import FamilySpec, TaskDecl
+
+if TYPE_CHECKING:
+    from ...contract.family import Family
+
+
+def _implementation() -> type[Family]:
+    from .family import RTDETRv4Family
+
+    return RTDETRv4Family
+
+
+# Upstream LibreYOLO's RT-DETRv4 recipe (its RTDETRv4Config: DEIM's with lr 5e-4, weight decay
+# 1.25e-4, 58 epochs), as TrainConfig values; see families/deim/spec.py for how DEIM's schedule
+# and augmentation map onto ours. The per-size backbone learning rate is in the parameter groups.
+RECIPE: dict[str, object] = {
+    "epochs": 58, "optimizer": "AdamW", "lr0": 5e-4, "lrf": 0.5, "cos_lr": True, "momentum": 0.9,
+    "weight_decay": 1.25e-4, "nbs": 16, "warmup_epochs": 2.0, "max_grad_norm": 0.1, "amp": False,
+    "mosaic": 0.5, "close_mosaic": 12, "degrees": 0.0, "translate": 0.1, "scale": 0.5, "shear": 0.0,
+    "fliplr": 0.5,
+}
+
+SPEC = FamilySpec(
+    name="rtdetrv4",
+    display_name="RT-DETRv4",
+    weight_prefix="LibreRTDETRv4",
+    sizes=("s", "m", "l", "x"),
+    default_size="s",
+    tasks={
+        "detect": TaskDecl(
+            loss_names=("mal", "bbox", "giou", "fgl", "ddf"),
+            loss_gains={"mal": 1.0, "bbox": 5.0, "giou": 2.0, "fgl": 0.15, "ddf": 1.5},
+            default_imgsz=640,
+            inference_capture=False,  # no parity row yet (GPU)
+            train_capture=False,
+            half_weights=False,
+            recipe=RECIPE,
+            recipe_shares={"warmup_epochs": 0.3, "close_mosaic": 0.3},
+            dynamic_imgsz=False,
+            dynamic_imgsz_note="its decoder reads anchor buffers built for one input size and lays out the "
+                               "deformable attention's per-level sampling from feature-map sizes read as Python "
+                               "numbers, which the trace freezes at the export's imgsz",
+        ),
+    },
+    implementation=_implementation,
+    stride=32,
+    ddp_autospawn=True,
+    sync_bn_default=False,
+    summary="D-FINE's layout with SiLU, trained as DEIM (upstream's RT-DETRv4 students); Hungarian matching, "
+            "NMS-free",
+)

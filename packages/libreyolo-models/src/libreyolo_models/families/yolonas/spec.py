@@ -1,0 +1,60 @@
+"""YOLO-NAS's declaration: data only (no torch import), read by the registry and the CLI."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ...contract.spec import SHORT_RUN_SHARES, FamilySpec, TaskDecl
+
+if TYPE_CHECKING:
+    from ...contract.family import Family
+
+
+def _implementation() -> type[Family]:
+    from .family import YoloNasFamily
+
+    return YoloNasFamily
+
+
+# Upstream LibreYOLO's YOLO-NAS recipe (its YOLONASConfig, after SuperGradients' COCO recipe) as
+# TrainConfig values: AdamW at lr 5e-4 with decay 1e-5 for batches of 16 (nbs), cosine down to 10 %
+# after one warmup epoch that starts near 0 for every group (warmup_bias_lr 0: AdamW, no YOLO-style
+# bias warmup), no mosaic, translation 0.25, scale +/- 0.5, flips, HSV jitter, fp32 (amp off), 300
+# epochs, gradients unclipped (max_grad_norm 0: upstream does not clip). What TrainConfig cannot say
+# (mixup at 0.5, EMA decay 0.9997, the HSV probability 0.5) is listed in docs/families/yolonas.md.
+# The loss is a per-target mean (see loss.py): AdamW's steps do not depend on its scale, so the
+# learning rate carries over unchanged.
+RECIPE: dict[str, object] = {
+    "epochs": 300, "optimizer": "AdamW", "lr0": 5e-4, "nbs": 16, "momentum": 0.9, "weight_decay": 1e-5,
+    "cos_lr": True, "lrf": 0.1, "warmup_epochs": 1.0, "warmup_bias_lr": 0.0, "warmup_momentum": 0.9,
+    "mosaic": 0.0, "close_mosaic": 0, "degrees": 0.0, "translate": 0.25, "scale": 0.5, "shear": 0.0,
+    "fliplr": 0.5, "amp": False, "max_grad_norm": 0.0,
+}
+
+SPEC = FamilySpec(
+    name="yolonas",
+    display_name="YOLO-NAS",
+    weight_prefix="LibreYOLONAS",
+    sizes=("s", "m", "l"),
+    default_size="s",
+    tasks={
+        "detect": TaskDecl(
+            loss_names=("cls", "iou", "dfl"),
+            loss_gains={"cls": 1.0, "iou": 2.5, "dfl": 0.5},  # upstream's (PP-YOLOE's) weights
+            default_imgsz=640,
+            # Not verified on a GPU yet: no parity row (docs/parity-matrix.md) for YOLO-NAS.
+            inference_capture=False,
+            train_capture=False,
+            # QARepVGG branches and every BatchNorm fold into single convolutions on the inference
+            # copy: tests/test_yolonas_family.py holds fused detections to the unfused ones.
+            inference_fuse=True,
+            recipe=RECIPE,
+            recipe_shares=SHORT_RUN_SHARES,
+        ),
+    },
+    implementation=_implementation,
+    stride=32,
+    ddp_autospawn=True,
+    sync_bn_default=True,
+    summary="QARepVGG detector (YOLO-NAS), PAN neck, DFL heads; task-aligned assignment, varifocal loss",
+)
