@@ -34,6 +34,7 @@ from .settings import PredictConfig
 from .zoo.building import resolve_source
 
 if TYPE_CHECKING:
+    from .benchmark import BenchmarkResult
     from .tasks import Task
     from .tasks.results import Results
     from .track.session import TrackSession
@@ -426,12 +427,13 @@ class LibreYOLO:
         self._guard.refuse_while_training("export")
         return export_model(self._model, options)
 
-    def benchmark(self, **options: Any) -> Any:
+    def benchmark(self, **options: Any) -> BenchmarkResult:
         """Export to every format this machine runs and measure each: size, batch-1 latency and
         ``val`` metrics on ``data`` (default ``shapes``); see ``benchmark.BenchmarkConfig``.
         Returns a ``BenchmarkResult`` (``.rows``, ``.table()``)."""
         from .benchmark import run_benchmark
 
+        self._guard.refuse_while_training("benchmark")
         return run_benchmark(self._model, options)
 
     # ----------------------------------------------------------------- CUDA graphs
