@@ -37,10 +37,23 @@ def assert_same_detections(expected: torch.Tensor, got: torch.Tensor, *, iou: fl
         assert close[i, j].item() <= score, f"detection {i}: scores differ by {close[i, j].item():.2e}"
 
 
+def assert_same_points(expected: torch.Tensor, got: torch.Tensor, *, score: float = 1e-3, distance: float = 0.05) -> None:
+    """One to one: every PyTorch point ``(x, y, class, score)`` has its own exported one of the
+    same class within ``distance`` pixels and ``score`` of its score."""
+    assert len(got) == len(expected), f"{len(got)} points, PyTorch has {len(expected)}"
+    used: set[int] = set()
+    for i, (x, y, cls, conf) in enumerate(expected.tolist()):
+        near = [j for j, (x2, y2, c2, s2) in enumerate(got.tolist()) if j not in used and c2 == cls
+                and abs(s2 - conf) <= score and ((x2 - x) ** 2 + (y2 - y) ** 2) ** 0.5 <= distance]
+        assert near, f"point {i} ({x:.2f}, {y:.2f}) of class {cls:g} has no exported twin"
+        used.add(near[0])
+
+
 def assert_same_results(ours: Sequence, theirs: Sequence, *, score: float = 1e-3) -> None:
     """Per image: detections as above; class probabilities within ``score`` and the same top-1
     (unless PyTorch's best two are closer than ``score``); semantic maps equal on >= 99.9% of the
-    pixels (an arg-max may flip where two logits tie to rounding)."""
+    pixels (an arg-max may flip where two logits tie to rounding); points one to one (class, within
+    0.05 px and ``score``); restored pictures within ``score`` per value."""
     assert len(ours) == len(theirs)
     for index, (a, b) in enumerate(zip(ours, theirs, strict=True)):
         if a.boxes is not None:
@@ -53,3 +66,8 @@ def assert_same_results(ours: Sequence, theirs: Sequence, *, score: float = 1e-3
         if a.masks is not None:
             agree = (a.masks.data == b.masks.data).float().mean().item()
             assert agree >= 0.999, f"image {index}: class maps agree on {agree:.4%} of the pixels"
+        if a.points is not None:
+            assert_same_points(a.points.data.cpu(), b.points.data.cpu(), score=score)
+        if a.image is not None:
+            gap = (a.image.data.float() - b.image.data.float()).abs().max().item()
+            assert gap <= score, f"image {index}: restored pictures differ by {gap:.2e}"

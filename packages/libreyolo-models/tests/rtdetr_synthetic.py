@@ -12,7 +12,7 @@ from torch import Tensor
 
 from libreyolo_models.layers.detr.denoising import build_denoising
 from libreyolo_models.layers.detr.set_loss import RTDETRLoss
-from libreyolo_models.layers.detr.targets import group_targets
+from libreyolo_models.layers.set_targets import group_targets
 
 NC, QUERIES, LAYERS, DENOISING = 3, 12, 2, 6
 GAINS = {"vfl": 1.0, "bbox": 5.0, "giou": 2.0}

@@ -16,9 +16,9 @@ from libreyolo_models.layers.boxes import xywh_to_xyxy
 from libreyolo_models.layers.detr.denoising import build_denoising
 from libreyolo_models.layers.detr.fdr import bbox2distance, distance2bbox, integral, weighting_function
 from libreyolo_models.layers.detr.fdr_loss import FDRLoss, union_matches
-from libreyolo_models.layers.detr.matcher import HungarianMatcher
 from libreyolo_models.layers.detr.set_terms import matchability_aware, varifocal
-from libreyolo_models.layers.detr.targets import group_targets
+from libreyolo_models.layers.hungarian import EPS_LOG, HungarianMatcher
+from libreyolo_models.layers.set_targets import group_targets
 
 UP, REG_SCALE = torch.tensor([0.5]), torch.tensor([4.0])
 GAINS = {"vfl": 1.0, "bbox": 5.0, "giou": 2.0, "fgl": 0.15, "ddf": 1.5}
@@ -136,7 +136,7 @@ def test_duplicate_boxes_get_distinct_queries_and_uneven_counts_train_every_term
     targets = group_targets(ROWS, 2, 3)
     logits = torch.cat((outputs["logits"], outputs["pre_logits"][None], outputs["enc_logits"][None])).detach()
     boxes = torch.cat((outputs["boxes"], outputs["pre_boxes"][None], outputs["enc_boxes"][None])).detach()
-    for per_image in HungarianMatcher()(logits, boxes, targets):
+    for per_image in HungarianMatcher(log_eps=EPS_LOG)(logits, boxes, targets):
         assert len(per_image[0][0]) == 0                              # no box in image 0: no match
         queries, gts = per_image[1]
         assert sorted(gts.tolist()) == [0, 1, 2] and len(set(queries.tolist())) == 3  # 6 queries, 3 boxes
@@ -178,7 +178,7 @@ def test_deimv2_late_matching_ranks_by_score_times_iou_to_the_fourth() -> None:
     truth = group_targets(torch.tensor([[0, 0, 0.5, 0.5, 0.4, 0.4]]), 1, 2)
     boxes = torch.tensor([[[[0.62, 0.5, 0.4, 0.4], [0.5, 0.5, 0.38, 0.4]]]])
     logits = torch.tensor([[[[math.log(0.9 / 0.1), -5.0], [math.log(0.3 / 0.7), -5.0]]]])
-    matcher = HungarianMatcher()
+    matcher = HungarianMatcher(log_eps=EPS_LOG)
     assert matcher(logits, boxes, truth)[0][0][0].tolist() == [0]
     assert matcher(logits, boxes, truth, iou_order=4.0)[0][0][0].tolist() == [1]
     cost = matcher.cost(logits, boxes, torch.tensor([[0]]), truth.boxes[None], iou_order=4.0)[0, 0, :, 0]

@@ -5,10 +5,13 @@ the inference seam at batch 1 and 8 (dynamic batch) and, where the family declar
 ``dynamic_imgsz``, at a second, non-square size; ``predict`` on the sample image and 20 ``shapes``
 validation images (same classes, box IoU >= 0.99, scores / probabilities within 1e-3; class maps
 on >= 99.9% of pixels); ``val`` on a small slice of the task's ``shapes`` set within 0.005 of
-every headline metric. Models are untrained, biases spread (seeded) for detectors and
-classifiers so scores spread out and there are detections to compare (their mAP is near zero:
-tests-integration/test_export_gpu.py checks the mAP tolerance on a trained YOLOv9). YOLOv9 is
-checked in test_export.py, in more depth (fixed-batch chunks, refusals, metadata), not here.
+every headline metric. Models are untrained, biases spread (seeded) for detectors,
+classifiers and point models so scores spread out and there are detections to compare (their mAP
+is near zero: tests-integration/test_export_gpu.py checks the mAP tolerance on a trained YOLOv9).
+YOLOv9 is checked in test_export.py, in more depth (fixed-batch chunks, refusals, metadata), not
+here. A restoration model predicts on pictures that fit its tile (the PyTorch predictor tiles
+larger ones, an exported network runs them whole: compared with the untiled network instead).
+Families whose every task declares ``exportable=False`` (Depth Anything V2) need no case.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import pytest
 import torch
 import yaml
 from export_checks import assert_same_results
+from PIL import Image
 
 from libreyolo_models import SAMPLE_IMAGE, LibreYOLO, families
 
@@ -29,10 +33,10 @@ CASES = {"yolo9": ("t", 64), "yolox": ("n", 64), "rtdetr": ("r18", 128), "segfor
          "resnet": ("18", 64), "efficientnetv2": ("b0", 64), "convnext": ("tiny", 64), "mobilenetv4": ("small", 64),
          "yolo9_e2e": ("t", 64), "damoyolo": ("ns", 64), "yolo7": ("tiny", 64), "rfdetr": ("n", 64), "ec": ("s", 64),
          "dfine": ("n", 128), "deim": ("n", 128), "rtdetrv4": ("s", 128), "rtdetrv2": ("r18", 128),
-         "deimv2": ("atto", 128), "yolonas": ("s", 64), "picodet": ("s", 64)}
+         "deimv2": ("atto", 128), "yolonas": ("s", 64), "picodet": ("s", 64), "fomo": ("035", 64), "nafnet": ("t", 256)}
 FORMATS = ("onnx", "torchscript", "openvino")
 # Over ~10 s on an idle 2-core CPU (export of a big graph, or 21 images at 128 px through a DETR).
-SLOW = {"rtdetr", "convnext", "rfdetr", "ec", "dfine", "deim", "rtdetrv4", "rtdetrv2", "deimv2"}
+SLOW = {"rtdetr", "convnext", "rfdetr", "ec", "dfine", "deim", "rtdetrv4", "rtdetrv2", "deimv2", "nafnet"}
 # Families whose network code another case exports in every format (D-FINE's for DEIM and
 # RT-DETRv4, RT-DETR's for RT-DETRv2): ONNX only, to keep the suite's time.
 ONNX_ONLY = {"deim": "dfine", "rtdetrv4": "dfine", "rtdetrv2": "rtdetr"}
@@ -48,8 +52,10 @@ def _case(family: str, fmt: str) -> object:
 
 def test_every_registered_family_has_an_export_case() -> None:
     """A family that lands without a line here fails, so it cannot skip the export check."""
-    missing = sorted(set(families()) - set(CASES))
+    exportable = {name for name, spec in families().items() if any(t.exportable for t in spec.tasks.values())}
+    missing = sorted(exportable - set(CASES))
     assert not missing, f"add export cases (or exportable=False with a reason) for {missing}"
+    assert all(t.export_note for name in set(families()) - exportable for t in families()[name].tasks.values())
 
 
 @pytest.fixture(scope="module")
@@ -58,23 +64,28 @@ def datasets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     val slices of 20 / 8 / 8 images for detect / classify (their crops) / semantic."""
     from libreyolo_models.data.shapes import generate_shapes
     from libreyolo_models.tasks.classify.shapes_cls import generate_shapes_cls
+    from libreyolo_models.tasks.point.shapes_point import generate_shapes_point
+    from libreyolo_models.tasks.restore.shapes_restore import generate_shapes_restore
     from libreyolo_models.tasks.semantic.shapes_seg import generate_shapes_seg
 
     root = tmp_path_factory.mktemp("export-data")
-    for name, generate, val in (("detect", generate_shapes, 20), ("classify", generate_shapes_cls, 8),
-                                ("semantic", generate_shapes_seg, 8)):
+    generators = (("detect", generate_shapes, 20), ("classify", generate_shapes_cls, 8),
+                  ("semantic", generate_shapes_seg, 8), ("point", generate_shapes_point, 8),
+                  ("restore", generate_shapes_restore, 8))
+    for name, generate, val in generators:
         (root / name).mkdir()
         generate(root / name, split_sizes={"train": 1, "val": val})
-    return {name: root / name / "data.yaml" for name in ("detect", "classify", "semantic")}
+    return {name: root / name / "data.yaml" for name, _, _ in generators}
 
 
 def build(family: str, data: Path) -> LibreYOLO:
     size, imgsz = CASES[family]
-    names = yaml.safe_load(data.read_text())["names"]
+    names = yaml.safe_load(data.read_text()).get("names")  # a restoration set has none
     torch.manual_seed(0)
-    model = LibreYOLO(family=family, size=size, names=list(names.values() if isinstance(names, dict) else names),
-                      imgsz=imgsz).eval()
-    if model.task != "semantic":  # SegFormer's own init already predicts several classes
+    model = LibreYOLO(family=family, size=size, imgsz=imgsz,
+                      names=None if names is None else list(names.values() if isinstance(names, dict) else names)
+                      ).eval()
+    if model.task not in ("semantic", "restore"):  # SegFormer's own init already predicts several classes
         with torch.no_grad():
             for name, param in model.net.named_parameters():
                 if name.endswith("bias"):
@@ -116,14 +127,20 @@ def test_export_matches_pytorch(family: str, fmt: str, datasets: dict[str, Path]
     for batch, h, w in shapes:
         images = torch.rand(batch, 3, h, w, generator=torch.Generator().manual_seed(batch))
         with torch.no_grad():
-            expected = model.inference_forward(images)
+            tiled = model.task == "restore" and max(h, w) > imgsz  # PyTorch tiles; the export runs it whole
+            expected = model.net(images) if tiled else model.inference_forward(images)
         assert_same_seam(family, expected, runtime.inference_forward(images))
 
-    sources = [SAMPLE_IMAGE, *sorted((datasets["detect"].parent / "images" / "val").glob("*"))]
-    assert len(sources) == 21
+    if model.task == "restore":  # the inputs that fit one tile
+        sources = [p for p in sorted((datasets[task].parent / "val" / "input").glob("*.png"))
+                   if max(Image.open(p).size) <= imgsz]
+        assert len(sources) >= 2
+    else:
+        sources = [SAMPLE_IMAGE, *sorted((datasets["detect"].parent / "images" / "val").glob("*"))]
+        assert len(sources) == 21
     ours = model.predict(sources, conf=0.01, batch=8)
-    if model.task == "detect":
-        assert sum(len(r.boxes) for r in ours) >= 21, "too few detections to compare anything"
+    if model.task in ("detect", "point"):
+        assert sum(len(r) for r in ours) >= 21, "too few detections to compare anything"
     assert_same_results(ours, runtime.predict(sources, conf=0.01, batch=8))
 
     options = {"data": str(datasets[task]), "batch": 8, "conf": 0.001, "workers": 0, "verbose": False}

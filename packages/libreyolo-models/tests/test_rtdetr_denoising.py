@@ -9,7 +9,7 @@ import torch
 from libreyolo_models.layers.boxes import xywh_to_xyxy
 from libreyolo_models.layers.detr.anchors import inverse_sigmoid
 from libreyolo_models.layers.detr.denoising import build_denoising
-from libreyolo_models.layers.detr.targets import group_targets
+from libreyolo_models.layers.set_targets import group_targets
 
 NC, Q = 4, 10
 

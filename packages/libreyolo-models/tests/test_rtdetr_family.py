@@ -18,7 +18,7 @@ from libreyolo_models import (
     LossContext,
     UnknownFamilyError,
 )
-from libreyolo_models.layers.detr.postprocess import postprocess
+from libreyolo_models.layers.set_postprocess import topk_detections
 from libreyolo_models.zoo.registry import parse_model_name
 
 
@@ -67,13 +67,13 @@ def test_postprocess_ranks_query_class_pairs_without_nms() -> None:
     pred = torch.zeros(1, 3, 4 + 2)
     pred[0, :, :4] = torch.tensor([[0, 0, 10, 10], [0, 0, 10, 10], [5, 5, 20, 20]], dtype=torch.float32)
     pred[0, :, 4:] = torch.tensor([[0.9, 0.8], [0.7, 0.1], [0.2, 0.6]])
-    det = postprocess(pred, conf=0.5, max_det=10)[0]
+    det = topk_detections(pred, conf=0.5, max_det=10)[0]
     # Overlapping boxes both survive (no NMS) and query 0 reports two classes.
     assert det[:, 4].tolist() == pytest.approx([0.9, 0.8, 0.7, 0.6])
     assert det[:, 5].tolist() == [0, 1, 0, 1]
     assert det[3, :4].tolist() == [5, 5, 20, 20]
-    assert len(postprocess(pred, conf=0.5, max_det=2)[0]) == 2
-    only_b = postprocess(pred, conf=0.0, max_det=10, classes=[1])[0]
+    assert len(topk_detections(pred, conf=0.5, max_det=2)[0]) == 2
+    only_b = topk_detections(pred, conf=0.0, max_det=10, classes=[1])[0]
     assert set(only_b[:, 5].tolist()) == {1.0} and len(only_b) == 3
 
 

@@ -19,7 +19,7 @@ from rtdetr_synthetic import (
 
 from libreyolo_models.layers.detr.denoising import build_denoising
 from libreyolo_models.layers.detr.set_loss import RTDETRLoss
-from libreyolo_models.layers.detr.targets import group_targets
+from libreyolo_models.layers.set_targets import group_targets
 
 L = 2
 

@@ -98,6 +98,18 @@ def test_single_cls_and_fraction_change_what_the_task_reads(mixed_shapes) -> Non
         OptionedTask(LibreYOLO("LibreMobileNetV4small.yaml").task_spec, single_cls=True)
 
 
+def test_fraction_keeps_each_image_with_its_mask(tmp_path) -> None:
+    from libreyolo_models.tasks import get_task
+    from libreyolo_models.tasks.semantic.shapes_seg import generate_shapes_seg
+
+    generate_shapes_seg(tmp_path, split_sizes={"train": 8, "val": 1})
+    task = OptionedTask(get_task("semantic"), fraction=0.5, seed=0)
+    data = task.load_data(str(tmp_path / "data.yaml"))
+    half = task.load_split(data, "train")
+    assert len(half) == len(half.masks) == len(half.sizes) == 4
+    assert all(i.stem == m.stem for i, m in zip(half.images, half.masks, strict=True))
+
+
 def test_rect_samples_sit_on_their_own_rectangle_with_their_boxes(mixed_shapes, tmp_path) -> None:
     index = load_split(str(mixed_shapes), "val")
     cache = open_image_cache(index.images, 128, mode="ram")

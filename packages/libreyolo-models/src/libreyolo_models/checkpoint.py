@@ -107,11 +107,12 @@ def _check_container(path: Path) -> None:
 
 
 def extract_state_dict(ckpt: Mapping[str, Any], source: str) -> dict[str, torch.Tensor]:
-    """The network weights in a checkpoint: ``model``, else ``state_dict``, else the dict itself.
+    """The network weights in a checkpoint: ``model``, else ``state_dict``, else ``params`` (BasicSR's
+    files: the official NAFNet weights), else the dict itself.
 
     Strips a DDP ``module.`` prefix; a family maps its own legacy key names (``remap_state``).
     """
-    state = ckpt.get("model", ckpt.get("state_dict", ckpt))
+    state = ckpt.get("model", ckpt.get("state_dict", ckpt.get("params", ckpt)))
     if not isinstance(state, Mapping) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise CheckpointError(f"{source}: no state dict found (expected a 'model' entry of tensors)")
     return {key.removeprefix("module."): value for key, value in state.items()}

@@ -25,8 +25,8 @@ from torch import Tensor, nn
 
 from ..errors import CheckpointError, ConfigError
 from ..layers.detr.denoising import DenoisingQueries, build_denoising
-from ..layers.detr.postprocess import postprocess
-from ..layers.detr.targets import GroupedTargets, group_targets
+from ..layers.set_postprocess import topk_detections
+from ..layers.set_targets import GroupedTargets, group_targets
 from ..layers.targets import random_box_targets
 from .family import NORM_TYPES, Family, LossContext, LossResult
 from .spec import FamilySpec
@@ -140,7 +140,7 @@ class DETRFamily(Family):
     def postprocess(self, outputs: Tensor, options: Any) -> list[Tensor]:
         """Top ``max_det`` (query, class) pairs per image above ``conf``; no NMS (``iou`` and
         ``agnostic`` do not apply to a set predictor)."""
-        return postprocess(outputs, conf=options.conf, max_det=options.max_det, classes=options.classes)
+        return topk_detections(outputs, conf=options.conf, max_det=options.max_det, classes=options.classes)
 
     def sample_targets(self, batch: int, imgsz: int, generator: torch.Generator) -> Tensor:
         return random_box_targets(batch, self.nc, generator)

@@ -67,6 +67,12 @@ class AugmentConfig:
                 raise ConfigError(f"augmentation option {f.name}={value} is outside [{low}, {high}] "
                                   f"({meaning}); use a value in that range")
 
+    def unused(self, honoured: frozenset[str]) -> list[str]:
+        """``name=value`` of each setting that is on (not 0) but not in ``honoured``: what a task
+        that applies only some augmentations warns about."""
+        return [f"{f.name}={getattr(self, f.name):g}" for f in fields(self)
+                if f.name not in honoured and getattr(self, f.name) != 0]
+
     @classmethod
     def off(cls) -> AugmentConfig:
         """No augmentation at all: every sample is its letterboxed image, unchanged."""

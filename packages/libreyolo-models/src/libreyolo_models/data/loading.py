@@ -1,14 +1,18 @@
 """What every task's batch pipelines share: the ``gpu_augment`` choice, per-epoch shuffle seeds,
-and handing batches over from a side stream one ahead of the training step."""
+a training loader reseeded per epoch, and handing batches over from a side stream one ahead of
+the training step."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Protocol, TypeVar
+from collections.abc import Callable, Iterable, Iterator, Sequence, Sized
+from typing import Any, Protocol, TypeVar, cast
 
 import numpy as np
 import torch
 from torch import Tensor
+from torch.utils.data import Dataset, RandomSampler
+
+import libreyolo_ddp
 
 from ..errors import ConfigError
 from .errors import DataConfigError
@@ -51,6 +55,54 @@ def smaller_than_a_batch(name: str, n_images: int, batch_size: int, world_size: 
 def shuffle_seed(seed: int, rank: int, epoch: int) -> int:
     """The sampler seed of one rank's epoch: distinct per (seed, rank, epoch), the same on every run."""
     return int(np.random.SeedSequence([seed, rank, epoch]).generate_state(1)[0])
+
+
+class EpochLoader:
+    """One rank's training DataLoader whose shuffle and per-sample draws follow the epoch.
+
+    ``make_dataset(rank, epoch_state)`` builds the dataset; ``epoch_state`` is a shared
+    ``int64 [1]`` tensor holding the current epoch, which workers read to seed each sample's
+    draws (``augment_draws.sample_rng``). ``set_epoch`` sets it and reseeds the shuffle, so an
+    epoch's batches depend on (seed, rank, epoch) only. Distributed, the sampler is the DDP one.
+
+    Raises:
+        ConfigError: a bad seed, or fewer items than one batch on each rank (naming ``what``).
+    """
+
+    def __init__(self, make_dataset: Callable[[int, Tensor], Dataset], *, what: str, batch_size: int, workers: int,
+                 seed: int, collate_fn: Callable[[Any], Any], pin_memory: bool) -> None:
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise ConfigError(f"seed={seed!r} must be a non-negative integer (e.g. seed=0)")
+        env = libreyolo_ddp.dist_env()
+        self._seed, self._rank = seed, env.rank
+        self._state = torch.tensor([0], dtype=torch.int64).share_memory_()
+        dataset = make_dataset(env.rank, self._state)
+        n = len(cast(Sized, dataset))  # map-style datasets have a length; torch's Dataset type does not say so
+        self._shuffle = torch.Generator()
+        self._shuffle.manual_seed(shuffle_seed(seed, env.rank, 0))
+        distributed = libreyolo_ddp.is_dist_initialized() and env.world_size > 1
+        self._loader = libreyolo_ddp.build_dataloader(
+            dataset, batch_size=batch_size, shuffle=True, workers=workers, seed=seed, collate_fn=collate_fn,
+            drop_last=True, pin_memory=pin_memory,
+            sampler=None if distributed else RandomSampler(cast(Sized, dataset), generator=self._shuffle))
+        if len(self._loader) == 0:
+            raise ConfigError(f"the training split has {n} {what}, fewer than one batch of {batch_size} on each of "
+                              f"{env.world_size} rank(s); lower batch to at most {max(1, n // env.world_size)} or "
+                              f"add {what}")
+
+    def set_epoch(self, epoch: int) -> None:
+        """Reseed the shuffle and the draws for ``epoch``."""
+        if epoch < 0:
+            raise ConfigError(f"epoch={epoch} must be >= 0")
+        self._state.fill_(epoch)
+        self._shuffle.manual_seed(shuffle_seed(self._seed, self._rank, epoch))
+        libreyolo_ddp.set_loader_epoch(self._loader, epoch)
+
+    def __len__(self) -> int:
+        return len(self._loader)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._loader)
 
 
 def one_ahead_on_side_stream(batches: Iterable[T], prepare: Callable[[T], B],

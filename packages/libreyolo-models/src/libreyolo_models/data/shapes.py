@@ -32,7 +32,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -108,6 +108,29 @@ def generate_once(final: Path, generate: Callable[[Path], None]) -> Path:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return yaml_path
+
+
+def render_splits(dest: Path, sizes: Mapping[str, int], *, folders: Sequence[str],
+                  write: Callable[[str, int], None]) -> None:
+    """The generation loop of the bundled sets: make ``dest / folder`` for each ``folder`` pattern
+    (``"images/{split}"``) of each split, then ``write(split, index)`` every image, on a thread pool
+    (NumPy and PIL release the GIL for most of the work; each image draws from its own generator, so
+    the order does not matter).
+
+    Raises:
+        ValueError: ``sizes`` names a split other than train and val.
+    """
+    unknown = set(sizes) - set(SPLIT_SIZES)
+    if unknown:
+        raise ValueError(f"split_sizes has unknown split(s) {sorted(unknown)}; use {sorted(SPLIT_SIZES)}")
+    jobs = []
+    for split, count in sizes.items():
+        for folder in folders:
+            (dest / folder.format(split=split)).mkdir(parents=True)
+        jobs += [(split, index) for index in range(count)]
+    with ThreadPoolExecutor() as pool:
+        for _ in pool.map(lambda job: write(*job), jobs):
+            pass
 
 
 def generate_shapes(dest: Path, *, yaml_root: Path | None = None,

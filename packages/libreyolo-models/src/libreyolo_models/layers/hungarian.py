@@ -4,7 +4,9 @@ Every ground truth gets exactly one query, chosen to minimise the image's total 
 ``cost_class * class + cost_bbox * L1 + cost_giou * (-GIoU)``; the other queries are background.
 The class cost is the focal-loss difference between predicting the ground truth's class and not
 predicting it. Group DETR (RF-DETR) trains several independent query groups at once: each group is
-matched on its own, so each ground truth gets one query per group.
+matched on its own, so each ground truth gets one query per group. DEIMv2 switches late in
+training to ``-p * IoU**order``, which ranks by how well a query already fits (score and overlap
+together). One matcher serves every set predictor here (RT-DETR's kit, D-FINE's, RF-DETR, EC).
 
 The cost matrices of a whole step are computed batched on the device and copied to the host once;
 ``scipy.optimize.linear_sum_assignment`` then solves one image and group at a time.
@@ -20,7 +22,7 @@ import torch.nn.functional as F
 from scipy.optimize import linear_sum_assignment
 from torch import Tensor
 
-from .boxes import xywh_to_xyxy
+from .boxes import aligned_iou, xywh_to_xyxy
 from .giou import generalized_iou
 from .set_targets import GroupedTargets
 
@@ -30,6 +32,10 @@ Match = tuple[np.ndarray, np.ndarray]
 """``(query indices, ground-truth indices)`` of one image, int64, equal lengths."""
 
 EMPTY_MATCH: Match = (np.zeros(0, np.int64), np.zeros(0, np.int64))
+
+EPS_LOG = 1e-8
+"""The ``log(p + eps)`` of the RT-DETR / D-FINE lineage's class cost (the kit's families and EC);
+RF-DETR takes exact log-sigmoids (``log_eps=None``)."""
 
 
 class HungarianMatcher:
@@ -54,13 +60,15 @@ class HungarianMatcher:
         self._warned = False
 
     @torch.no_grad()
-    def cost(self, logits: Tensor, boxes: Tensor, gt_labels: Tensor, gt_boxes: Tensor) -> Tensor:
+    def cost(self, logits: Tensor, boxes: Tensor, gt_labels: Tensor, gt_boxes: Tensor, *,
+             iou_order: float | None = None) -> Tensor:
         """Cost of every query against every ground truth of its own image.
 
         Args:
             logits: ``[S, B, Q, C]`` raw class logits of ``S`` prediction sets.
             boxes: ``[S, B, Q, 4]`` cx, cy, w, h in [0, 1].
             gt_labels: ``int64 [B, G]`` (any valid class on padding). gt_boxes: ``[B, G, 4]`` cx, cy, w, h.
+            iou_order: DEIMv2's late-training cost ``-p * IoU**iou_order`` instead of the weighted sum.
 
         Returns:
             ``float32 [S, B, Q, G]``, on the predictions' device.
@@ -69,19 +77,22 @@ class HungarianMatcher:
         g = gt_labels.shape[1]
         x = logits.float().gather(-1, gt_labels[None, :, None, :].expand(s, b, q, g))
         prob = x.sigmoid()
+        pred = boxes.float()[:, :, :, None]          # [S, B, Q, 1, 4]
+        gt = gt_boxes.float()[None, :, None]          # [1, B, 1, G, 4]
+        if iou_order is not None:
+            return -prob * aligned_iou(xywh_to_xyxy(pred), xywh_to_xyxy(gt)).pow(iou_order)
         if self.log_eps is None:
             log_pos, log_neg = F.logsigmoid(x), F.logsigmoid(-x)
         else:
             log_pos, log_neg = (prob + self.log_eps).log(), (1 - prob + self.log_eps).log()
         positive = self.alpha * (1 - prob) ** self.gamma * -log_pos
         negative = (1 - self.alpha) * prob**self.gamma * -log_neg
-        pred = boxes.float()[:, :, :, None]          # [S, B, Q, 1, 4]
-        gt = gt_boxes.float()[None, :, None]          # [1, B, 1, G, 4]
         l1 = (pred - gt).abs().sum(-1)
         giou = generalized_iou(xywh_to_xyxy(pred), xywh_to_xyxy(gt))
         return self.cost_class * (positive - negative) + self.cost_bbox * l1 - self.cost_giou * giou
 
-    def __call__(self, logits: Tensor, boxes: Tensor, targets: GroupedTargets, groups: int = 1) -> list[list[Match]]:
+    def __call__(self, logits: Tensor, boxes: Tensor, targets: GroupedTargets, groups: int = 1, *,
+                 iou_order: float | None = None) -> list[list[Match]]:
         """Matches of each of ``S`` prediction sets (``[S, B, Q, ...]``) for each image: ``[S][B]``.
 
         With ``groups > 1`` the queries are ``groups`` consecutive blocks of ``Q / groups``, each
@@ -89,7 +100,8 @@ class HungarianMatcher:
 
         A cost that is NaN or infinite (a diverging network) is replaced by one larger than every
         finite cost of its matrix, as upstream does, and logged once: such a query is matched
-        last, and the loss (which reads the same outputs) shows the divergence.
+        last, and the loss (which reads the same outputs) is non-finite too, so the trainer skips
+        the step and stops the run if it keeps happening (``train/divergence.py``).
         """
         sets, batch, queries = logits.shape[:3]
         if groups < 1 or queries % groups:
@@ -99,7 +111,7 @@ class HungarianMatcher:
         labels, gt_boxes, _ = targets.padded(pad_label=0)
         device = logits.device
         costs = self.cost(logits, boxes, labels.to(device, non_blocking=True),
-                          gt_boxes.to(device, non_blocking=True)).cpu().numpy()
+                          gt_boxes.to(device, non_blocking=True), iou_order=iou_order).cpu().numpy()
         per_group = queries // groups
         matches: list[list[Match]] = []
         for s in range(sets):

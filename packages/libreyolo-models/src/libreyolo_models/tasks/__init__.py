@@ -7,11 +7,15 @@ from ..config import suggest
 from ..errors import ConfigError
 from .base import EvalSettings, Prepared, Task, TaskMetrics
 from .classify.task import ClassifyOptions, ClassifyTask
+from .depth.task import DepthTask
 from .detect.task import DetectOptions, DetectTask
+from .point.task import PointOptions, PointTask
+from .restore.task import RestoreTask
 from .results import RESULTS_FIELDS
 from .semantic.task import SemanticTask
 
-TASKS: dict[str, Task] = {task.name: task for task in (DetectTask(), SemanticTask(), ClassifyTask())}
+TASKS: dict[str, Task] = {task.name: task for task in (DetectTask(), SemanticTask(), ClassifyTask(), PointTask(),
+                                                          RestoreTask(), DepthTask())}
 RESULTS_FIELDS.update(task.results_field for task in TASKS.values())
 
 _extra: dict[str, Task] = {}
@@ -51,5 +55,6 @@ def get_task(name: str) -> Task:
     return table[name]
 
 
-__all__ = ["TASKS", "ClassifyOptions", "ClassifyTask", "DetectOptions", "DetectTask", "EvalSettings", "Prepared",
-           "SemanticTask", "Task", "TaskMetrics", "get_task", "register_task", "tasks", "unregister_task"]
+__all__ = ["TASKS", "ClassifyOptions", "ClassifyTask", "DepthTask", "DetectOptions", "DetectTask", "EvalSettings",
+           "PointOptions", "PointTask", "Prepared", "RestoreTask", "SemanticTask", "Task", "TaskMetrics", "get_task",
+           "register_task", "tasks", "unregister_task"]

@@ -21,6 +21,7 @@ from torch import Tensor
 from ..layers.boxes import xywh_to_xyxy
 from .curves import RECALL_POINTS, THRESHOLDS, ClassCurves
 from .drawing import draw_detections
+from .point.points import Points
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -119,15 +120,17 @@ def plot_labels(labels: list[np.ndarray], names: Mapping[int, str], path: Path) 
 def plot_batch(images: Tensor, targets: Tensor | None, names: Mapping[int, str], path: Path, *,
                max_images: int = 16) -> Path:
     """A grid of the first ``max_images`` of a batch (``float [B, 3, S, S]`` in [0, 1]) with their
-    target boxes (``[M, 6]`` rows: image index, class, cx, cy, w, h normalised) drawn on, as the
-    network sees them after augmentation. ``targets`` that are not box rows (masks) are skipped."""
+    target boxes (``[M, 6]`` rows: image index, class, cx, cy, w, h normalised) or points (``[M, 4]``
+    rows: image index, class, x, y normalised) drawn on, as the network sees them after
+    augmentation. ``targets`` of other kinds (masks, clean pictures) are skipped."""
     images = images[:max_images].detach().float().cpu()
     b, _, h, w = images.shape
     cols = math.ceil(math.sqrt(b))
     grid_rows = math.ceil(b / cols)
     canvas = np.full((grid_rows * h, cols * w, 3), 114, np.uint8)
-    boxes = targets.detach().float().cpu() if isinstance(targets, Tensor) and targets.ndim == 2 and \
-        targets.shape[-1] == 6 else None
+    rows = targets.detach().float().cpu() if isinstance(targets, Tensor) and targets.ndim == 2 else None
+    boxes = rows if rows is not None and rows.shape[-1] == 6 else None
+    points = rows if rows is not None and rows.shape[-1] == 4 else None
     scale = torch.tensor([w, h, w, h], dtype=torch.float32)
     for i in range(b):
         tile = (images[i].permute(1, 2, 0).clamp(0, 1) * 255 + 0.5).to(torch.uint8).numpy()
@@ -135,6 +138,11 @@ def plot_batch(images: Tensor, targets: Tensor | None, names: Mapping[int, str],
             rows = boxes[boxes[:, 0] == i]
             det = torch.cat((xywh_to_xyxy(rows[:, 2:6]) * scale, torch.ones(len(rows), 1), rows[:, 1:2]), 1)
             tile = draw_detections(tile, det, dict(names), conf=False, line_width=1)
+        if points is not None:
+            mine = points[points[:, 0] == i]
+            xy = mine[:, 2:4] * torch.tensor([w, h], dtype=torch.float32)
+            tile = Points(torch.cat((xy, mine[:, 1:2], torch.ones(len(mine), 1)), 1), (h, w)).plot(
+                tile, names, labels=True, conf=False)
         r, c = divmod(i, cols)
         canvas[r * h:(r + 1) * h, c * w:(c + 1) * w] = tile
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -148,12 +148,18 @@ class OptionedTask:
         return self._task.val_pipeline(index, **kwargs)
 
 
+# The per-item lists of the tasks' split records, cut together by ``fraction`` (an item is an
+# image, or an input/target pair): detect's labels, semantic's masks, point's points, restore's pairs.
+# A task whose split holds another per-item list adds its name here, or fraction= misaligns it.
+ITEM_FIELDS = ("images", "inputs", "labels", "masks", "points", "targets", "sizes")
+
+
 def take_fraction(index: Any, fraction: float, seed: int) -> Any:
     """A seeded random ``fraction`` of a split's images (at least one), in their original order."""
-    n = len(index.images)
+    n = len(index)
     keep = max(1, math.ceil(n * fraction))
     chosen = np.sort(np.random.default_rng(seed).permutation(n)[:keep])
     picked = {f.name: [getattr(index, f.name)[i] for i in chosen] for f in dataclasses.fields(index)
-              if f.name in ("images", "labels", "sizes")}
+              if f.name in ITEM_FIELDS}
     log.info("fraction=%g: training on %d of the %d images", fraction, keep, n)
     return dataclasses.replace(index, **picked)

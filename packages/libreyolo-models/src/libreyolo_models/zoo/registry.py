@@ -19,10 +19,13 @@ from ..families.convnext.spec import SPEC as CONVNEXT
 from ..families.damoyolo.spec import SPEC as DAMOYOLO
 from ..families.deim.spec import SPEC as DEIM
 from ..families.deimv2.spec import SPEC as DEIMV2
+from ..families.depthanything.spec import SPEC as DEPTHANYTHING
 from ..families.dfine.spec import SPEC as DFINE
 from ..families.ec.spec import SPEC as EC
 from ..families.efficientnetv2.spec import SPEC as EFFICIENTNETV2
+from ..families.fomo.spec import SPEC as FOMO
 from ..families.mobilenetv4.spec import SPEC as MOBILENETV4
+from ..families.nafnet.spec import SPEC as NAFNET
 from ..families.picodet.spec import SPEC as PICODET
 from ..families.resnet.spec import SPEC as RESNET
 from ..families.rfdetr.spec import SPEC as RFDETR
@@ -40,7 +43,8 @@ from ..families.yolox.spec import SPEC as YOLOX
 BUILTIN: dict[str, FamilySpec] = {spec.name: spec for spec in (YOLO9, YOLOX, RTMDET, RTDETR, SEGFORMER, RESNET,
                                                                 EFFICIENTNETV2, CONVNEXT, MOBILENETV4, YOLO9_E2E,
                                                                 DAMOYOLO, YOLO7, RFDETR, EC, DFINE, DEIM,
-                                                                RTDETRV4, RTDETRV2, DEIMV2, YOLONAS, PICODET)}
+                                                                RTDETRV4, RTDETRV2, DEIMV2, YOLONAS, PICODET,
+                                                                FOMO, NAFNET, DEPTHANYTHING)}
 
 _extra: dict[str, FamilySpec] = {}
 

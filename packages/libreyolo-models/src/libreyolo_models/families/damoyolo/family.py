@@ -3,20 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
-import torch
 from torch import Tensor, nn
 
-from ...contract.family import Family, LossContext, LossResult
-from ...contract.spec import FamilySpec
-from ...errors import CheckpointError
+from ...contract.detector import DetectorFamily, LossFn
+from ...contract.family import LossContext, LossResult
 from ...layers.conv import BN_EPS
 from ...layers.repconv import fold_rep_branches
-from ...layers.targets import random_box_targets
 from .loss import DamoYoloLoss
 from .nn import ARCHS, DamoYoloNet
-from .postprocess import postprocess
 
 _BN_KEYS = ("weight", "bias", "running_mean", "running_var")
 # Head width at stride 8 -> size, nano (reg_max 7: 32 box channels) and the others apart.
@@ -52,23 +47,15 @@ def fold_branch_layout(state: Mapping[str, Tensor]) -> dict[str, Tensor]:
     return out
 
 
-class DamoYoloFamily(Family):
-    """DAMO-YOLO detect, sizes ns/nm/nl/t/s/m/l."""
+class DamoYoloFamily(DetectorFamily):
+    """DAMO-YOLO detect, sizes ns/nm/nl/t/s/m/l (the detector defaults: seams, NMS, sample
+    targets; one candidate per prior, where upstream's ``multiclass_nms`` lets a prior enter once
+    per class above ``conf``)."""
 
-    def __init__(self, spec: FamilySpec, size: str, task: str, nc: int,
-                 imgsz: tuple[int, int] | None = None) -> None:
-        super().__init__(spec, size, task, nc, imgsz)
-        self._loss: DamoYoloLoss | None = None
+    head_key = "head.gfl_cls.0.weight"
 
     def build_network(self) -> nn.Module:
         return DamoYoloNet(self.size, self.nc)
-
-    @classmethod
-    def infer_nc(cls, state: Mapping[str, Tensor], task: str) -> int:
-        key = "head.gfl_cls.0.weight"
-        if key not in state:
-            raise CheckpointError(f"not a DAMO-YOLO detection state dict: {key!r} is missing")
-        return int(state[key].shape[0])
 
     @classmethod
     def infer_size(cls, state: Mapping[str, Tensor], task: str) -> str | None:
@@ -94,27 +81,11 @@ class DamoYoloFamily(Family):
     def head_prefixes(self) -> tuple[str, ...]:
         return ("head.gfl_cls.",)
 
-    # Graph seams -------------------------------------------------------------------------
-    def inference_forward(self, net: nn.Module, images: Tensor) -> Tensor:
-        """``[B, 3, H, W]`` RGB in [0, 1] -> ``predictions [B, 4 + nc, A]`` (all NMS needs)."""
-        return net(images)["predictions"]
-
-    def training_forward(self, net: nn.Module, images: Tensor) -> list[Tensor]:
-        """The network half: the three raw head maps, nothing data-dependent."""
-        return net.raw_outputs(images)  # type: ignore[operator]
+    # Loss --------------------------------------------------------------------------------
+    def make_loss(self, gains: Mapping[str, float]) -> LossFn:
+        return DamoYoloLoss(self.nc, ARCHS[self.size].reg_max, cls=gains["cls"], box=gains["box"], dfl=gains["dfl"])
 
     def compute_loss(self, outputs: list[Tensor], targets: Tensor, ctx: LossContext) -> LossResult:
-        gains = {**self.spec.task(self.task).loss_gains, **ctx.gains}
-        wanted = (gains["cls"], gains["box"], gains["dfl"])
-        if self._loss is None or self._loss.gains != wanted:
-            self._loss = DamoYoloLoss(self.nc, ARCHS[self.size].reg_max, cls=wanted[0], box=wanted[1], dfl=wanted[2])
-        total, items = self._loss([o.float() for o in outputs], targets, normalizer_sum=ctx.normalizer_sum,
-                                  world_size=ctx.world_size, global_batch=ctx.global_batch)
+        total, items = self.loss_for(ctx)([o.float() for o in outputs], targets, normalizer_sum=ctx.normalizer_sum,
+                                          world_size=ctx.world_size, global_batch=ctx.global_batch)
         return LossResult(total, items)
-
-    def postprocess(self, outputs: Tensor, options: Any) -> list[Tensor]:
-        return postprocess(outputs.float(), conf=options.conf, iou=options.iou, max_det=options.max_det,
-                           classes=options.classes, agnostic=options.agnostic)
-
-    def sample_targets(self, batch: int, imgsz: int, generator: torch.Generator) -> Tensor:
-        return random_box_targets(batch, self.nc, generator)

@@ -2,19 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ...contract.spec import SHORT_RUN_SHARES, FamilySpec, TaskDecl
-
-if TYPE_CHECKING:
-    from ...contract.family import Family
-
-
-def _implementation() -> type[Family]:
-    from .family import DamoYoloFamily
-
-    return DamoYoloFamily
-
 
 # Upstream's recipe (tinyvision configs, as upstream LibreYOLO's DAMOYOLOConfig restates them) in
 # TrainConfig's terms; translations in docs/families/damoyolo.md:
@@ -51,7 +39,7 @@ SPEC = FamilySpec(
             recipe_shares=SHORT_RUN_SHARES,
         ),
     },
-    implementation=_implementation,
+    implementation="libreyolo_models.families.damoyolo.family:DamoYoloFamily",
     stride=32,
     ddp_autospawn=True,
     sync_bn_default=True,

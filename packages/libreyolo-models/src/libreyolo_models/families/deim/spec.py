@@ -2,19 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ...contract.spec import FamilySpec, TaskDecl
-
-if TYPE_CHECKING:
-    from ...contract.family import Family
-
-
-def _implementation() -> type[Family]:
-    from .family import DEIMFamily
-
-    return DEIMFamily
-
 
 # Upstream LibreYOLO's DEIM recipe (its DEIMConfig), as TrainConfig values: AdamW at 4e-4 (beta1
 # 0.9), weight decay 1e-4 at a nominal batch of 16, 2 warmup epochs, clipping at 0.1, fp32, EMA.
@@ -53,7 +41,7 @@ SPEC = FamilySpec(
                                "numbers, which the trace freezes at the export's imgsz",
         ),
     },
-    implementation=_implementation,
+    implementation="libreyolo_models.families.deim.family:DEIMFamily",
     stride=32,
     ddp_autospawn=True,
     sync_bn_default=False,

@@ -2,20 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ...contract.spec import FamilySpec, TaskDecl
 from .sizes import SIZES
-
-if TYPE_CHECKING:
-    from ...contract.family import Family
-
-
-def _implementation() -> type[Family]:
-    from .family import DEIMv2Family
-
-    return DEIMv2Family
-
 
 # Upstream LibreYOLO's DEIMv2 recipes, as TrainConfig values. Upstream's differ by size (lr 2e-3
 # atto, 1.6e-3 femto/pico, 8e-4 n, 5e-4 s-x; weight decay 1e-4, 1.25e-4 for l/x); a recipe here is
@@ -53,7 +41,7 @@ SPEC = FamilySpec(
                                "numbers, which the trace freezes at the export's imgsz",
         ),
     },
-    implementation=_implementation,
+    implementation="libreyolo_models.families.deimv2.family:DEIMv2Family",
     stride=32,
     ddp_autospawn=True,
     sync_bn_default=False,

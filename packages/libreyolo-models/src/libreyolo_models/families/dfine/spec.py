@@ -2,19 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ...contract.spec import FamilySpec, TaskDecl
-
-if TYPE_CHECKING:
-    from ...contract.family import Family
-
-
-def _implementation() -> type[Family]:
-    from .family import DFINEFamily
-
-    return DFINEFamily
-
 
 # Upstream LibreYOLO's D-FINE recipe (its DFINEConfig), as TrainConfig values: AdamW at 2e-4
 # (beta1 0.9) with weight decay 1e-4 at a nominal batch of 16, 2 warmup epochs, gradients clipped
@@ -53,7 +41,7 @@ SPEC = FamilySpec(
                                "numbers, which the trace freezes at the export's imgsz",
         ),
     },
-    implementation=_implementation,
+    implementation="libreyolo_models.families.dfine.family:DFINEFamily",
     stride=32,
     ddp_autospawn=True,
     sync_bn_default=False,

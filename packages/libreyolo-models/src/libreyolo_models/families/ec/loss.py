@@ -34,7 +34,7 @@ from torch import Tensor
 
 from ...layers.boxes import aligned_iou, xywh_to_xyxy
 from ...layers.giou import generalized_iou
-from ...layers.hungarian import EMPTY_MATCH, HungarianMatcher, Match
+from ...layers.hungarian import EMPTY_MATCH, EPS_LOG, HungarianMatcher, Match
 from ...layers.set_targets import GroupedTargets
 from .denoising import DenoisingQueries
 from .fdr import bbox2distance
@@ -83,7 +83,7 @@ class ECLoss:
             raise ValueError(f"loss gains {dict(gains)} lack {missing}; EC's terms are {LOSS_NAMES}")
         self.gamma = gamma
         self.gains = torch.tensor([float(gains[name]) for name in LOSS_NAMES])
-        self.matcher = matcher or HungarianMatcher(cost_class=2.0, cost_bbox=5.0, cost_giou=2.0, log_eps=1e-8)
+        self.matcher = matcher or HungarianMatcher(cost_class=2.0, cost_bbox=5.0, cost_giou=2.0, log_eps=EPS_LOG)
 
     def __call__(self, outputs: Mapping[str, Tensor], targets: GroupedTargets, denoising: DenoisingQueries, *,
                  normalizer_sum: Callable[[Tensor], Tensor] | None = None,

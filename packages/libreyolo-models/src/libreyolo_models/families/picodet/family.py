@@ -4,16 +4,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
 
-import torch
 from torch import Tensor, nn
 
-from ...contract.family import Family, LossContext, LossResult
-from ...contract.spec import FamilySpec
-from ...errors import CheckpointError
-from ...layers.nms import nms_per_image
-from ...layers.targets import random_box_targets
+from ...contract.detector import DetectorFamily, LossFn
+from ...contract.family import LossContext, LossResult
 from .loss import PicoDetLoss
 from .nn import ARCHS, BINS, PicoDetNet
 
@@ -25,22 +20,14 @@ _STAGE_BLOCK = re.compile(r"^backbone\.(\d)_(\d+)\.")
 _STAGE_OFFSETS = {2: 0, 3: 3, 4: 10}  # first flat block index of stages 2, 3, 4 (3, 7, 3 blocks)
 
 
-class PicoDetFamily(Family):
-    """PicoDet detect, sizes s/m/l."""
+class PicoDetFamily(DetectorFamily):
+    """PicoDet detect, sizes s/m/l (the detector defaults but the inference seam)."""
 
-    def __init__(self, spec: FamilySpec, size: str, task: str, nc: int,
-                 imgsz: tuple[int, int] | None = None) -> None:
-        super().__init__(spec, size, task, nc, imgsz)
-        self._loss: PicoDetLoss | None = None
+    head_key = _CLASS_KEY
+    head_extra_classes = 4 * BINS  # the class logits share their conv with 32 box logits
 
     def build_network(self) -> nn.Module:
         return PicoDetNet(self.size, self.nc)
-
-    @classmethod
-    def infer_nc(cls, state: Mapping[str, Tensor], task: str) -> int:
-        if _CLASS_KEY not in state:
-            raise CheckpointError(f"not a PicoDet detection state dict: {_CLASS_KEY!r} is missing")
-        return int(state[_CLASS_KEY].shape[0]) - 4 * BINS  # class logits share the conv with 32 box logits
 
     @classmethod
     def infer_size(cls, state: Mapping[str, Tensor], task: str) -> str | None:
@@ -73,21 +60,11 @@ class PicoDetFamily(Family):
         sigmoid class scores (all NMS needs)."""
         return net.predictions(images)  # type: ignore[operator]
 
-    def training_forward(self, net: nn.Module, images: Tensor) -> list[Tensor]:
-        """The network half: the four raw head maps, nothing data-dependent."""
-        return net.raw_outputs(images)  # type: ignore[operator]
+    # Loss --------------------------------------------------------------------------------
+    def make_loss(self, gains: Mapping[str, float]) -> LossFn:
+        return PicoDetLoss(self.nc, cls=gains["cls"], box=gains["box"], dfl=gains["dfl"])
 
     def compute_loss(self, outputs: list[Tensor], targets: Tensor, ctx: LossContext) -> LossResult:
-        gains = {**self.spec.task(self.task).loss_gains, **ctx.gains}
-        if self._loss is None or self._loss.gains != gains:
-            self._loss = PicoDetLoss(self.nc, cls=gains["cls"], box=gains["box"], dfl=gains["dfl"])
-        total, items = self._loss(outputs, targets, normalizer_sum=ctx.normalizer_sum, world_size=ctx.world_size,
-                                  global_batch=ctx.global_batch)
+        total, items = self.loss_for(ctx)(outputs, targets, normalizer_sum=ctx.normalizer_sum,
+                                          world_size=ctx.world_size, global_batch=ctx.global_batch)
         return LossResult(total, items)
-
-    def postprocess(self, outputs: Tensor, options: Any) -> list[Tensor]:
-        return nms_per_image(outputs.float(), conf=options.conf, iou=options.iou, max_det=options.max_det,
-                             classes=options.classes, agnostic=options.agnostic)
-
-    def sample_targets(self, batch: int, imgsz: int, generator: torch.Generator) -> Tensor:
-        return random_box_targets(batch, self.nc, generator)

@@ -2,19 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ...contract.spec import SHORT_RUN_SHARES, FamilySpec, TaskDecl
-
-if TYPE_CHECKING:
-    from ...contract.family import Family
-
-
-def _implementation() -> type[Family]:
-    from .family import PicoDetFamily
-
-    return PicoDetFamily
-
 
 # Upstream LibreYOLO's PicoDet recipe (its PICODETConfig, after Bo396543018's picodet_s_320_coco)
 # as TrainConfig values: SGD (momentum 0.9) at lr 0.1 on a per-positive loss for batches of 16,
@@ -60,7 +48,7 @@ SPEC = FamilySpec(
             recipe_shares=SHORT_RUN_SHARES,
         ),
     },
-    implementation=_implementation,
+    implementation="libreyolo_models.families.picodet.family:PicoDetFamily",
     # Image sizes must be multiples of 32 (the three-level path aggregation); the fourth head level
     # (stride 64) is a padded stride-2 conv on the stride-32 map and takes any size (416 -> 7 x 7).
     stride=32,

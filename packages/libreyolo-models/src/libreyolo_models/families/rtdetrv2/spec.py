@@ -2,19 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ...contract.spec import FamilySpec, TaskDecl
-
-if TYPE_CHECKING:
-    from ...contract.family import Family
-
-
-def _implementation() -> type[Family]:
-    from .family import RTDETRv2Family
-
-    return RTDETRv2Family
-
 
 # Upstream trains RT-DETRv2 with RT-DETR's trainer: RT-DETR's official recipe (families/rtdetr/spec.py),
 # AdamW at a constant 1e-4, weight decay 1e-4 at a nominal batch of 16, clipping at 0.1, EMA, no
@@ -46,7 +34,7 @@ SPEC = FamilySpec(
                                "numbers, which the trace freezes at the export's imgsz",
         ),
     },
-    implementation=_implementation,
+    implementation="libreyolo_models.families.rtdetrv2.family:RTDETRv2Family",
     stride=32,
     ddp_autospawn=True,
     sync_bn_default=False,

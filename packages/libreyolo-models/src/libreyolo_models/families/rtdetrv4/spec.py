@@ -2,19 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ...contract.spec import FamilySpec, TaskDecl
-
-if TYPE_CHECKING:
-    from ...contract.family import Family
-
-
-def _implementation() -> type[Family]:
-    from .family import RTDETRv4Family
-
-    return RTDETRv4Family
-
 
 # Upstream LibreYOLO's RT-DETRv4 recipe (its RTDETRv4Config: DEIM's with lr 5e-4, weight decay
 # 1.25e-4, 58 epochs), as TrainConfig values; see families/deim/spec.py for how DEIM's schedule
@@ -48,7 +36,7 @@ SPEC = FamilySpec(
                                "numbers, which the trace freezes at the export's imgsz",
         ),
     },
-    implementation=_implementation,
+    implementation="libreyolo_models.families.rtdetrv4.family:RTDETRv4Family",
     stride=32,
     ddp_autospawn=True,
     sync_bn_default=False,

@@ -4,18 +4,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from ...contract.family import Family, LossContext, LossResult
-from ...contract.spec import FamilySpec
+from ...contract.detector import DetectorFamily, LossFn
+from ...contract.family import LossContext, LossResult
 from ...errors import CheckpointError
-from ...layers.targets import random_box_targets
 from .loss import Yolo7Loss
 from .nn import Yolo7Net, anchors_in_grid_units
-from .postprocess import postprocess
 
 # Index of the detect layer -> size: the layer count tells the official graph apart.
 SIZE_BY_HEAD = {77: "tiny", 105: "base", 121: "x"}
@@ -30,13 +27,10 @@ def detect_index(state: Mapping[str, Tensor]) -> int | None:
     return max(found) if found else None
 
 
-class Yolo7Family(Family):
-    """YOLOv7 detect, sizes tiny/base/x."""
-
-    def __init__(self, spec: FamilySpec, size: str, task: str, nc: int,
-                 imgsz: tuple[int, int] | None = None) -> None:
-        super().__init__(spec, size, task, nc, imgsz)
-        self._loss: Yolo7Loss | None = None
+class Yolo7Family(DetectorFamily):
+    """YOLOv7 detect, sizes tiny/base/x (the detector defaults: seams, NMS over objectness x
+    class probability, as the official ``non_max_suppression`` scores, and sample targets). The
+    class count comes from the detect layer, whose index depends on the size (``infer_nc``)."""
 
     def build_network(self) -> nn.Module:
         return Yolo7Net(self.size, self.nc)
@@ -77,29 +71,14 @@ class Yolo7Family(Family):
         head = {v: k for k, v in SIZE_BY_HEAD.items()}[self.size]
         return (f"model.{head}.m.", f"model.{head}.im.")
 
-    # Graph seams -------------------------------------------------------------------------
-    def inference_forward(self, net: nn.Module, images: Tensor) -> Tensor:
-        """``[B, 3, H, W]`` -> ``predictions [B, 4 + nc, A]`` (all NMS needs)."""
-        return net(images)["predictions"]
-
-    def training_forward(self, net: nn.Module, images: Tensor) -> list[Tensor]:
-        """The network half: the three raw head maps, nothing data-dependent."""
-        return net.raw_outputs(images)  # type: ignore[operator]
+    # Loss --------------------------------------------------------------------------------
+    def make_loss(self, gains: Mapping[str, float]) -> LossFn:
+        """hyp.scratch.tiny's obj and cls gains differ from the declared (p5) ones by fixed factors."""
+        factors = _GAIN_FACTORS.get(self.size, {})
+        box, obj, cls = (gains[k] * factors.get(k, 1.0) for k in ("box", "obj", "cls"))
+        return Yolo7Loss(self.nc, anchors_in_grid_units(self.size), box=box, obj=obj, cls=cls)
 
     def compute_loss(self, outputs: list[Tensor], targets: Tensor, ctx: LossContext) -> LossResult:
-        gains = {**self.spec.task(self.task).loss_gains, **ctx.gains}
-        factors = _GAIN_FACTORS.get(self.size, {})
-        wanted = tuple(gains[k] * factors.get(k, 1.0) for k in ("box", "obj", "cls"))
-        if self._loss is None or self._loss.gains != wanted:
-            self._loss = Yolo7Loss(self.nc, anchors_in_grid_units(self.size), box=wanted[0], obj=wanted[1],
-                                   cls=wanted[2])
-        total, items = self._loss(outputs, targets, normalizer_sum=ctx.normalizer_sum, world_size=ctx.world_size,
-                                  global_batch=ctx.global_batch)
+        total, items = self.loss_for(ctx)(outputs, targets, normalizer_sum=ctx.normalizer_sum,
+                                          world_size=ctx.world_size, global_batch=ctx.global_batch)
         return LossResult(total, items)
-
-    def postprocess(self, outputs: Tensor, options: Any) -> list[Tensor]:
-        return postprocess(outputs.float(), conf=options.conf, iou=options.iou, max_det=options.max_det,
-                           classes=options.classes, agnostic=options.agnostic)
-
-    def sample_targets(self, batch: int, imgsz: int, generator: torch.Generator) -> Tensor:
-        return random_box_targets(batch, self.nc, generator)

@@ -2,19 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ...contract.spec import FamilySpec, TaskDecl
-
-if TYPE_CHECKING:
-    from ...contract.family import Family
-
-
-def _implementation() -> type[Family]:
-    from .family import Yolo7Family
-
-    return Yolo7Family
-
 
 # The official recipe (WongKinYiu/yolov7 data/hyp.scratch.p5.yaml and train.py defaults) in
 # TrainConfig's terms. The official loss is a per-image sum (loss x batch size), as this zoo's, so
@@ -52,7 +40,7 @@ SPEC = FamilySpec(
             recipe=RECIPE,
         ),
     },
-    implementation=_implementation,
+    implementation="libreyolo_models.families.yolo7.family:Yolo7Family",
     stride=32,
     ddp_autospawn=True,
     sync_bn_default=True,

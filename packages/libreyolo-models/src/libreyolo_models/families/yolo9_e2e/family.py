@@ -5,34 +5,30 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import torch
 from torch import Tensor, nn
 
-from ...contract.family import Family, LossContext, LossResult
-from ...contract.spec import FamilySpec
+from ...contract.detector import DetectorFamily, LossFn
+from ...contract.family import LossContext, LossResult
 from ...errors import CheckpointError
 from ...layers.dfl_head import remap_legacy_head_keys
 from ...layers.gelan_net import gelan_size_from_state
-from ...layers.targets import random_box_targets
 from .loss import Yolo9E2ELoss
 from .nn import Yolo9E2ENet
 from .postprocess import postprocess
 
 
-class Yolo9E2EFamily(Family):
-    """YOLOv9-E2E detect, sizes t/s/m/c."""
+class Yolo9E2EFamily(DetectorFamily):
+    """YOLOv9-E2E detect, sizes t/s/m/c: the detector defaults but a two-branch training seam
+    and top-k post-processing (its one-to-one branch needs no NMS)."""
 
-    def __init__(self, spec: FamilySpec, size: str, task: str, nc: int,
-                 imgsz: tuple[int, int] | None = None) -> None:
-        super().__init__(spec, size, task, nc, imgsz)
-        self._loss: Yolo9E2ELoss | None = None
+    head_key = "head.one2one_cv3.0.2.weight"
 
     def build_network(self) -> nn.Module:
         return Yolo9E2ENet(self.size, self.nc)
 
     @classmethod
     def infer_nc(cls, state: Mapping[str, Tensor], task: str) -> int:
-        key = "head.one2one_cv3.0.2.weight"
+        key = cls.head_key
         if key not in state:
             raise CheckpointError(f"not a YOLOv9-E2E detection state dict: {key!r} is missing (a plain YOLOv9 "
                                   "checkpoint has no one-to-one head; load it with family='yolo9')")
@@ -53,27 +49,19 @@ class Yolo9E2EFamily(Family):
         return tuple(f"head.{branch}.{level}.2." for branch in ("cv3", "one2one_cv3") for level in range(3))
 
     # Graph seams -------------------------------------------------------------------------
-    def inference_forward(self, net: nn.Module, images: Tensor) -> Tensor:
-        """``[B, 3, H, W]`` -> ``predictions [B, 4 + nc, A]`` of the one-to-one branch."""
-        return net(images)["predictions"]
-
     def training_forward(self, net: nn.Module, images: Tensor) -> dict[str, list[Tensor]]:
         """The network half: both branches' raw maps, nothing data-dependent."""
         return net.training_outputs(images)  # type: ignore[operator]
 
+    def make_loss(self, gains: Mapping[str, float]) -> LossFn:
+        return Yolo9E2ELoss(self.nc, box=gains["box"], cls=gains["cls"], dfl=gains["dfl"])
+
     def compute_loss(self, outputs: Mapping[str, list[Tensor]], targets: Tensor, ctx: LossContext) -> LossResult:
-        gains = {**self.spec.task(self.task).loss_gains, **ctx.gains}
-        wanted = (gains["box"], gains["cls"], gains["dfl"])
-        if self._loss is None or self._loss.gains != wanted:
-            self._loss = Yolo9E2ELoss(self.nc, box=wanted[0], cls=wanted[1], dfl=wanted[2])
         floats = {name: [r.float() for r in maps] for name, maps in outputs.items()}
-        total, items = self._loss(floats, targets, normalizer_sum=ctx.normalizer_sum, world_size=ctx.world_size,
-                                  global_batch=ctx.global_batch)
+        total, items = self.loss_for(ctx)(floats, targets, normalizer_sum=ctx.normalizer_sum,
+                                          world_size=ctx.world_size, global_batch=ctx.global_batch)
         return LossResult(total, items)
 
     def postprocess(self, outputs: Tensor, options: Any) -> list[Tensor]:
         """Top-k of the one-to-one scores, no NMS (``options.iou`` and ``agnostic`` do not apply)."""
         return postprocess(outputs.float(), conf=options.conf, max_det=options.max_det, classes=options.classes)
-
-    def sample_targets(self, batch: int, imgsz: int, generator: torch.Generator) -> Tensor:
-        return random_box_targets(batch, self.nc, generator)

@@ -2,19 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ...contract.spec import FamilySpec, TaskDecl
-
-if TYPE_CHECKING:
-    from ...contract.family import Family
-
-
-def _implementation() -> type[Family]:
-    from .family import Yolo9E2EFamily
-
-    return Yolo9E2EFamily
-
 
 SPEC = FamilySpec(
     name="yolo9_e2e",
@@ -37,7 +25,7 @@ SPEC = FamilySpec(
             # No recipe: upstream trains it with YOLOv9's (TrainConfig's defaults are YOLOv9's).
         ),
     },
-    implementation=_implementation,
+    implementation="libreyolo_models.families.yolo9_e2e.family:Yolo9E2EFamily",
     stride=32,
     ddp_autospawn=True,
     sync_bn_default=True,

@@ -5,14 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import torch
 from torch import Tensor, nn
 
-from ...contract.family import Family, LossContext, LossResult, default_parameter_groups
-from ...contract.spec import FamilySpec
-from ...errors import CheckpointError
-from ...layers.nms import nms_per_image
-from ...layers.targets import random_box_targets
+from ...contract.detector import DetectorFamily, LossFn
+from ...contract.family import LossContext, LossResult, default_parameter_groups
 from .loss import YoloNasLoss
 from .nn import ARCHS, DETECT_SIZES, YoloNasNet, head_width
 
@@ -22,22 +18,13 @@ _SIZE_BY_HEAD = {head_width(128, ARCHS[size].head_width): size for size in DETEC
 _CLASS_KEY = "heads.head1.cls_pred.weight"
 
 
-class YoloNasFamily(Family):
-    """YOLO-NAS detect, sizes s/m/l."""
+class YoloNasFamily(DetectorFamily):
+    """YOLO-NAS detect, sizes s/m/l (the detector defaults: seams, NMS, sample targets)."""
 
-    def __init__(self, spec: FamilySpec, size: str, task: str, nc: int,
-                 imgsz: tuple[int, int] | None = None) -> None:
-        super().__init__(spec, size, task, nc, imgsz)
-        self._loss: YoloNasLoss | None = None
+    head_key = _CLASS_KEY
 
     def build_network(self) -> nn.Module:
         return YoloNasNet(self.size, self.nc)
-
-    @classmethod
-    def infer_nc(cls, state: Mapping[str, Tensor], task: str) -> int:
-        if _CLASS_KEY not in state:
-            raise CheckpointError(f"not a YOLO-NAS detection state dict: {_CLASS_KEY!r} is missing")
-        return int(state[_CLASS_KEY].shape[0])
 
     @classmethod
     def infer_size(cls, state: Mapping[str, Tensor], task: str) -> str | None:
@@ -45,28 +32,14 @@ class YoloNasFamily(Family):
         key = "heads.head1.stem.seq.conv.weight"
         return _SIZE_BY_HEAD.get(int(state[key].shape[0])) if key in state else None
 
-    # Graph seams -------------------------------------------------------------------------
-    def inference_forward(self, net: nn.Module, images: Tensor) -> Tensor:
-        """``[B, 3, H, W]`` RGB in [0, 1] -> ``predictions [B, 4 + nc, A]`` (all NMS needs)."""
-        return net(images)["predictions"]
-
-    def training_forward(self, net: nn.Module, images: Tensor) -> list[Tensor]:
-        """The network half: the three raw head maps, nothing data-dependent."""
-        return net.raw_outputs(images)  # type: ignore[operator]
+    # Loss --------------------------------------------------------------------------------
+    def make_loss(self, gains: Mapping[str, float]) -> LossFn:
+        return YoloNasLoss(self.nc, cls=gains["cls"], iou=gains["iou"], dfl=gains["dfl"])
 
     def compute_loss(self, outputs: list[Tensor], targets: Tensor, ctx: LossContext) -> LossResult:
-        gains = {**self.spec.task(self.task).loss_gains, **ctx.gains}
-        if self._loss is None or self._loss.gains != gains:
-            self._loss = YoloNasLoss(self.nc, cls=gains["cls"], iou=gains["iou"], dfl=gains["dfl"])
-        total, items = self._loss(outputs, targets, normalizer_sum=ctx.normalizer_sum, world_size=ctx.world_size)
+        total, items = self.loss_for(ctx)(outputs, targets, normalizer_sum=ctx.normalizer_sum,
+                                          world_size=ctx.world_size)
         return LossResult(total, items)
-
-    def postprocess(self, outputs: Tensor, options: Any) -> list[Tensor]:
-        return nms_per_image(outputs.float(), conf=options.conf, iou=options.iou, max_det=options.max_det,
-                             classes=options.classes, agnostic=options.agnostic)
-
-    def sample_targets(self, batch: int, imgsz: int, generator: torch.Generator) -> Tensor:
-        return random_box_targets(batch, self.nc, generator)
 
     def parameter_groups(self, net: nn.Module, *, weight_decay: float) -> list[dict[str, Any]]:
         """The default groups, except that the bottlenecks' residual scales (``alpha``, one number

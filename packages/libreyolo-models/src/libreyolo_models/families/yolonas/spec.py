@@ -2,19 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ...contract.spec import SHORT_RUN_SHARES, FamilySpec, TaskDecl
-
-if TYPE_CHECKING:
-    from ...contract.family import Family
-
-
-def _implementation() -> type[Family]:
-    from .family import YoloNasFamily
-
-    return YoloNasFamily
-
 
 # Upstream LibreYOLO's YOLO-NAS recipe (its YOLONASConfig, after SuperGradients' COCO recipe) as
 # TrainConfig values: AdamW at lr 5e-4 with decay 1e-5 for batches of 16 (nbs), cosine down to 10 %
@@ -52,7 +40,7 @@ SPEC = FamilySpec(
             recipe_shares=SHORT_RUN_SHARES,
         ),
     },
-    implementation=_implementation,
+    implementation="libreyolo_models.families.yolonas.family:YoloNasFamily",
     stride=32,
     ddp_autospawn=True,
     sync_bn_default=True,

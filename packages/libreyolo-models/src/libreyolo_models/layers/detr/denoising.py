@@ -21,8 +21,8 @@ import torch
 from torch import Tensor
 
 from ..boxes import xywh_to_xyxy, xyxy_to_xywh
+from ..set_targets import GroupedTargets
 from .anchors import inverse_sigmoid
-from .targets import GroupedTargets
 
 
 @dataclass(frozen=True)

@@ -30,9 +30,10 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..boxes import xywh_to_xyxy
+from ..hungarian import EPS_LOG, HungarianMatcher, Match
+from ..set_targets import GroupedTargets
 from .denoising import DenoisingQueries
 from .fdr import bbox2distance
-from .matcher import HungarianMatcher, Match
 from .set_terms import (
     box_terms,
     denoising_matches,
@@ -41,7 +42,6 @@ from .set_terms import (
     pair_index,
     varifocal,
 )
-from .targets import GroupedTargets
 
 DISTILL_TEMPERATURE = 5.0
 DDF_BATCH_SCALE = 8.0  # upstream's reference batch for the matched/unmatched mixing weights
@@ -90,7 +90,7 @@ class FDRLoss:
         self.nc, self.cls_term, self.alpha, self.gamma, self.reg_max = nc, cls_term, alpha, gamma, reg_max
         self.local, self.union, self.iou_order_from = local, union, iou_order_from
         self.gains = torch.tensor([float(gains[name]) for name in self.names])
-        self.matcher = matcher or HungarianMatcher()
+        self.matcher = matcher or HungarianMatcher(log_eps=EPS_LOG)
 
     def __call__(self, outputs: Mapping[str, Tensor], targets: GroupedTargets, denoising: DenoisingQueries, *,
                  normalizer_sum: Callable[[Tensor], Tensor] | None = None, world_size: int = 1,

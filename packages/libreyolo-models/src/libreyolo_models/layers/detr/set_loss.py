@@ -16,10 +16,10 @@ from collections.abc import Callable, Mapping
 import torch
 from torch import Tensor
 
+from ..hungarian import EPS_LOG, HungarianMatcher
+from ..set_targets import GroupedTargets
 from .denoising import DenoisingQueries
-from .matcher import HungarianMatcher
 from .set_terms import box_terms, denoising_matches, matched_iou, pair_index, varifocal
-from .targets import GroupedTargets
 
 LOSS_NAMES = ("vfl", "bbox", "giou")
 
@@ -41,7 +41,7 @@ class RTDETRLoss:
             raise ValueError(f"loss gains {dict(gains)} lack {missing}; RT-DETR's terms are {LOSS_NAMES}")
         self.nc, self.alpha, self.gamma = nc, alpha, gamma
         self.gains = torch.tensor([float(gains[name]) for name in LOSS_NAMES])
-        self.matcher = matcher or HungarianMatcher()
+        self.matcher = matcher or HungarianMatcher(log_eps=EPS_LOG)
 
     def __call__(self, outputs: Mapping[str, Tensor], targets: GroupedTargets, denoising: DenoisingQueries, *,
                  normalizer_sum: Callable[[Tensor], Tensor] | None = None,

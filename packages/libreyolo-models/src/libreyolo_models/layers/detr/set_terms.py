@@ -21,9 +21,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..boxes import aligned_iou, xywh_to_xyxy
+from ..giou import generalized_iou
+from ..hungarian import Match
 from .denoising import DenoisingQueries
-from .giou import generalized_iou
-from .matcher import Match
 
 EMPTY_MATCH: Match = (np.zeros(0, np.int64), np.zeros(0, np.int64))
 

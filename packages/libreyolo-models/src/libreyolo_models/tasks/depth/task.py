@@ -1,0 +1,98 @@
+"""Monocular depth: ``Results.depth``, a relative depth map per picture (inference only).
+
+Each picture is resized keeping its aspect ratio (both sides at least ``imgsz``, multiples of the
+patch: ``tasks.depth.resize``), not letterboxed; the family's ``inference_forward`` returns
+``float [B, h, w]`` depth at that resolution; ``postprocess`` splits it; ``Results.depth`` holds
+each map resized back to its picture. Datasets, training and validation are not part of this task
+yet: relative depth is scored after a per-picture scale-and-shift fit (AbsRel, delta1), which no
+reader or metric here implements; those verbs say so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ...errors import ConfigError
+from ..base import Batch, EvalSettings, Prepared, Task, TaskMetrics, TrainOptions
+from ..results import Results
+from .depth_map import DepthMap
+from .resize import depth_to_picture, network_size, resize_picture
+
+if TYPE_CHECKING:
+    from ...data.cache_store import CacheSetting
+    from ..base import ModelView
+
+_PREDICT_ONLY = ("the depth task predicts only: depth datasets, training and validation (scale-and-shift aligned "
+                 "AbsRel / delta1) are not implemented yet; use model.predict(...)")
+
+
+def _refuse() -> NoReturn:
+    raise ConfigError(_PREDICT_ONLY)
+
+
+class DepthTask(Task):
+    name: ClassVar[str] = "depth"
+    fitness_name: ClassVar[str] = "none (inference only)"
+    results_field: ClassVar[str] = "depth"
+    reduced_decode: ClassVar[bool] = False  # resized from the full picture (cubic), as published
+
+    def load_data(self, data: Any) -> Any:
+        _refuse()
+
+    def load_split(self, data: Any, split: str) -> Any:
+        _refuse()
+
+    def train_pipeline(self, index: Any, *, imgsz: int, batch_size: int, device: torch.device,
+                       cfg: TrainOptions, workers: int) -> Any:
+        _refuse()
+
+    def val_pipeline(self, index: Any, *, imgsz: int, batch_size: int, device: torch.device, workers: int,
+                     cache: CacheSetting) -> Iterable[Batch]:
+        _refuse()
+
+    def evaluate(self, model: ModelView, forward: Callable[[Tensor], Any], pipeline: Iterable[Batch], *,
+                 settings: EvalSettings, progress: bool) -> TaskMetrics:
+        _refuse()
+
+    def empty_best(self) -> dict[str, float]:
+        return {}
+
+    def postprocess_options(self, options: Mapping[str, Any]) -> None:
+        if options.get("classes") is not None:
+            raise ConfigError(f"classes={options['classes']} filters detections; a depth model returns a depth map, "
+                              "so there is nothing to filter")
+        return None
+
+    def prepare(self, image: np.ndarray, imgsz: int) -> Prepared:
+        h, w = image.shape[:2]
+        size = network_size(h, w, imgsz)
+        return Prepared(resize_picture(torch.from_numpy(np.ascontiguousarray(image)), size), ((h, w), size))
+
+    def prepare_batch(self, images: Sequence[Tensor], imgsz: int, dtype: torch.dtype, device: torch.device,
+                      orig_shapes: Sequence[tuple[int, int]] | None = None) -> tuple[Tensor, list[Any]]:
+        """Each picture resized on ``device`` to its own network size (``resize.network_size``);
+        pictures of different network sizes in one batch are padded with zeros on the right and
+        bottom to the largest (their depth is cut back before it is resized to the picture; the
+        pad still shifts the attention, so ``batch=1``, the default, is the published computation)."""
+        resized, infos = [], []
+        for image in images:
+            h, w = int(image.shape[0]), int(image.shape[1])
+            size = network_size(h, w, imgsz)
+            resized.append(resize_picture(image.to(device, non_blocking=True), size))
+            infos.append(((h, w), size))
+        hmax, wmax = max(r.shape[-2] for r in resized), max(r.shape[-1] for r in resized)
+        batch = torch.zeros((len(resized), 3, hmax, wmax), dtype=torch.float32, device=device)
+        for i, r in enumerate(resized):
+            batch[i, :, :r.shape[-2], :r.shape[-1]] = r
+        return batch.to(dtype), infos
+
+    def make_results(self, image: np.ndarray, name: str, names: dict[int, str], prediction: Any, info: Any,
+                     speed: dict[str, float]) -> Results:
+        picture, (nh, nw) = info
+        depth = depth_to_picture(prediction[:nh, :nw], picture).float().cpu()
+        return Results(image, name, names, speed=speed, contents={"depth": DepthMap(depth)})

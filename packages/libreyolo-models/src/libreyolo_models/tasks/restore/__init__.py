@@ -1,0 +1,1 @@
+"""Image restoration (``restore``): degraded pictures in, clean pictures out; PSNR and SSIM."""
