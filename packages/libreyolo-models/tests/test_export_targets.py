@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from export_checks import assert_same_detections
+from export_checks import assert_same_detections, yolo9_with_spread_biases
 
 from libreyolo_models import SAMPLE_IMAGE, ConfigError, LibreYOLO
 
@@ -46,13 +46,7 @@ def shapes20(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def model() -> LibreYOLO:
-    torch.manual_seed(0)
-    model = LibreYOLO(family="yolo9", size="t", nc=5, names=NAMES, imgsz=IMGSZ).eval()
-    with torch.no_grad():
-        for name, param in model.net.named_parameters():
-            if name.endswith("bias"):
-                param.normal_(0.0, 0.5)
-    return model
+    return yolo9_with_spread_biases(NAMES, IMGSZ)
 
 
 def assert_round_trip(model: LibreYOLO, path: Path, data: Path, runtime_kind: str) -> None:
