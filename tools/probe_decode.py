@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", message="The image decoding and encoding capabilities of TorchVision")
     images = args.images
     if not images:
-        from bench_predict import scene
+        from predict_media import scene
 
         from libreyolo_models import SAMPLE_IMAGE
 

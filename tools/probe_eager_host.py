@@ -32,7 +32,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from bench_predict import fresh_model, median_host_ms, write_images
+from bench_predict import fresh_model, median_host_ms
+from predict_media import write_images
 from report import emit_report, log
 
 

@@ -23,7 +23,8 @@ import time
 from pathlib import Path
 
 import torch
-from bench_predict import fresh_model, phase_means, write_images
+from bench_predict import fresh_model, phase_means
+from predict_media import write_images
 from report import emit_report, log
 
 

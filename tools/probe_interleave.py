@@ -27,7 +27,8 @@ import time
 from pathlib import Path
 
 import torch
-from bench_predict import ARMS, fresh_model, parse_args, peer_predictor, write_images
+from bench_predict import ARMS, fresh_model, parse_args, peer_predictor
+from predict_media import write_images
 from report import emit_report, log, median_call_ms
 
 

@@ -30,8 +30,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import torch
-from bench_predict import fresh_model, scene
+from bench_predict import fresh_model
 from PIL import Image
+from predict_media import scene
 from report import emit_report, log
 
 if TYPE_CHECKING:

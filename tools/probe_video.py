@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Where a video's predict time goes (GPU): the decoding side alone, then with the GPU work.
 
-Frames per second of the bench's 720p video (``bench_predict.write_video``) through growing parts
+Frames per second of the bench's 720p video (``predict_media.write_video``) through growing parts
 of predict's pipeline, each run on its own:
 
 1. PyAV decode only (frames kept as ``av.VideoFrame``, no RGB conversion);
@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from bench_predict import fresh_model, phase_means, write_video
+from bench_predict import fresh_model, phase_means
+from predict_media import write_video
 from report import emit_report, log
 
 

@@ -18,7 +18,7 @@ from libreyolo_models.zoo.registry import get_family
 
 def family_for(name: str, size: str, imgsz: int | tuple[int, int] | None = None, nc: int = 80) -> Family:
     spec = get_family(name)
-    return spec.implementation()(spec, size, "detect", nc, imgsz=imgsz)  # type: ignore[call-arg]
+    return spec.family_class()(spec, size, "detect", nc, imgsz=imgsz)
 
 
 def check_layout(name: str, size: str) -> None:

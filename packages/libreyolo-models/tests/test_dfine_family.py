@@ -20,7 +20,7 @@ from libreyolo_models.zoo.registry import get_family, parse_model_name
 
 def _dfine(imgsz: int | tuple[int, int] | None = None, nc: int = 3) -> torch.nn.Module:
     spec = get_family("dfine")
-    return spec.implementation()(spec, "n", "detect", nc, imgsz=imgsz).build_network()  # type: ignore[call-arg]
+    return spec.family_class()(spec, "n", "detect", nc, imgsz=imgsz).build_network()
 
 
 @pytest.mark.parametrize(("name", "family", "size"), [

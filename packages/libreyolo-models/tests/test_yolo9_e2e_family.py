@@ -45,7 +45,7 @@ def test_spec_pins_sync_bn_autospawn_and_no_unverified_graphs() -> None:
     spec = get_family("yolo9_e2e")
     decl = spec.task("detect")
     assert spec.sync_bn_default and spec.ddp_autospawn
-    assert not decl.inference_capture and not decl.train_capture  # no GPU parity rows yet
+    assert decl.inference_capture and decl.train_capture  # parity row and certificate, H200 2026-12-05
     assert decl.loss_names == ("box", "cls", "dfl") and dict(decl.loss_gains) == {"box": 7.5, "cls": 0.5, "dfl": 1.5}
 
 

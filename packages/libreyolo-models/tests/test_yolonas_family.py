@@ -85,11 +85,11 @@ def test_fused_copy_folds_every_qarepvgg_block_and_predicts_what_the_branches_do
     torch.testing.assert_close(with_fuse, without, rtol=1e-4, atol=1e-3)
 
 
-def test_declarations_pin_syncbn_autospawn_and_no_graphs_before_a_parity_row() -> None:
+def test_declarations_pin_syncbn_autospawn_and_graphs_after_their_parity_row() -> None:
     spec = LibreYOLONAS(size="s").spec
     assert spec.sync_bn_default and spec.ddp_autospawn and spec.stride == 32
     decl = spec.task("detect")
-    assert not decl.inference_capture and not decl.train_capture  # no GPU parity row yet
+    assert decl.inference_capture and decl.train_capture  # parity row and certificate, H200 2026-12-05
     assert decl.loss_names == ("cls", "iou", "dfl") and decl.loss_gains == {"cls": 1.0, "iou": 2.5, "dfl": 0.5}
 
 

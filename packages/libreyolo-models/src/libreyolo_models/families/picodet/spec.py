@@ -38,9 +38,8 @@ SPEC = FamilySpec(
             loss_gains={"cls": 1.0, "box": 2.0, "dfl": 0.25},  # varifocal, GIoU, DFL (upstream's weights)
             default_imgsz=320,
             imgsz_by_size={"m": 416, "l": 640},
-            # Not verified on a GPU yet: no parity row (docs/parity-matrix.md) for PicoDet.
-            inference_capture=False,
-            train_capture=False,
+            inference_capture=True,  # parity rows green on the H200 (docs/parity-matrix.md)
+            train_capture=True,  # and its 20-step numerics certificate (exact / eager-noise)
             # Every BatchNorm folds into its convolution on the inference copy:
             # tests/test_picodet_family.py holds fused detections to the unfused ones.
             inference_fuse=True,

@@ -43,8 +43,8 @@ SPEC = FamilySpec(
             default_imgsz=DETECT["n"].resolution,
             imgsz_by_size={size: v.resolution for size, v in DETECT.items()},
             # Not verified on a GPU yet (no parity row): no graphs until one is green.
-            inference_capture=False,
-            train_capture=False,
+            inference_capture=True,  # parity rows green on the H200 (docs/parity-matrix.md)
+            train_capture=True,  # and its 20-step numerics certificate (exact / eager-noise)
             half_weights=False,  # the decoder's query-position MLP and the ViT blocks' norms run per layer
             recipe=RECIPE,
             dynamic_imgsz=False,

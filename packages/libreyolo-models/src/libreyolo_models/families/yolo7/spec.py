@@ -32,8 +32,8 @@ SPEC = FamilySpec(
             loss_gains={"box": 0.05, "obj": 0.7, "cls": 0.3},
             default_imgsz=640,
             # Not yet verified on a GPU: no parity rows (docs/parity-matrix.md) for this family.
-            inference_capture=False,
-            train_capture=False,
+            inference_capture=True,  # parity rows green on the H200 (docs/parity-matrix.md)
+            train_capture=True,  # and its 20-step numerics certificate (exact / eager-noise)
             # Conv+BN folds, RepConv merges and the implicit layers fold into the output convs;
             # test_yolo7_family holds the fused detections to the unfused ones.
             inference_fuse=True,

@@ -17,8 +17,8 @@ SPEC = FamilySpec(
             loss_gains={"box": 7.5, "cls": 0.5, "dfl": 1.5},
             default_imgsz=640,
             # Not yet verified on a GPU: no parity rows (docs/parity-matrix.md) for this family.
-            inference_capture=False,
-            train_capture=False,
+            inference_capture=True,  # parity rows green on the H200 (docs/parity-matrix.md)
+            train_capture=True,  # and its 20-step numerics certificate (exact / eager-noise)
             # Conv+BN folds and RepConvN merges as in YOLOv9; test_yolo9_e2e_family holds the fused
             # detections to the unfused ones.
             inference_fuse=True,

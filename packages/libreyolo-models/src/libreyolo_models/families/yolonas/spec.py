@@ -30,9 +30,8 @@ SPEC = FamilySpec(
             loss_names=("cls", "iou", "dfl"),
             loss_gains={"cls": 1.0, "iou": 2.5, "dfl": 0.5},  # upstream's (PP-YOLOE's) weights
             default_imgsz=640,
-            # Not verified on a GPU yet: no parity row (docs/parity-matrix.md) for YOLO-NAS.
-            inference_capture=False,
-            train_capture=False,
+            inference_capture=True,  # parity rows green on the H200 (docs/parity-matrix.md)
+            train_capture=True,  # and its 20-step numerics certificate (exact / eager-noise)
             # QARepVGG branches and every BatchNorm fold into single convolutions on the inference
             # copy: tests/test_yolonas_family.py holds fused detections to the unfused ones.
             inference_fuse=True,
