@@ -18,8 +18,19 @@ def _cuda_device_count() -> int:
 def pytest_configure(config: pytest.Config) -> None:
     """Under pytest-xdist, schedule by work stealing and give each worker its share of the cores:
     two workers each running torch with every core would oversubscribe a small CI machine."""
+    import importlib.util
     import os
 
+    if importlib.util.find_spec("tensorflow") is not None:
+        # TensorFlow (the [tflite] extra; TensorBoard imports it too when present) loaded before
+        # Triton (bundled with CUDA torch) aborts the process at Triton's import; loading Triton
+        # first is safe. Tests import both in any order, so every test process starts with it (as
+        # libreyolo_models.optional.preload_triton does; not imported here: some tests check that
+        # the zoo is not loaded).
+        try:
+            import triton  # noqa: F401
+        except ImportError:
+            pass
     if getattr(config.option, "dist", "no") == "load":  # what -n means by default
         # An idle worker takes half of another's queue (with _heavy_modules_first: the long tests
         # start at once, and no worker runs the last of them alone while the other idles).

@@ -101,6 +101,25 @@ def test_export_writes_a_file_that_predicts(capsys: pytest.CaptureFixture[str], 
     assert "cannot export" in capsys.readouterr().err
 
 
+def test_benchmark_prints_a_table_of_formats(capsys: pytest.CaptureFixture[str], tmp_path) -> None:
+    from libreyolo_models.data.shapes import generate_shapes
+
+    generate_shapes(tmp_path / "data", split_sizes={"train": 1, "val": 4})  # shapes' five classes, 4 images
+    data = tmp_path / "data" / "data.yaml"
+    arch = tmp_path / "five.yaml"
+    arch.write_text("family: yolo9\nsize: t\nnc: 5\nimgsz: 64\n")
+    # One format: the exports themselves are tested in libreyolo-models (test_benchmark.py); a
+    # TorchScript row here cost 5-9 s of tracing on the shared CPU.
+    words = ["benchmark", f"model={arch}", f"data={data}", "formats=pytorch", "runs=1", "warmup=0",
+             f"project={tmp_path / 'runs'}"]
+    assert main(words) == EXIT_OK
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0].startswith("benchmark of") and "mAP50-95" in lines[1]
+    assert [line.split()[:2] for line in lines[2:]] == [["pytorch", "fp32"]]
+    assert main(["benchmark", "model=LibreYOLO9t.yaml", f"data={data}"]) == EXIT_USAGE  # 80 classes vs 5
+    assert "has 5 classes but the model predicts 80" in capsys.readouterr().err
+
+
 def test_help_lists_export_and_checks(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--help"]) == EXIT_OK
     out = capsys.readouterr().out

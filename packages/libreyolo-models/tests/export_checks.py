@@ -9,7 +9,20 @@ from collections.abc import Sequence
 
 import torch
 
+from libreyolo_models import LibreYOLO
 from libreyolo_models.layers.boxes import box_iou
+
+
+def yolo9_with_spread_biases(names: list[str], imgsz: int) -> LibreYOLO:
+    """Untrained YOLOv9-t in eval mode with its biases spread (seeded): scores of every level
+    between 0 and 1, so hundreds of detections survive NMS and every one is compared."""
+    torch.manual_seed(0)
+    model = LibreYOLO(family="yolo9", size="t", nc=len(names), names=names, imgsz=imgsz).eval()
+    with torch.no_grad():
+        for name, param in model.net.named_parameters():
+            if name.endswith("bias"):
+                param.normal_(0.0, 0.5)
+    return model
 
 
 def assert_same_detections(expected: torch.Tensor, got: torch.Tensor, *, iou: float = 0.99, score: float = 1e-3) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from export_checks import assert_same_detections
+from export_checks import assert_same_detections, yolo9_with_spread_biases
 
 from libreyolo_models import SAMPLE_IMAGE, ConfigError, LibreYOLO
 from libreyolo_models.errors import CheckpointError
@@ -36,15 +36,7 @@ def shapes20(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def model() -> LibreYOLO:
-    """Untrained YOLOv9-t with its biases spread (seeded): scores of every level between 0 and 1,
-    so hundreds of detections survive NMS and every one is compared."""
-    torch.manual_seed(0)
-    model = LibreYOLO(family="yolo9", size="t", nc=5, names=NAMES, imgsz=IMGSZ).eval()
-    with torch.no_grad():
-        for name, param in model.net.named_parameters():
-            if name.endswith("bias"):
-                param.normal_(0.0, 0.5)
-    return model
+    return yolo9_with_spread_biases(NAMES, IMGSZ)
 
 
 @pytest.fixture(scope="module")

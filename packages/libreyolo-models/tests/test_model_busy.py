@@ -48,6 +48,7 @@ def test_a_second_train_and_a_predict_during_training_are_refused_with_one_line(
             model.train(**options)
         for action, call in (("val", lambda: model.val(data=options["data"])),
                              ("export", lambda: model.export(format="onnx")),
+                             ("benchmark", lambda: model.benchmark(data=options["data"])),
                              ("track", lambda: model.track(image))):
             with pytest.raises(ModelBusyError, match=f"cannot {action} while this model trains"):
                 call()

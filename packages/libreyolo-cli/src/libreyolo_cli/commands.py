@@ -151,6 +151,13 @@ def cmd_export(options: dict[str, object]) -> int:
     return 0
 
 
+def cmd_benchmark(options: dict[str, object]) -> int:
+    """Export to every format this machine runs and print size, latency and accuracy per format."""
+    model = _take_model(options, "benchmark")
+    print(model.benchmark(**options).table())
+    return 0
+
+
 def cmd_checks(options: dict[str, object]) -> int:
     from libreyolo_models.environment import environment_report
 
@@ -211,7 +218,7 @@ def cmd_cache(options: dict[str, object], action: str | None = None) -> int:
 
 COMMANDS: dict[str, Callable[..., int]] = {
     "predict": cmd_predict, "track": cmd_track, "train": cmd_train, "val": cmd_val, "export": cmd_export,
-    "info": cmd_info, "checks": cmd_checks, "version": cmd_version, "cache": cmd_cache,
+    "benchmark": cmd_benchmark, "info": cmd_info, "checks": cmd_checks, "version": cmd_version, "cache": cmd_cache,
 }
 
 
@@ -225,7 +232,9 @@ _SETTINGS: dict[str, tuple[list[tuple[str, str]], str]] = {
               "cmc_method, ocsort, or module:Class for your own)"),
     "train": ([("libreyolo_models.train.settings", "TrainConfig")], "model=... (architecture, weights or last.pt)"),
     "val": ([("libreyolo_models.val.settings", "ValConfig")], "model=..."),
-    "export": ([("libreyolo_models.export.settings", "ExportConfig")], "model=... format=onnx|torchscript|openvino"),
+    "export": ([("libreyolo_models.export.settings", "ExportConfig")],
+               "model=... format=onnx|torchscript|openvino|ncnn|tflite|coreml|engine"),
+    "benchmark": ([("libreyolo_models.benchmark.settings", "BenchmarkConfig")], "model=... data=shapes"),
 }
 
 

@@ -5,6 +5,8 @@
     libreyolo train model=LibreYOLO9t.yaml data=shapes epochs=10 imgsz=256 device=cpu
     libreyolo val model=runs/train/exp/weights/best.pt data=shapes
     libreyolo export model=best.pt format=onnx imgsz=640 --dynamic   (then model=best.onnx predicts)
+    libreyolo export model=best.pt format=openvino int8=True data=coco.yaml   (INT8, calibrated)
+    libreyolo benchmark model=best.pt data=shapes   (size, latency, mAP of every export format here)
     libreyolo info model=LibreYOLO9t.pt
     libreyolo checks           (versions, CUDA, GPUs, NCCL, extras, cache folder)
     libreyolo cache            (image caches; 'libreyolo cache clean' removes unused ones)

@@ -19,8 +19,11 @@ PACKAGES = ("libreyolo", "libreyolo-models", "libreyolo-cudagraph", "libreyolo-d
             "torchvision", "numpy")
 
 # extra -> the distributions it installs (the first one decides whether the extra counts as found).
-EXTRAS = {"onnx": ("onnxruntime", "onnx", "onnxslim"), "openvino": ("openvino",), "tensorboard": ("tensorboard",),
-          "mlflow": ("mlflow-skinny", "mlflow"), "wandb": ("wandb",)}
+EXTRAS = {"onnx": ("onnxruntime", "onnx", "onnxslim"), "openvino": ("openvino",), "nncf": ("nncf",),
+          "ncnn": ("ncnn", "pnnx"), "tflite": ("ai-edge-litert", "onnx2tf", "tensorflow"), "coreml": ("coremltools",),
+          "tensorrt": ("tensorrt-cu13", "tensorrt"), "tensorboard": ("tensorboard",),
+          "mlflow": ("mlflow-skinny", "mlflow"), "wandb": ("wandb",), "comet": ("comet-ml",),
+          "clearml": ("clearml",), "dvclive": ("dvclive",), "opencv": ("opencv-python-headless", "opencv-python")}
 
 
 def environment_report() -> dict[str, Any]:

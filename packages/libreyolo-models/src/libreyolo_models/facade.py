@@ -34,6 +34,7 @@ from .settings import PredictConfig
 from .zoo.building import resolve_source
 
 if TYPE_CHECKING:
+    from .benchmark import BenchmarkResult
     from .tasks import Task
     from .tasks.results import Results
     from .track.session import TrackSession
@@ -415,14 +416,25 @@ class LibreYOLO:
         return self.metrics
 
     def export(self, **options: Any) -> Path:
-        """Write the inference seam as ``format`` = ``"onnx"`` | ``"torchscript"`` | ``"openvino"``
-        (see ``export.ExportConfig``: imgsz, batch, dynamic, half, simplify, opset, device, file).
-        Returns the file written (OpenVINO: its folder); ``LibreYOLO(path)`` loads it back."""
+        """Write the inference seam as ``format`` = ``"onnx"`` | ``"torchscript"`` | ``"openvino"`` |
+        ``"ncnn"`` | ``"tflite"`` | ``"coreml"`` | ``"engine"`` (see ``export.ExportConfig``: imgsz,
+        batch, dynamic, half, int8 with data=, simplify, opset, device, file). Returns the file
+        written (OpenVINO, NCNN, TensorRT: the folder); ``LibreYOLO(path)`` loads it back (CoreML:
+        on macOS only)."""
         from .export import export_model
 
         self._model.require_pytorch("export")
         self._guard.refuse_while_training("export")
         return export_model(self._model, options)
+
+    def benchmark(self, **options: Any) -> BenchmarkResult:
+        """Export to every format this machine runs and measure each: size, batch-1 latency and
+        ``val`` metrics on ``data`` (default ``shapes``); see ``benchmark.BenchmarkConfig``.
+        Returns a ``BenchmarkResult`` (``.rows``, ``.table()``)."""
+        from .benchmark import run_benchmark
+
+        self._guard.refuse_while_training("benchmark")
+        return run_benchmark(self._model, options)
 
     # ----------------------------------------------------------------- CUDA graphs
     def capture_graph(self, imgsz: int | None = None, batch: int = 1, dtype: torch.dtype | None = None,

@@ -31,3 +31,17 @@ def find_version(dist: str) -> str | None:
         return version(dist)
     except PackageNotFoundError:
         return None
+
+
+def preload_triton() -> None:
+    """Import Triton, where installed, before anything imports TensorFlow.
+
+    Both link LLVM and register its command-line options at load time; Triton loaded after
+    TensorFlow aborts the whole process (``LLVM ERROR: inconsistency in registered CommandLine
+    options``), the other order is fine. Triton comes with the CUDA builds of torch, and torch
+    imports it lazily (``torch.compile``, coremltools' torch frontend), so the TFLite and CoreML
+    exporters call this first. Drop when TensorFlow and Triton stop sharing LLVM's registry."""
+    try:
+        importlib.import_module("triton")
+    except ImportError:
+        pass

@@ -1,4 +1,5 @@
-"""``model.export(...)``: the family's inference seam, traced once, written in the asked format.
+"""``model.export(...)``: the family's inference seam, traced once, written in the asked format
+(``targets.TARGETS`` says what each format is; one writer module per format family).
 
 The exported graph is exactly ``inference_forward`` (the seam inference capture records), so the
 family's ``postprocess`` (NMS, thresholds, top-k) runs in Python on the runtime's outputs and an
@@ -10,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,17 +23,21 @@ from ..devices import default_device, describe_device
 from ..errors import ConfigError
 from ..runtime.metadata import ExportMetadata
 from ..version import __version__
+from .coreml import write_coreml
 from .formats import write_onnx, write_openvino, write_torchscript
+from .int8 import calibration_batches, write_onnx_int8
+from .ncnn import write_ncnn
 from .settings import ExportConfig
+from .targets import get_target
+from .tensorrt import write_engine
+from .tflite import write_tflite
+from .writing import WriteJob
 
 if TYPE_CHECKING:
     from ..contract.family import Family
     from ..handle import ModelHandle
 
 log = logging.getLogger(__name__)
-
-SUFFIXES = {"onnx": ".onnx", "torchscript": ".torchscript", "openvino": "_openvino_model"}
-
 
 class ExportSeam(nn.Module):
     """``family.inference_forward(net, images)`` as a module over a private copy of the network,
@@ -75,14 +80,38 @@ def _unfused_attention() -> Iterator[None]:
         mha.set_fastpath_enabled(was)
 
 
-def default_path(model: ModelHandle, fmt: str) -> Path:
+def default_path(model: ModelHandle, fmt: str, int8: bool = False) -> Path:
     stem = model.ckpt_path.with_suffix("") if model.ckpt_path else Path(model.spec.weight_name(model.size, model.task, ""))
-    return Path(f"{stem}{SUFFIXES[fmt]}")
+    return Path(f"{stem}{'_int8' if int8 else ''}{get_target(fmt).suffix}")
+
+
+def _write_onnx(job: WriteJob) -> Path:
+    if job.calibration is not None:
+        return write_onnx_int8(job)
+    return write_onnx(job.seam, job.example, job.path, job.meta, opset=job.cfg.opset, simplify=job.cfg.simplify)
+
+
+def _write_openvino(job: WriteJob) -> Path:
+    return write_openvino(job.seam, job.example, job.path, job.meta, opset=job.cfg.opset, simplify=job.cfg.simplify,
+                          calibration=job.calibration)
+
+
+WRITERS: dict[str, Callable[[WriteJob], Path]] = {
+    "onnx": _write_onnx,
+    "torchscript": lambda job: write_torchscript(job.seam, job.example, job.path, job.meta),
+    "openvino": _write_openvino,
+    "ncnn": write_ncnn,
+    "tflite": write_tflite,
+    "coreml": write_coreml,
+    "engine": write_engine,
+}
+"""Format -> writer; what each format is (suffix, extra, shapes it carries) is ``targets.TARGETS``."""
 
 
 def export_model(model: ModelHandle, options: dict[str, Any]) -> Path:
-    """Write ``model`` in ``options['format']``; returns the file (OpenVINO: the folder)."""
+    """Write ``model`` in ``options['format']``; returns the file (or the folder of a folder format)."""
     cfg = load_config(ExportConfig, options, "export()")
+    target = get_target(cfg.format)
     decl = model.spec.task(model.task)
     if not decl.exportable:
         raise ConfigError(f"{model.spec.display_name} ({model.task}) does not export: {decl.export_note}")
@@ -92,10 +121,21 @@ def export_model(model: ModelHandle, options: dict[str, Any]) -> Path:
         log.warning("export(dynamic=True): %s keeps a fixed image size of %d (the batch is dynamic): %s. Export "
                     "once per image size you need (imgsz=...)", model.spec.display_name, imgsz,
                     decl.dynamic_imgsz_note)
+    if target.batch_one and cfg.batch != 1:
+        raise ConfigError(f"export(format={cfg.format!r}, batch={cfg.batch}): its runtime takes one image per call, "
+                          "so the file is written for batch=1 (predict and val still take any batch, fed one by one); "
+                          "leave batch at 1")
     device = default_device(cfg.device, model.device)
+    if target.needs_cuda and device.type != "cuda":
+        raise ConfigError(f"export(format={cfg.format!r}) builds a TensorRT engine for the NVIDIA GPU it will run on, "
+                          f"but the device is {device}; pass device=0 on a machine with a GPU and the "
+                          f"'{target.extra}' extra (pip install 'libreyolo[{target.extra}]')")
+    if cfg.int8 and model.quantization is not None:
+        raise ConfigError(f"export(int8=True) calibrates the fp32 network, but the model is quantized to "
+                          f"{model.quantization.recipe!r}; call model.dequantize() first")
     log.info("export on %s", describe_device(device))
     precision, half = export_precision(model, cfg)
-    if half and cfg.format != "openvino" and device.type != "cuda":
+    if half and not target.half_on_cpu and device.type != "cuda":
         why = "half=True" if cfg.half else "the model is quantized to fp16, so this"
         raise ConfigError(f"export(format={cfg.format!r}): {why} traces fp16 weights, which needs a CUDA device "
                           f"(device is {device}); pass device=0, or export fp32 (half=False"
@@ -103,30 +143,30 @@ def export_model(model: ModelHandle, options: dict[str, Any]) -> Path:
     net = copy.deepcopy(model.net).to(device).eval()
     for param in net.parameters():
         param.requires_grad_(False)
-    half_graph = half and cfg.format != "openvino"
+    half_graph = half and not target.half_on_cpu
     dtype = torch.bfloat16 if precision == "bf16" else torch.float16 if half_graph else torch.float32
-    net.to(dtype)  # OpenVINO traces fp32 and compresses to fp16 itself; int8 buffers keep their dtype
-    seam = ExportSeam(model.family, net)
+    net.to(dtype)  # fp16-on-CPU formats trace fp32 and store fp16 weights themselves; int8 buffers keep their dtype
+    seam = ExportSeam(model.family, net).eval()
     generator = torch.Generator().manual_seed(0)
     example = torch.rand(cfg.batch, 3, imgsz, imgsz, generator=generator).to(device=device, dtype=dtype)
     with torch.no_grad():
-        outputs = len(seam(example))
+        traced = seam(example)
+    extra: dict[str, Any] = {"traced_on": device.type, "precision": precision,
+             "output_shapes": [list(out.shape) for out in traced]}
+    if model.keypoints is not None:
+        extra["num_keypoints"] = model.keypoints
+    calibration = calibration_batches(model, cfg, imgsz) if cfg.int8 else None
+    if calibration is not None:
+        extra["calibration"] = {"data": cfg.data, "images": sum(len(b) for b in calibration)}
     meta = ExportMetadata(format=cfg.format, family=model.spec.name, size=model.size, task=model.task, nc=model.nc,
                           names=dict(model.names), imgsz=imgsz, batch=cfg.batch, dynamic=cfg.dynamic,
                           dynamic_imgsz=dynamic_imgsz, half=half, input_dtype=str(dtype).removeprefix("torch."),
-                          stride=model.stride, mean=model.spec.mean, std=model.spec.std, outputs=outputs,
-                          version=__version__, extra={"traced_on": device.type, "precision": precision,
-                                                      **({} if model.keypoints is None
-                                                         else {"num_keypoints": model.keypoints})})
-    path = Path(cfg.file) if cfg.file else default_path(model, cfg.format)
+                          stride=model.stride, mean=model.spec.mean, std=model.spec.std, outputs=len(traced),
+                          version=__version__, extra=extra)
+    path = Path(cfg.file) if cfg.file else default_path(model, cfg.format, cfg.int8)
     path.parent.mkdir(parents=True, exist_ok=True)
     with _unfused_attention():
-        if cfg.format == "onnx":
-            written = write_onnx(seam, example, path, meta, opset=cfg.opset, simplify=cfg.simplify)
-        elif cfg.format == "torchscript":
-            written = write_torchscript(seam, example, path, meta)
-        else:
-            written = write_openvino(seam, example, path, meta, opset=cfg.opset, simplify=cfg.simplify)
+        written = WRITERS[cfg.format](WriteJob(seam, example, path, meta, cfg, calibration))
     shape = ("dynamic batch and image size" if dynamic_imgsz else "dynamic batch") if cfg.dynamic else f"batch {cfg.batch}"
     log.info("exported %s-%s %s to %s (%s, %s, imgsz %d, %s)", model.spec.name, model.size, model.task, written,
              cfg.format, shape, imgsz, precision)
@@ -146,7 +186,7 @@ def export_precision(model: ModelHandle, cfg: ExportConfig) -> tuple[str, bool]:
                               "carries here (the ONNX and OpenVINO runtimes are fed NumPy arrays, and NumPy has no "
                               "bfloat16); use format='torchscript', or quantize('fp16') for ONNX")
         return "bf16", False
-    if recipe == "int8":
+    if recipe == "int8" or cfg.int8:
         return "int8", cfg.half
     half = cfg.half or recipe == "fp16"
     return ("fp16" if half else "fp32"), half

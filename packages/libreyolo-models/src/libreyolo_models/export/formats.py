@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -20,7 +21,7 @@ log = logging.getLogger(__name__)
 
 
 @contextmanager
-def _quiet_tracing() -> Iterator[None]:
+def quiet_tracing() -> Iterator[None]:
     """Tracing warns about Python values it folds into constants (shapes of a fixed-size export,
     which is intended) and about the legacy exporter's future; neither is the user's to act on."""
     with warnings.catch_warnings():
@@ -47,47 +48,64 @@ def write_onnx_graph(module: nn.Module, example: torch.Tensor, path: Path, meta:
     opset 17 on the torch versions we support, where the torch.export path still rejects some)."""
     names = [f"output{i}" for i in range(meta.outputs)]
     axes = onnx_dynamic_axes(meta)
-    with _quiet_tracing():
+    with quiet_tracing():
         torch.onnx.export(module, (example,), str(path), dynamo=False, opset_version=opset,
                           input_names=["images"], output_names=names, dynamic_axes=axes, do_constant_folding=True)
 
 
 def write_onnx(module: nn.Module, example: torch.Tensor, path: Path, meta: ExportMetadata, *,
                opset: int, simplify: bool) -> Path:
-    onnx = require("onnx", "onnx", "export(format='onnx')")
+    require("onnx", "onnx", "export(format='onnx')")
     write_onnx_graph(module, example, path, meta, opset=opset)
-    proto = onnx.load(str(path))
     if simplify:
-        onnxslim = require("onnxslim", "onnx", "export(simplify=True)")
-        proto = onnxslim.slim(proto)
+        slim_onnx(path, "export(simplify=True)")
+    embed_onnx_metadata(path, meta)
+    return path
+
+
+def slim_onnx(path: Path, purpose: str) -> None:
+    """Simplify the ONNX file in place (onnxslim: constants folded, shape arithmetic removed)."""
+    onnx = require("onnx", "onnx", purpose)
+    onnxslim = require("onnxslim", "onnx", purpose)
+    onnx.save(onnxslim.slim(onnx.load(str(path))), str(path))
+
+
+def embed_onnx_metadata(path: Path, meta: ExportMetadata) -> None:
+    """Put ``meta`` into the ONNX file's ``metadata_props`` (replacing whatever was there)."""
+    onnx = require("onnx", "onnx", "export(format='onnx')")
+    proto = onnx.load(str(path))
     del proto.metadata_props[:]
     entry = proto.metadata_props.add()
     entry.key, entry.value = METADATA_KEY, meta.to_json()
     onnx.save(proto, str(path))
-    return path
 
 
 def write_torchscript(module: nn.Module, example: torch.Tensor, path: Path, meta: ExportMetadata) -> Path:
-    with _quiet_tracing(), torch.no_grad():
+    with quiet_tracing(), torch.no_grad():
         traced = torch.jit.trace(module, (example,), check_trace=False)
         torch.jit.save(traced, str(path), _extra_files={METADATA_FILE: meta.to_json()})
     return path
 
 
 def write_openvino(module: nn.Module, example: torch.Tensor, folder: Path, meta: ExportMetadata, *,
-                   opset: int, simplify: bool) -> Path:
+                   opset: int, simplify: bool, calibration: list[np.ndarray] | None = None) -> Path:
     """An OpenVINO IR folder (``model.xml``/``.bin`` + ``libreyolo.json``), converted from ONNX:
-    the one path that keeps dynamic dimensions and the same operators as the ONNX export."""
+    the one path that keeps dynamic dimensions and the same operators as the ONNX export. With
+    ``calibration``, NNCF quantises it to INT8 first (``int8.quantize_openvino``)."""
     ov = require("openvino", "openvino", "export(format='openvino')")
+    if calibration is not None:
+        require("nncf", "nncf", "export(format='openvino', int8=True)")
     folder.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         onnx_path = Path(tmp) / "model.onnx"
         write_onnx_graph(module, example, onnx_path, meta, opset=opset)
         if simplify:
-            onnx = require("onnx", "onnx", "export(format='openvino', simplify=True)")
-            onnxslim = require("onnxslim", "onnx", "export(simplify=True)")
-            onnx.save(onnxslim.slim(onnx.load(str(onnx_path))), str(onnx_path))
+            slim_onnx(onnx_path, "export(format='openvino', simplify=True)")
         ov_model = ov.convert_model(str(onnx_path))
+        if calibration is not None:
+            from .int8 import quantize_openvino
+
+            ov_model = quantize_openvino(ov_model, calibration)
         ov.save_model(ov_model, str(folder / "model.xml"), compress_to_fp16=meta.half)
     (folder / METADATA_FILE).write_text(meta.to_json() + "\n")
     return folder

@@ -1,4 +1,5 @@
-"""Runtime backends: an exported file (ONNX, TorchScript, OpenVINO folder) as the network a
+"""Runtime backends: an exported file (ONNX, TorchScript, TFLite; an OpenVINO, NCNN or TensorRT
+folder; CoreML on macOS) as the network a
 ``LibreYOLO`` facade holds, so predict and val run the same task code on it."""
 
 from .backends import RuntimeNetwork, is_exported, load_exported

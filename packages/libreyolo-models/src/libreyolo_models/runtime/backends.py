@@ -1,4 +1,5 @@
-"""Runtime backends behind the inference seam.
+"""Runtime backends behind the inference seam: ONNX Runtime, TorchScript and OpenVINO here,
+NCNN / TFLite / CoreML in ``mobile``, TensorRT in ``tensorrt``.
 
 A backend is an ``nn.Module`` whose forward is the exported ``inference_forward``: images in,
 the family's inference outputs out, as torch tensors on the device the model was moved to. The
@@ -18,30 +19,40 @@ from __future__ import annotations
 import logging
 import os
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from ..errors import CheckpointError, ConfigError
 from ..optional import require
 from .metadata import METADATA_FILE, METADATA_KEY, ExportMetadata
+from .mobile import CoreMLNetwork, NcnnNetwork, TFLiteNetwork, read_folder_metadata
+from .network import DTYPES, RuntimeNetwork, numpy_input
+from .tensorrt import TensorRTNetwork
 
 log = logging.getLogger(__name__)
 
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}  # bfloat16: TorchScript only
+FILE_SUFFIXES = (".onnx", ".torchscript", ".tflite", ".mlpackage")
+"""Exports that are one file (a CoreML ``.mlpackage`` is a folder with this suffix); the others
+are folders holding ``libreyolo.json`` (OpenVINO, NCNN, TensorRT), told apart by its ``format``."""
 
 
 def is_exported(model: object) -> bool:
-    """Whether ``model`` names an exported model: ``.onnx``, ``.torchscript`` or an OpenVINO folder."""
+    """Whether ``model`` names an exported model: a file of ``FILE_SUFFIXES`` or an export folder."""
     if not isinstance(model, str | Path):
         return False
     path = Path(model)
-    if path.suffix.lower() in (".onnx", ".torchscript"):
+    if path.suffix.lower() in FILE_SUFFIXES:
         return True
     return path.is_dir() and (path / METADATA_FILE).is_file()
+
+
+FOLDER_BACKENDS: dict[str, Callable[[Path], RuntimeNetwork]] = {}
+"""``libreyolo.json``'s format -> the backend of an export folder (filled below the classes)."""
 
 
 def load_exported(model: str | Path) -> RuntimeNetwork:
@@ -50,77 +61,20 @@ def load_exported(model: str | Path) -> RuntimeNetwork:
     path = Path(model)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such exported model (export one with model.export(format=...))")
+    suffix = path.suffix.lower()
+    if suffix == ".mlpackage":
+        return CoreMLNetwork(path)
     if path.is_dir():
-        return OpenVINONetwork(path)
-    if path.suffix.lower() == ".onnx":
+        meta = read_folder_metadata(path)
+        if meta.format not in FOLDER_BACKENDS:
+            raise CheckpointError(f"{path}: its {METADATA_FILE} says format {meta.format!r}, which no backend here "
+                                  f"loads as a folder ({', '.join(FOLDER_BACKENDS)}); re-export the model")
+        return FOLDER_BACKENDS[meta.format](path)
+    if suffix == ".onnx":
         return OnnxNetwork(path)
+    if suffix == ".tflite":
+        return TFLiteNetwork(path)
     return TorchScriptNetwork(path)
-
-
-class RuntimeNetwork(nn.Module):
-    """The common part: metadata, device/dtype anchor, input checks and fixed-batch chunking.
-
-    ``anchor`` is an empty fp32 parameter: ``model.device`` / ``model.dtype`` read it, and
-    ``model.to(device)`` moves it, which is where the outputs are returned.
-    """
-
-    kind = "runtime"
-
-    def __init__(self, path: Path, meta: ExportMetadata) -> None:
-        super().__init__()
-        self.path, self.meta = path, meta
-        self.anchor = nn.Parameter(torch.zeros(0), requires_grad=False)
-
-    @property
-    def runs_only_on(self) -> str | None:
-        """The device type the file is bound to ("cpu", "cuda"), or None when it runs anywhere."""
-        return None
-
-    def forward(self, images: Tensor) -> Tensor | tuple[Tensor, ...]:
-        self._check(images)
-        step = len(images) if self.meta.dynamic else self.meta.batch
-        parts: list[list[Tensor]] = []
-        for start in range(0, len(images), step):
-            chunk = images[start:start + step]
-            n = len(chunk)
-            if n < step:
-                chunk = torch.cat((chunk, chunk.new_zeros((step - n, *chunk.shape[1:]))))
-            parts.append([out[:n] for out in self.run(chunk)])
-        outs = [torch.cat(column) if len(parts) > 1 else column[0] for column in zip(*parts)]
-        outs = [out.to(self.anchor.device) for out in outs]
-        return outs[0] if len(outs) == 1 else tuple(outs)
-
-    @property
-    def fixed_imgsz(self) -> int | None:
-        """The one square size the file runs at; None when height and width are free."""
-        return None if self.meta.dynamic_imgsz else self.meta.imgsz
-
-    def _check(self, images: Tensor) -> None:
-        meta = self.meta
-        if images.ndim != 4 or images.shape[1] != 3:
-            raise ConfigError(f"{self.path}: expects images [B, 3, H, W], got {tuple(images.shape)}")
-        h, w = images.shape[-2:]
-        if self.fixed_imgsz is None:
-            if h % meta.stride or w % meta.stride:
-                raise ConfigError(f"{self.path}: got {h}x{w} images, but height and width must be multiples of "
-                                  f"{meta.stride} (the network's stride); letterbox to such a size (predict and val "
-                                  f"do, at imgsz=)")
-        elif (h, w) != (meta.imgsz, meta.imgsz):
-            raise ConfigError(f"{self.path} was exported for imgsz={meta.imgsz} but got {h}x{w} images; use "
-                              f"imgsz={meta.imgsz}, or re-export from the .pt with imgsz={max(h, w)}")
-
-    def run(self, images: Tensor) -> list[Tensor]:
-        """One call of the runtime on exactly the batch it accepts."""
-        raise NotImplementedError
-
-    def describe(self) -> dict[str, Any]:
-        return {"runtime": self.kind, "file": str(self.path), "exported_batch": self.meta.batch,
-                "dynamic": self.meta.dynamic, "dynamic_imgsz": self.meta.dynamic_imgsz, "half": self.meta.half,
-                "precision": self.meta.extra.get("precision", "fp16" if self.meta.half else "fp32")}
-
-
-def _numpy_input(images: Tensor, dtype: str) -> np.ndarray:
-    return np.ascontiguousarray(images.detach().to("cpu", DTYPES[dtype]).numpy())
 
 
 class OnnxNetwork(RuntimeNetwork):
@@ -158,7 +112,7 @@ class OnnxNetwork(RuntimeNetwork):
 
     def run(self, images: Tensor) -> list[Tensor]:
         session = self._session()
-        feed = {session.get_inputs()[0].name: _numpy_input(images, self.meta.input_dtype)}
+        feed = {session.get_inputs()[0].name: numpy_input(images, self.meta.input_dtype)}
         return [torch.from_numpy(np.asarray(out)) for out in session.run(None, feed)]
 
 
@@ -223,11 +177,11 @@ class OpenVINONetwork(RuntimeNetwork):
 
     def __init__(self, folder: Path) -> None:
         ov = require("openvino", "openvino", f"LibreYOLO({str(folder)!r})")
-        meta_file, xml = folder / METADATA_FILE, folder / "model.xml"
-        if not meta_file.is_file() or not xml.is_file():
+        xml = folder / "model.xml"
+        if not xml.is_file():
             raise CheckpointError(f"{folder}: an OpenVINO model folder needs model.xml and {METADATA_FILE}, as "
                                   "model.export(format='openvino') writes them")
-        super().__init__(folder, ExportMetadata.from_json(meta_file.read_text(), str(meta_file)))
+        super().__init__(folder, read_folder_metadata(folder))
         self.precision = openvino_precision()
         core = ov.Core()
         capability = {"bf16": "BF16", "f16": "FP16"}.get(self.precision)
@@ -247,5 +201,8 @@ class OpenVINONetwork(RuntimeNetwork):
         return {**super().describe(), "inference_precision": self.inference_precision}
 
     def run(self, images: Tensor) -> list[Tensor]:
-        result = self._compiled(_numpy_input(images, self.meta.input_dtype))
+        result = self._compiled(numpy_input(images, self.meta.input_dtype))
         return [torch.from_numpy(np.asarray(result[out])) for out in self._compiled.outputs]
+
+
+FOLDER_BACKENDS.update({"openvino": OpenVINONetwork, "ncnn": NcnnNetwork, "engine": TensorRTNetwork})

@@ -1,7 +1,9 @@
 """What an exported file says about itself: enough to rebuild the model around the runtime.
 
 The same JSON document goes into every format: ONNX ``metadata_props`` (key ``libreyolo``), a
-TorchScript extra file and a ``libreyolo.json`` beside an OpenVINO model. A file without it was
+TorchScript extra file, CoreML's user-defined metadata (key ``libreyolo``), a ``libreyolo.json``
+inside a TFLite file (a zip appended to the flatbuffer, which its interpreter ignores) and a
+``libreyolo.json`` beside an OpenVINO, NCNN or TensorRT model in its folder. A file without it was
 not written by ``model.export`` and is refused with that reason, since family, task and class
 names cannot be guessed from a graph.
 """
@@ -14,7 +16,7 @@ from typing import Any
 
 from ..errors import CheckpointError
 
-EXPORT_FORMATS = ("onnx", "torchscript", "openvino")
+EXPORT_FORMATS = ("onnx", "torchscript", "openvino", "ncnn", "tflite", "coreml", "engine")
 METADATA_KEY = "libreyolo"  # ONNX metadata key; TorchScript extra file and OpenVINO file: libreyolo.json
 METADATA_FILE = "libreyolo.json"
 SCHEMA = 2  # 2: dynamic_imgsz (a schema-1 file reads as a fixed image size, which it was)

@@ -5,8 +5,11 @@ Event files go into the run folder itself, so ``tensorboard --logdir runs/train`
 
 from __future__ import annotations
 
+from types import ModuleType
+
 import numpy as np
 
+from ...optional import preload_triton
 from ..callbacks import EpochEnd, PredictionImages, StepEnd, TrainEnd, TrainStart
 from .base import ServiceLogger, scalar_metrics
 
@@ -17,6 +20,12 @@ class TensorBoardLogger(ServiceLogger):
     package = "tensorboard"
     extra = "tensorboard"
     wants_prediction_images = True
+
+    def _import(self) -> ModuleType | None:
+        # torch.utils.tensorboard imports TensorFlow when it is installed (the [tflite] extra), and
+        # Triton loaded after TensorFlow aborts the process: Triton first (optional.preload_triton).
+        preload_triton()
+        return super()._import()
 
     def on_start(self, event: TrainStart) -> None:
         self.writer = self.lib.SummaryWriter(log_dir=str(event.run_dir))
