@@ -62,6 +62,21 @@ def test_checkpoint_round_trip_keeps_weights_metadata_and_predictions(model: Lib
     assert (from_bare.size, from_bare.nc) == ("s", 3)
 
 
+def test_a_checkpoint_trained_at_another_size_loads_without_a_divergence_warning(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Built at 640, EC's stored anchor grid masks cells with inf; a run at 64 px saves those
+    anchors with imgsz 64, and the network rebuilt at 64 keeps its own (finite) grid: nothing
+    diverged, so loading warns of nothing."""
+    built = LibreYOLO("LibreECs.yaml", nc=3)
+    assert not torch.isfinite(built.net.state_dict()["decoder.anchors"]).all()
+    ckpt = torch.load(built.save(tmp_path / "at640.pt"), weights_only=True)
+    ckpt["imgsz"] = 64                        # what training at imgsz=64 writes
+    torch.save(ckpt, tmp_path / "at64.pt")
+    with caplog.at_level("WARNING", logger="libreyolo_models"):
+        LibreYOLO(tmp_path / "at64.pt")
+    assert not [r for r in caplog.records if r.levelname == "WARNING"], caplog.text
+
+
 def test_inference_seam_returns_pixel_boxes_and_scores_for_every_selected_token(model: LibreYOLO) -> None:
     model.net.eval()
     with torch.no_grad():

@@ -24,10 +24,11 @@ def _take_model(options: dict[str, object], command: str, default: str | None = 
     from libreyolo_models import LibreYOLO
 
     name = options.pop("model", default)
+    task = options.pop("task", None)  # task=pose: which of the family's tasks an architecture builds
     if name is None:
         raise UsageError(f"'libreyolo {command}' needs model=... (a .pt checkpoint, a weights name such as "
                          "LibreYOLO9t.pt, or an architecture such as LibreYOLO9t.yaml)")
-    return LibreYOLO(str(name))
+    return LibreYOLO(str(name), task=None if task is None else str(task))
 
 
 def cmd_predict(options: dict[str, object]) -> int:

@@ -149,8 +149,10 @@ def inf_by_design(state: Mapping[str, torch.Tensor]) -> frozenset[str]:
 
 
 def checkpoint_metadata(*, family: str, size: str, task: str, nc: int, names: Mapping[int, str],
-                        imgsz: int, version: str) -> dict[str, Any]:
-    """The upstream schema's required metadata (everything but ``model``)."""
+                        imgsz: int, version: str, keypoints: int | None = None) -> dict[str, Any]:
+    """The upstream schema's required metadata (everything but ``model``); pose checkpoints add
+    ``num_keypoints`` (upstream's key), the keypoints per instance the network predicts."""
+    extra = {} if keypoints is None else {"num_keypoints": int(keypoints)}
     return {
         "schema_version": SCHEMA_VERSION,
         "libreyolo_version": version,
@@ -160,4 +162,5 @@ def checkpoint_metadata(*, family: str, size: str, task: str, nc: int, names: Ma
         "nc": int(nc),
         "names": {int(k): str(v) for k, v in names.items()},
         "imgsz": int(imgsz),
+        **extra,
     }

@@ -64,11 +64,12 @@ class ModelHandle:
     def __init__(self, spec: FamilySpec, size: str, task: str, nc: int, names: Mapping[int, str],
                  imgsz: int, net: nn.Module, *, checkpoint: Mapping[str, Any] | None = None,
                  ckpt_path: Path | None = None, runtime: RuntimeNetwork | None = None,
-                 fuse_default: bool | None = None, family: Family | None = None) -> None:
+                 fuse_default: bool | None = None, family: Family | None = None,
+                 keypoints: int | None = None) -> None:
         self._spec, self._size, self._task, self._nc = spec, size, task, nc
         self._names = dict(names)
         self._imgsz = imgsz
-        self._family: Family = family or spec.family_class()(spec, size, task, nc, (imgsz, imgsz))
+        self._family: Family = family or make_family(spec, size, task, nc, imgsz, keypoints)
         self._net = net
         self._runtime = runtime
         self._checkpoint: Mapping[str, Any] = MappingProxyType(dict(checkpoint or {}))
@@ -88,14 +89,15 @@ class ModelHandle:
         if not isinstance(source.nc, int) or isinstance(source.nc, bool) or source.nc < 1:
             raise ConfigError(f"nc={source.nc!r} must be a positive number of classes")
         names = normalize_names(source.names, source.nc)
-        imgsz = spec.check_imgsz(int(source.imgsz or spec.default_imgsz(source.size, source.task)))
-        family = spec.family_class()(spec, source.size, source.task, source.nc, (imgsz, imgsz))
+        imgsz = spec.check_imgsz(int(source.imgsz or spec.default_imgsz(source.size, source.task)), task=source.task)
+        family = make_family(spec, source.size, source.task, source.nc, imgsz, source.keypoints)
         net = family.build_network()
         if source.state is not None:
             family.check_state(net, source.state, str(source.path))
             masks = inf_by_design(net.state_dict())
             net.load_state_dict(source.state)
-            warn_nonfinite(source.state, str(source.path), masks)
+            # The loaded values: a buffer built for another size (EC's anchors) keeps the network's own.
+            warn_nonfinite(net.state_dict(), str(source.path), masks)
         return cls(spec, source.size, source.task, source.nc, names, imgsz, net, checkpoint=source.checkpoint,
                    ckpt_path=source.path, fuse_default=fuse_default, family=family)
 
@@ -114,20 +116,22 @@ class ModelHandle:
         if wanted is not None and wanted.name != spec.name:
             raise ConfigError(f"{path} is an exported {spec.name} model, not {wanted.name}; load it with "
                               f"LibreYOLO({str(path)!r})")
+        keypoints = meta.extra.get("num_keypoints")
         handle = cls(spec, meta.size, meta.task, meta.nc, normalize_names(meta.names, meta.nc), meta.imgsz, runtime,
-                     ckpt_path=path, runtime=runtime)
+                     ckpt_path=path, runtime=runtime, keypoints=None if keypoints is None else int(keypoints))
         handle._imgsz = handle.resolve_imgsz(int(imgsz) if imgsz else None)
         return handle
 
     def rebuilt(self, *, nc: int | None = None, names: Mapping[int, str] | None = None,
-                keep_weights: bool = True) -> ModelHandle:
-        """A new handle for ``nc`` classes (and ``names``) on the same device, with a fresh network:
-        with ``keep_weights`` every weight whose shape still fits is carried over (all but the
-        class outputs). This handle is left as it was."""
+                keep_weights: bool = True, keypoints: int | None = None) -> ModelHandle:
+        """A new handle for ``nc`` classes (and ``names``; a pose model also for ``keypoints`` per
+        instance) on the same device, with a fresh network: with ``keep_weights`` every weight whose
+        shape still fits is carried over (all but the class and keypoint outputs). This handle is
+        left as it was."""
         self.require_pytorch("rebuild the network")
         nc = nc or self._nc
         names = normalize_names(names if names is not None else (self._names if nc == self._nc else None), nc)
-        family = self._spec.family_class()(self._spec, self._size, self._task, nc, (self._imgsz, self._imgsz))
+        family = make_family(self._spec, self._size, self._task, nc, self._imgsz, keypoints or self.keypoints)
         net = family.build_network().to(self.device)
         if keep_weights:
             own, new_state = self._net.state_dict(), net.state_dict()
@@ -172,6 +176,11 @@ class ModelHandle:
         return dict(self._names)
 
     @property
+    def keypoints(self) -> int | None:
+        """Keypoints per instance of a pose model; None for other tasks."""
+        return self._family.keypoints
+
+    @property
     def imgsz(self) -> int:
         """The model's default image size (checkpoints record it; predict and val use it)."""
         return self._imgsz
@@ -210,17 +219,22 @@ class ModelHandle:
         for an exported model also one its file runs at (a fixed-size export refuses the others
         here, before any image is read, naming the size it has and how to get another). The one
         place a job's ``imgsz`` default is resolved."""
-        size = self._spec.check_imgsz(imgsz or self._imgsz, source)
+        size = self._spec.check_imgsz(imgsz or self._imgsz, source, self._task)
         fixed = self._runtime.fixed_imgsz if self._runtime is not None else None
         if fixed is not None and size != fixed:
             decl = self._spec.task(self._task)
-            how = (f"re-export from the .pt with dynamic=True (any multiple of {self._spec.stride}) or imgsz={size}"
+            how = (f"re-export from the .pt with dynamic=True (any multiple of {self.stride}) or imgsz={size}"
                    if decl.dynamic_imgsz else
                    f"re-export from the .pt with imgsz={size} ({self._spec.display_name} exports one size per file: "
                    f"{decl.dynamic_imgsz_note})")
             raise ConfigError(f"{source}={size}: {self._ckpt_path} was exported for imgsz={fixed} only; use "
                               f"imgsz={fixed}, or {how}")
         return size
+
+    @property
+    def stride(self) -> int:
+        """The multiple image sides must be for this model's task (``FamilySpec.stride_for``)."""
+        return self._spec.stride_for(self._task)
 
     def require_pytorch(self, action: str) -> None:
         """Refuse ``action`` (train, fuse, CUDA graphs, save) on an exported model, naming the way back."""
@@ -373,6 +387,7 @@ class ModelHandle:
         decl = self._spec.task(self._task)
         return {"family": self._spec.name, "model": self._spec.weight_name(self._size, self._task, ""),
                 "size": self._size, "task": self._task, "nc": self._nc, "imgsz": self._imgsz,
+                **({} if self.keypoints is None else {"keypoints": self.keypoints}),
                 "parameters": self.n_parameters(), "device": str(self.device), "dtype": str(self.dtype),
                 "fused": self.fused, "fuse_by_default": self.wants_fuse(),
                 "checkpoint": str(self._ckpt_path) if self._ckpt_path else None, "loss_names": list(decl.loss_names),
@@ -391,7 +406,8 @@ class ModelHandle:
                               "checkpoint holds fp32 training weights. Call model.dequantize() first to save those, "
                               "or model.export(...) to write the quantized network")
         meta = checkpoint_metadata(family=self._spec.name, size=self._size, task=self._task, nc=self._nc,
-                                   names=self._names, imgsz=imgsz or self._imgsz, version=__version__)
+                                   names=self._names, imgsz=imgsz or self._imgsz, version=__version__,
+                                   keypoints=self.keypoints)
         meta["model"] = cpu_state_dict(self._net) if weights is None else weights
         if CERTIFICATE_KEY in self._checkpoint:  # the record of the run that made these weights travels with them
             meta[CERTIFICATE_KEY] = dict(self._checkpoint[CERTIFICATE_KEY])
@@ -418,6 +434,13 @@ class SeamModule(nn.Module):
 
     def forward(self, images: Tensor) -> Any:
         return self._seam(images)
+
+
+def make_family(spec: FamilySpec, size: str, task: str, nc: int, imgsz: int, keypoints: int | None) -> Family:
+    """The family implementation for one model; ``keypoints`` is passed only when given (pose), so
+    families without keypoint tasks need not take it."""
+    extra = {} if keypoints is None else {"keypoints": int(keypoints)}
+    return spec.family_class()(spec, size, task, nc, (imgsz, imgsz), **extra)
 
 
 def warn_nonfinite(state: Mapping[str, Tensor], source: str, masks: Collection[str] = ()) -> None:

@@ -86,8 +86,12 @@ class Family(abc.ABC):
     one line the trainer logs (a generic line when empty)."""
 
     def __init__(self, spec: FamilySpec, size: str, task: str, nc: int,
-                 imgsz: tuple[int, int] | None = None) -> None:
+                 imgsz: tuple[int, int] | None = None, keypoints: int | None = None) -> None:
         self.spec, self.size, self.task, self.nc = spec, size, task, nc
+        self.keypoints = keypoints if keypoints is not None else spec.task(task).default_keypoints
+        """Keypoints per instance of a pose model (``TaskDecl.default_keypoints`` when not given,
+        a dataset's ``kpt_shape[0]`` after ``train``); None for tasks without keypoints. Passed
+        only to families whose tasks declare keypoints, so other families need not take it."""
         self.imgsz = imgsz
         """The image size ``(H, W)`` the model is built for: a family whose network lays something
         out for one size (anchor buffers, position embeddings) builds it for this one; None: the
@@ -106,6 +110,12 @@ class Family(abc.ABC):
     @classmethod
     def infer_size(cls, state: Mapping[str, Tensor], task: str) -> str | None:
         """Size from a bare state dict; None when the weights alone cannot tell."""
+        return None
+
+    @classmethod
+    def infer_keypoints(cls, state: Mapping[str, Tensor], task: str) -> int | None:
+        """Keypoints per instance from a bare pose state dict; None when it cannot tell (the
+        task's ``default_keypoints`` is used then)."""
         return None
 
     @classmethod

@@ -77,6 +77,11 @@ class TaskDecl:
         default_nc: classes of an untrained model when neither ``nc`` nor ``names`` is given
             (80, COCO, for detectors; 1000, ImageNet, for classifiers, so a fresh model has the
             reference architecture's shapes).
+        stride: image sides must be multiples of this for this task; None: the family's
+            ``FamilySpec.stride``. For a task whose network tiles the image differently (RF-DETR
+            segment: 12-pixel patches in 2 x 2 windows, so multiples of 24).
+        default_keypoints: keypoints per instance of an untrained pose model when the data does
+            not say otherwise (17: COCO's person); None for tasks without keypoints.
     """
 
     loss_names: tuple[str, ...]
@@ -94,8 +99,12 @@ class TaskDecl:
     dynamic_imgsz: bool = True
     dynamic_imgsz_note: str = ""
     default_nc: int = 80
+    stride: int | None = None
+    default_keypoints: int | None = None
 
     def __post_init__(self) -> None:
+        if self.stride is not None and (isinstance(self.stride, bool) or self.stride < 1):
+            raise ConfigError(f"stride={self.stride!r} must be a positive number of pixels (or None: the family's)")
         if not self.exportable and not self.export_note:
             raise ConfigError("a task declared exportable=False needs export_note saying why")
         if not self.dynamic_imgsz and not self.dynamic_imgsz_note:
@@ -225,9 +234,15 @@ class FamilySpec:
         stem = file.removesuffix(".pt")
         return WeightsEntry(size=size, task=task, file=file, url=f"{HUB_ORG}/{stem}/resolve/main/{file}")
 
-    def check_imgsz(self, imgsz: int, source: str = "imgsz") -> int:
-        """``imgsz`` if it is a positive multiple of the stride, else a ConfigError naming the nearest."""
-        return check_multiple(imgsz, self.stride, source)
+    def stride_for(self, task: str | None = None) -> int:
+        """The multiple image sides must be for ``task`` (its ``TaskDecl.stride``, else the family's)."""
+        decl = self.tasks.get(task or self.default_task)
+        return decl.stride if decl is not None and decl.stride is not None else self.stride
+
+    def check_imgsz(self, imgsz: int, source: str = "imgsz", task: str | None = None) -> int:
+        """``imgsz`` if it is a positive multiple of ``task``'s stride (``stride_for``), else a
+        ConfigError naming the nearest."""
+        return check_multiple(imgsz, self.stride_for(task), source)
 
 
 MAX_IMGSZ = 16384

@@ -8,9 +8,10 @@ exported model predicts and validates through the same task code as the PyTorch 
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -60,6 +61,23 @@ def flatten_outputs(out: Any, family: str) -> tuple[Tensor, ...]:
         return tuple(out)
     raise ConfigError(f"{family}: inference_forward returns {type(out).__name__}, but export handles a tensor or "
                       "a flat list of tensors; declare the task exportable=False with a reason, or flatten the seam")
+
+
+@contextlib.contextmanager
+def _unfused_attention() -> Iterator[None]:
+    """``nn.MultiheadAttention`` traced as its plain ops: in eval mode without gradients it would
+    take torch's fused fast path (``_native_multi_head_attention``), which ONNX cannot express.
+    The same arithmetic; the setting is restored afterwards."""
+    mha = getattr(torch.backends, "mha", None)
+    if mha is None:
+        yield
+        return
+    was = mha.get_fastpath_enabled()
+    mha.set_fastpath_enabled(False)
+    try:
+        yield
+    finally:
+        mha.set_fastpath_enabled(was)
 
 
 def default_path(model: ModelHandle, fmt: str, int8: bool = False) -> Path:
@@ -135,17 +153,20 @@ def export_model(model: ModelHandle, options: dict[str, Any]) -> Path:
         traced = seam(example)
     extra: dict[str, Any] = {"traced_on": device.type, "precision": precision,
              "output_shapes": [list(out.shape) for out in traced]}
+    if model.keypoints is not None:
+        extra["num_keypoints"] = model.keypoints
     calibration = calibration_batches(model, cfg, imgsz) if cfg.int8 else None
     if calibration is not None:
         extra["calibration"] = {"data": cfg.data, "images": sum(len(b) for b in calibration)}
     meta = ExportMetadata(format=cfg.format, family=model.spec.name, size=model.size, task=model.task, nc=model.nc,
                           names=dict(model.names), imgsz=imgsz, batch=cfg.batch, dynamic=cfg.dynamic,
                           dynamic_imgsz=dynamic_imgsz, half=half, input_dtype=str(dtype).removeprefix("torch."),
-                          stride=model.spec.stride, mean=model.spec.mean, std=model.spec.std, outputs=len(traced),
+                          stride=model.stride, mean=model.spec.mean, std=model.spec.std, outputs=len(traced),
                           version=__version__, extra=extra)
     path = Path(cfg.file) if cfg.file else default_path(model, cfg.format, cfg.int8)
     path.parent.mkdir(parents=True, exist_ok=True)
-    written = WRITERS[cfg.format](WriteJob(seam, example, path, meta, cfg, calibration))
+    with _unfused_attention():
+        written = WRITERS[cfg.format](WriteJob(seam, example, path, meta, cfg, calibration))
     shape = ("dynamic batch and image size" if dynamic_imgsz else "dynamic batch") if cfg.dynamic else f"batch {cfg.batch}"
     log.info("exported %s-%s %s to %s (%s, %s, imgsz %d, %s)", model.spec.name, model.size, model.task, written,
              cfg.format, shape, imgsz, precision)

@@ -92,11 +92,14 @@ class HungarianMatcher:
         return self.cost_class * (positive - negative) + self.cost_bbox * l1 - self.cost_giou * giou
 
     def __call__(self, logits: Tensor, boxes: Tensor, targets: GroupedTargets, groups: int = 1, *,
-                 iou_order: float | None = None) -> list[list[Match]]:
+                 extra: Tensor | None = None, iou_order: float | None = None) -> list[list[Match]]:
         """Matches of each of ``S`` prediction sets (``[S, B, Q, ...]``) for each image: ``[S][B]``.
 
         With ``groups > 1`` the queries are ``groups`` consecutive blocks of ``Q / groups``, each
         matched on its own; an image's match lists every group's pairs, group 0 first.
+        ``extra``: ``[S, B, Q, G]`` costs added to the class and box costs (an instance task's
+        mask or keypoint costs; ``G`` = ``targets.max_count``, padding columns never read);
+        ``iou_order``: DEIMv2's late-training cost instead of those (see :meth:`cost`).
 
         A cost that is NaN or infinite (a diverging network) is replaced by one larger than every
         finite cost of its matrix, as upstream does, and logged once: such a query is matched
@@ -111,18 +114,31 @@ class HungarianMatcher:
         labels, gt_boxes, _ = targets.padded(pad_label=0)
         device = logits.device
         costs = self.cost(logits, boxes, labels.to(device, non_blocking=True),
-                          gt_boxes.to(device, non_blocking=True), iou_order=iou_order).cpu().numpy()
+                          gt_boxes.to(device, non_blocking=True), iou_order=iou_order)
+        if extra is not None:
+            costs = costs + extra.float()
+        return self.solve(costs, targets.counts, groups)
+
+    def solve(self, costs: Tensor, counts: tuple[int, ...], groups: int = 1) -> list[list[Match]]:
+        """The assignments of cost matrices ``[S, B, Q, G]`` (``counts``: ground truths per image,
+        the first columns of each image's matrix), one copy to the host; see ``__call__``."""
+        sets, batch, queries = costs.shape[:3]
+        if groups < 1 or queries % groups:
+            raise ValueError(f"{queries} queries do not split into {groups} equal groups")
+        if max(counts, default=0) == 0:
+            return [[EMPTY_MATCH] * batch for _ in range(sets)]
+        costs_np = costs.detach().float().cpu().numpy()
         per_group = queries // groups
         matches: list[list[Match]] = []
         for s in range(sets):
             row: list[Match] = []
-            for b, n in enumerate(targets.counts):
+            for b, n in enumerate(counts):
                 if n == 0:
                     row.append(EMPTY_MATCH)
                     continue
                 preds, gts = [], []
                 for g in range(groups):
-                    cost = self._finite(costs[s, b, g * per_group:(g + 1) * per_group, :n])
+                    cost = self._finite(costs_np[s, b, g * per_group:(g + 1) * per_group, :n])
                     pred, gt = linear_sum_assignment(cost)
                     preds.append(pred.astype(np.int64) + g * per_group)
                     gts.append(gt.astype(np.int64))

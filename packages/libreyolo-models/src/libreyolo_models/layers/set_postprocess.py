@@ -22,6 +22,13 @@ def topk_detections(predictions: Tensor, *, conf: float, max_det: int,
     """``[B, Q, 4 + nc]`` (xyxy input pixels, sigmoid scores) -> per image ``float [N, 6]``
     detections (x1, y1, x2, y2, score, class id), best first, ``N <= max_det``, every score above
     ``conf``; ``classes`` keeps only those class ids."""
+    return [det for det, _ in topk_queries(predictions, conf=conf, max_det=max_det, classes=classes)]
+
+
+def topk_queries(predictions: Tensor, *, conf: float, max_det: int,
+                 classes: list[int] | None = None) -> list[tuple[Tensor, Tensor]]:
+    """:func:`topk_detections` plus, per detection, the query it came from (``int64 [N]``): an
+    instance task reads that query's mask or keypoints."""
     out = []
     nc = predictions.shape[-1] - 4
     for pred in predictions.float():
@@ -33,5 +40,6 @@ def topk_detections(predictions: Tensor, *, conf: float, max_det: int,
         top = scores.flatten().topk(min(max_det, scores.numel()))
         query, cls = top.indices // nc, top.indices % nc
         det = torch.cat((pred[query, :4], top.values[:, None], cls[:, None].float()), 1)
-        out.append(det[top.values > conf])
+        above = top.values > conf
+        out.append((det[above], query[above]))
     return out

@@ -47,6 +47,14 @@ class GroupedTargets:
             start += n
         return out
 
+    def padded_rows(self) -> Tensor:
+        """``int64 [B, max(G, 1)]``: per image, its rows of ``labels`` / ``boxes`` (padding: row 0),
+        to gather per-image ground truths (masks, keypoints) kept in this order."""
+        rows = torch.zeros(self.batch, max(self.max_count, 1), dtype=torch.int64)
+        for b, (start, n) in enumerate(zip(self.offsets(), self.counts)):
+            rows[b, :n] = torch.arange(start, start + n)
+        return rows
+
     def padded(self, pad_label: int) -> tuple[Tensor, Tensor, Tensor]:
         """``labels [B, G]`` (``pad_label`` on padding), ``boxes [B, G, 4]`` (zeros on padding) and
         ``mask [B, G]`` with ``G = max_count``."""

@@ -7,7 +7,8 @@ window per image when there is a display.
 Layout under the run folder (``runs/predict/exp``)::
 
     <stem>.jpg                  annotated image (save=True)
-    labels/<stem>.txt           one line per box: class cx cy w h [conf], normalised (save_txt=True)
+    labels/<stem>.txt           one line per box: class cx cy w h [conf], normalised (save_txt=True);
+                                segment: class x1 y1 ... (the outline); pose: the box, then x y conf per keypoint
     crops/<class name>/<stem>.jpg   each box cut from the original image (save_crop=True)
 """
 
@@ -38,6 +39,10 @@ def yolo_label_lines(res: Results, *, save_conf: bool = False) -> list[str]:
     so a prediction folder can be trained on or compared with ground truth)."""
     if res.boxes is None:
         return []
+    for content in (res.masks, *res.contents.values()):  # instance tasks write their own rows
+        lines = getattr(content, "label_lines", None)
+        if callable(lines):
+            return list(lines(res.boxes, save_conf=save_conf))
     rows = []
     for (cx, cy, w, h), conf, cls in zip(res.boxes.xywhn.tolist(), res.boxes.conf.tolist(),
                                          res.boxes.cls.tolist()):

@@ -142,6 +142,9 @@ class Task(abc.ABC):
     # train_pipeline / val_pipeline take ``rect=<stride>``: rectangular batches (``rect=True``),
     # and box rows a single class can replace (``single_cls=True``): detect.
     supports_rect: ClassVar[bool] = False
+    # evaluate averages ``EvalSettings.loss`` over the batches (``tasks.loss_meter``): training's
+    # validation then passes the family's loss (``train.val_loss``).
+    validation_losses: ClassVar[bool] = False
 
     # ------------------------------------------------------------------ data
     @abc.abstractmethod

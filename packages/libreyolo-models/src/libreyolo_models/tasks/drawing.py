@@ -38,6 +38,7 @@ def draw_detections(image: np.ndarray, det: Tensor, names: dict[int, str], *, la
                       width=width)
     for i, (x1, y1, x2, y2, score, cls) in enumerate(det.tolist()):
         color = class_color(int(cls) if ids is None else ids[i])
+        x1, x2, y1, y2 = min(x1, x2), max(x1, x2), min(y1, y2), max(y1, y2)  # an untrained model's may be inverted
         draw.rectangle((x1, y1, x2, y2), outline=color, width=width)
         if labels:
             text = ("" if ids is None else f"id:{ids[i]} ") + names.get(int(cls), str(int(cls))) + (

@@ -1,7 +1,8 @@
 """Prediction results: one ``Results`` per image or frame, whatever the task, with plotting,
 saving and conversions.
 
-The built-in tasks fill ``boxes`` (detect), ``probs`` (classify) or ``masks`` (semantic). A task
+The built-in tasks fill ``boxes`` (detect), ``probs`` (classify) or ``masks`` (semantic); instance
+segmentation fills ``boxes`` and ``masks`` (one mask per box), pose ``boxes`` and ``keypoints``. A task
 defined elsewhere (a plugin, a new task of the zoo) puts its own content under its
 ``results_field`` name in ``contents``: any object with the small ``ResultContent`` protocol.
 ``results.<name>`` then reads it, and ``summary``, ``plot``, ``to_list``, ``to_json``, ``to_csv``,
@@ -59,7 +60,8 @@ class ResultContent(Protocol):
 @dataclass
 class Results:
     """What ``model(source)`` returns for one image. Which field is set depends on the model's
-    task: ``boxes`` (detect), ``probs`` (classify), ``masks`` (semantic); the others are None."""
+    task: ``boxes`` (detect), ``probs`` (classify), ``masks`` (semantic: a class map), ``boxes`` and
+    ``masks`` (segment: a mask per box), ``boxes`` and ``keypoints`` (pose); the others are None."""
 
     orig_img: np.ndarray          # RGB uint8 [H, W, 3]
     path: str
@@ -106,8 +108,15 @@ class Results:
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def _content(self) -> ResultContent | None:
-        """The task content of a task outside the built-in three (the first, when several)."""
-        return next(iter(self.contents.values()), None) if self.contents else None
+        """The task content of a task outside the built-in three (the first, when several), or
+        instance masks (``masks`` holding a ``ResultContent``, beside ``boxes``)."""
+        if self.contents:
+            return next(iter(self.contents.values()))
+        return self.masks if _is_content(self.masks) else None
+
+    def _drawn_contents(self) -> list[ResultContent]:
+        """What ``plot`` draws before the boxes: every task content, instance masks first."""
+        return ([self.masks] if _is_content(self.masks) else []) + list(self.contents.values())
 
     def __len__(self) -> int:
         if self.boxes is not None:
@@ -116,19 +125,26 @@ class Results:
         return len(content) if content is not None else 0
 
     def to_list(self) -> list[dict[str, object]]:
-        """One dict per detection: name, class, confidence, box (x1, y1, x2, y2 pixels); for a
-        semantic model, one per class present: name, class, share of the image's pixels; for a
-        classification, one per top-5 class: name, class, confidence."""
-        rows: list[dict[str, object]] = []
+        """One dict per detection: name, class, confidence, box (x1, y1, x2, y2 pixels), plus what
+        an instance task's content adds per object (a polygon, keypoints); for a semantic model,
+        one per class present: name, class, share of the image's pixels; for a classification,
+        one per top-5 class: name, class, confidence."""
         content = self._content()
         if content is not None and self.boxes is None:
             return content.rows(self.names)
         if self.probs is not None:
             return [{"name": self.probs.name(c), "class": c, "confidence": float(self.probs.data[c])}
                     for c in self.probs.top5]
-        if self.masks is not None:
+        if self.masks is not None and self.boxes is None:
             return [{"name": self.names.get(c, str(c)), "class": c, "share": share}
                     for c, share in self.masks.pixel_shares().items()]
+        rows = self._box_rows()
+        if content is not None:
+            rows = [{**row, **extra} for row, extra in zip(rows, content.rows(self.names))]
+        return rows
+
+    def _box_rows(self) -> list[dict[str, object]]:
+        rows: list[dict[str, object]] = []
         if self.boxes is None:
             return rows
         ids = self.boxes.id.tolist() if self.boxes.id is not None else [None] * len(self.boxes)
@@ -167,14 +183,16 @@ class Results:
             columns = list(content.csv_columns)
         elif self.probs is not None:
             columns = ["name", "class", "confidence"]
-        elif self.masks is not None:
+        elif self.masks is not None and self.boxes is None:
             columns = ["name", "class", "share"]
         else:
             columns = ["name", "class", "confidence", "x1", "y1", "x2", "y2"]
             if self.boxes is not None and self.boxes.id is not None:
                 columns.append("track_id")
+            if content is not None:
+                columns += list(content.csv_columns)
         buf = io.StringIO()
-        writer = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
+        writer = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n", extrasaction="ignore")
         writer.writeheader()
         writer.writerows(flat)
         return buf.getvalue()
@@ -182,7 +200,10 @@ class Results:
     def to(self, device: str | torch.device) -> Results:
         """A copy whose boxes (masks, probabilities) live on ``device``; the image stays a NumPy array."""
         boxes = self.boxes.to(device) if self.boxes is not None else None
-        masks = type(self.masks)(_tensor(self.masks.data).to(device)) if self.masks is not None else None
+        if _is_content(self.masks):
+            masks = self.masks.to(device)
+        else:
+            masks = type(self.masks)(_tensor(self.masks.data).to(device)) if self.masks is not None else None
         probs = Probs(_tensor(self.probs.data).to(device), self.probs.names) if self.probs is not None else None
         contents = {name: content.to(device) for name, content in self.contents.items()}
         return self._with(boxes=boxes, masks=masks, probs=probs, contents=contents)
@@ -207,7 +228,10 @@ class Results:
         CPU (``probs.numpy()`` gives their array)."""
         boxes = Boxes(self.boxes.numpy(), self.boxes.orig_shape,
                       None if self.boxes.id is None else self.boxes.id.cpu()) if self.boxes is not None else None
-        masks = type(self.masks)(self.masks.numpy()) if self.masks is not None else None
+        if _is_content(self.masks):
+            masks = self.masks.numpy()
+        else:
+            masks = type(self.masks)(self.masks.numpy()) if self.masks is not None else None
         probs = self.probs.cpu() if self.probs is not None else None  # Probs' ranking needs a tensor
         contents = {name: content.numpy() for name, content in self.contents.items()}
         return self._with(boxes=boxes, masks=masks, probs=probs, contents=contents)
@@ -233,7 +257,7 @@ class Results:
             return content.summary(self.names)
         if self.probs is not None:
             return self.probs.summary()
-        if self.masks is not None:
+        if self.masks is not None and self.boxes is None:
             return ", ".join(f"{self.names.get(c, str(c))} {share:.0%}" for c, share in self.masks.pixel_shares().items())
         if self.boxes is None or not len(self):
             return "no detections"
@@ -249,14 +273,15 @@ class Results:
         top-left; tracking: ids in the labels, a colour per id, and trails of the recent
         centres; another task: its content drawn); RGB uint8 ``[H, W, 3]``."""
         image = self.orig_img
-        for content in self.contents.values():
+        drawn = self._drawn_contents()
+        for content in drawn:
             image = content.plot(image, self.names, labels=labels, conf=conf)
-        if self.contents and self.boxes is None:
+        if drawn and self.boxes is None:
             return image
         if self.probs is not None:
             lines = [f"{self.probs.name(c)} {float(self.probs.data[c]):.2f}" for c in self.probs.top5]
             return draw_top_classes(image, lines if conf else [line.rsplit(" ", 1)[0] for line in lines])
-        if self.masks is not None:
+        if self.masks is not None and not drawn:
             return self.masks.overlay(image)
         if self.boxes is None:
             return image.copy()
@@ -295,6 +320,12 @@ class ResultsList(list):
 
 RESULTS_FIELDS: set[str] = {"boxes", "probs", "masks"}
 """Every known task's ``Results`` field (the task registry adds each task's as it registers)."""
+
+
+def _is_content(value: object) -> bool:
+    """Whether ``value`` is a task's ``ResultContent`` (instance masks in ``masks``), not a
+    semantic class map."""
+    return value is not None and callable(getattr(value, "rows", None))
 
 
 def _is_results_field(name: str) -> bool:

@@ -23,15 +23,19 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+TRACKABLE_TASKS = ("detect", "segment", "pose")
+"""Tasks whose results carry boxes: their objects' masks and keypoints follow the tracked boxes."""
+
 
 def start_tracking(model: ModelHandle, source: object, *, tracker: str, previous: TrackSession | None,
                    options: Mapping[str, Any]) -> tuple[TrackSession, Iterator[Results]]:
     """Check every option now (so a typo fails at the call, not at the first frame of a
     generator), then return the session (``previous`` continued when it fits, else a new one,
     for the facade to keep for ``persist=True``) and the lazy frame-by-frame tracking generator."""
-    if model.task != "detect":
+    if model.task not in TRACKABLE_TASKS:
         raise ConfigError(f"model.track() follows detected boxes, and this {model.spec.name} model's task is "
-                          f"{model.task!r}; use a detect model (e.g. LibreYOLO('LibreYOLO9t.pt'))")
+                          f"{model.task!r}; use a detect model (segment and pose ones track too), e.g. "
+                          "LibreYOLO('LibreYOLO9t.pt')")
     spec = get_tracker(tracker)
     tracker_keys = spec.option_names()
     predict_keys = {f.name for f in fields(PredictConfig)}

@@ -66,7 +66,7 @@ class TrackSession:
             self.reset()
         self._started, self.key, self.last_frame = True, key, frame
         if res.boxes is None:
-            raise ValueError(f"{res.path}: these results hold no boxes; tracking needs a detect model")
+            raise ValueError(f"{res.path}: these results hold no boxes; tracking needs a detect, segment or pose model")
         data = res.boxes.data.detach().cpu()
         extra = {"image": res.orig_img} if self.spec.wants_image else {}
         out = self.tracker.update(data[:, :4].double().numpy(), data[:, 4].double().numpy(),
@@ -76,6 +76,7 @@ class TrackSession:
             strong = data[keep, 4] >= self.conf
             keep, ids = keep[strong], ids[strong]
         res.boxes = Boxes(data[keep], res.boxes.orig_shape, id=ids)
+        _select_contents(res, keep)
         res.trails = self._record_trails(res.boxes)
         return res
 
@@ -89,3 +90,15 @@ class TrackSession:
         for track_id in [i for i, seen in self._last_seen.items() if self._step - seen > TRAIL_LENGTH]:
             del self.trails[track_id], self._last_seen[track_id]
         return {i: np.array(self.trails[i], dtype=np.float32) for i in ids}
+
+
+def _select_contents(res: Results, keep: torch.Tensor) -> None:
+    """An instance task's per-object content (masks, keypoints) follows the tracked boxes: the
+    same rows, in the same order, so ``keypoints[i]`` stays the object of ``boxes.id[i]``."""
+    index = keep.numpy()
+    if res.masks is not None and callable(getattr(res.masks, "select", None)):
+        res.masks = res.masks.select(index)
+    for name, content in list(res.contents.items()):
+        select = getattr(content, "select", None)
+        if callable(select):
+            res.contents[name] = select(index)

@@ -16,15 +16,19 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def adapt_to_classes(model: ModelHandle, nc: int, names: Mapping[int, str]) -> ModelHandle:
-    """``model`` with the dataset's classes: itself when they are already its own; the same
-    network under the new names; or, for a different class count, a rebuilt network keeping
-    every weight whose shape still fits (all but the class outputs), so pretrained weights transfer."""
+def adapt_to_classes(model: ModelHandle, nc: int, names: Mapping[int, str], *,
+                     keypoints: int | None = None) -> ModelHandle:
+    """``model`` with the dataset's classes (and, for a pose dataset, its ``keypoints`` per
+    instance): itself when they are already its own; the same network under the new names; or, for
+    a different class or keypoint count, a rebuilt network keeping every weight whose shape still
+    fits (all but the class and keypoint outputs), so pretrained weights transfer."""
     names = dict(names)
-    if model.nc == nc:
+    new_keypoints = keypoints is not None and model.keypoints is not None and keypoints != model.keypoints
+    if model.nc == nc and not new_keypoints:
         return model if model.names == names else model.renamed(names)
-    adapted = model.rebuilt(nc=nc, names=names, keep_weights=True)
-    log.info("model adapted from %d to %d classes (%d state entries)", model.nc, nc, len(model.net.state_dict()))
+    adapted = model.rebuilt(nc=nc, names=names, keep_weights=True, keypoints=keypoints if new_keypoints else None)
+    log.info("model adapted from %d to %d classes%s (%d state entries)", model.nc, nc,
+             f", {model.keypoints} to {keypoints} keypoints" if new_keypoints else "", len(model.net.state_dict()))
     return adapted
 
 

@@ -149,9 +149,10 @@ class OptionedTask:
 
 
 # The per-item lists of the tasks' split records, cut together by ``fraction`` (an item is an
-# image, or an input/target pair): detect's labels, semantic's masks, point's points, restore's pairs.
+# image, or an input/target pair): detect's labels, semantic's masks, point's points, restore's pairs,
+# segment's and pose's extras (each object's mask source or keypoints).
 # A task whose split holds another per-item list adds its name here, or fraction= misaligns it.
-ITEM_FIELDS = ("images", "inputs", "labels", "masks", "points", "targets", "sizes")
+ITEM_FIELDS = ("images", "inputs", "labels", "masks", "points", "targets", "sizes", "extras")
 
 
 def take_fraction(index: Any, fraction: float, seed: int) -> Any:

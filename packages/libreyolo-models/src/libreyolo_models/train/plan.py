@@ -104,7 +104,7 @@ def scale_recipe_to_run(cfg: TrainConfig, shares: Mapping[str, float], user_keys
 def _check_batchnorm_has_values(model: ModelHandle, batch: int, world: int, imgsz: int, source: str) -> None:
     """One image per device at ``imgsz == stride`` leaves the deepest BatchNorm one value per
     channel, which torch refuses in the first step; say so before any work, with the fix."""
-    stride = model.spec.stride
+    stride = model.spec.stride_for(model.task)
     if (batch // world) * (imgsz // stride) ** 2 >= 2:
         return
     if not any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.net.modules()):

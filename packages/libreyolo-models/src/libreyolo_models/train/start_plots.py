@@ -28,8 +28,10 @@ def plot_start_of_training(index: Any, names: Mapping[int, str], run_dir: Path) 
 
 
 def plot_train_batch(batch: Any, names: Mapping[int, str], path: Path) -> Path | None:
-    """One training batch with its box targets (images only when the targets are not boxes)."""
-    return _guarded(lambda: plot_batch(batch.images, batch.targets, names, path), path.name)
+    """One training batch with its box targets (an instance task's: their boxes; images only when
+    the targets are not boxes)."""
+    targets = getattr(batch.targets, "boxes", batch.targets)
+    return _guarded(lambda: plot_batch(batch.images, targets, names, path), path.name)
 
 
 def _guarded(draw: Any, what: str) -> Path | None:

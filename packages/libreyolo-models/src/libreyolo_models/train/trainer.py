@@ -97,7 +97,7 @@ class Trainer:
     def __init__(self, model: ModelHandle, plan: TrainPlan, *, callbacks: list | None = None,
                  resume: dict[str, Any] | None = None) -> None:
         self.model, self.plan, self.cfg, self.resume = model, plan, plan.cfg, resume
-        self.task = OptionedTask.for_training(model.task_spec, plan.cfg, model.spec.stride)  # single_cls, fraction, rect
+        self.task = OptionedTask.for_training(model.task_spec, plan.cfg, model.stride)  # single_cls, fraction, rect
         self.env = libreyolo_ddp.dist_env()
         self.rank0 = self.env.rank == 0
         self.world = self.env.world_size
@@ -132,7 +132,8 @@ class Trainer:
             data = libreyolo_ddp.resolve_on_rank_zero(lambda: task.load_data(cfg.data))
             if self.resume is not None:
                 check_resume_classes(model, data.nc, data.names, cfg.data)
-            self.model = model = adapt_to_classes(model, data.nc, data.names)
+            self.model = model = adapt_to_classes(model, data.nc, data.names,
+                                                  keypoints=getattr(data, "keypoints", None))
             self.imgsz = self.plan.imgsz
             self.global_batch = self.plan.global_batch
             self.batch = libreyolo_ddp.split_global_batch(self.global_batch, self.world)
@@ -455,7 +456,7 @@ class Trainer:
 
     def _multi_scale(self, images: torch.Tensor) -> torch.Tensor:
         """A random size in [0.5, 1.5] x imgsz (multiple of the stride) per batch; graphs never capture these."""
-        s = self.model.spec.stride
+        s = self.model.stride
         lo, hi = max(s, int(self.imgsz * 0.5) // s * s), int(self.imgsz * 1.5) // s * s
         size = int(torch.randint(lo // s, hi // s + 1, ()).item()) * s
         if size == images.shape[-1]:

@@ -1,11 +1,12 @@
 """The family's training loss on validation batches (``val/<term>_loss`` in ``results.csv``),
-for the detect task, whose validator averages it (``tasks.loss_meter``).
+for tasks whose validator averages it (``Task.validation_losses``: detect, segment, pose; see
+``tasks.loss_meter``).
 
 It runs the EMA network's training forward (and the family's training head, for DETRs) under
 ``no_grad`` in eval mode, then the family's ``compute_loss`` with a one-process context: each
 rank's batch is normalised by itself (validation shards are uneven, so a per-batch collective
 could pair ranks wrongly); the meter averages the ranks once at the end. It costs one more
-forward per validation batch. Other tasks leave their losses out (``EvalSettings.loss`` unread).
+forward per validation batch. Other tasks (classify, semantic) get no loss function.
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ if TYPE_CHECKING:
 
 
 def validation_loss(model: ModelHandle, net: nn.Module, context: LossContext) -> LossFn | None:
-    """``(images, targets) -> items`` for ``net`` (the EMA copy), or None for tasks other than detect."""
-    if model.task != "detect":
+    """``(images, targets) -> items`` for ``net`` (the EMA copy), or None for a task whose
+    validation computes no loss."""
+    if not model.task_spec.validation_losses:
         return None
     family = model.family
     head = has_training_head(family)

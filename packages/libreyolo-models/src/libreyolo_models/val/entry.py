@@ -37,7 +37,7 @@ def validate_model(model: ModelHandle, options: Mapping[str, Any]) -> TaskMetric
         raise ConfigError(f"val(rect=True) feeds rectangles, and this exported model runs at {runtime.fixed_imgsz} x "
                           f"{runtime.fixed_imgsz} only; validate it with rect=False, or export with dynamic=True")
     # rect and single_cls as training reads them (train.fit_options)
-    task = OptionedTask(model.task_spec, single_cls=cfg.single_cls, rect=cfg.rect, stride=model.spec.stride)
+    task = OptionedTask(model.task_spec, single_cls=cfg.single_cls, rect=cfg.rect, stride=model.stride)
     data = task.load_data(cfg.data)
     if data.nc != model.nc:
         raise ConfigError(f"data={cfg.data!r} has {data.nc} classes but the model predicts {model.nc}; "

@@ -23,7 +23,7 @@ from ..config import suggest
 from ..contract.spec import FamilySpec
 from ..errors import CheckpointError, ConfigError, LibreYOLOError, UnknownFamilyError
 from ..hub import resolve_weights
-from .registry import families, get_family, has_family_prefix, parse_model_name
+from .registry import ParsedName, families, get_family, has_family_prefix, parse_model_name
 
 ARCH_KEYS = ("family", "size", "task", "nc", "names", "imgsz")
 T = TypeVar("T")
@@ -42,6 +42,7 @@ class ModelSource:
     state: dict[str, Tensor] | None = None
     checkpoint: dict[str, Any] = field(default_factory=dict)
     path: Path | None = None
+    keypoints: int | None = None  # pose: keypoints per instance (None: the task's default)
 
 
 def is_arch_spec(model: object) -> bool:
@@ -66,6 +67,10 @@ def resolve_source(model: str | Path | None, *, family: str | FamilySpec | None 
     if is_arch_spec(model):
         arch = _read_arch_spec(Path(model), wanted)
         spec = arch.pop("spec")
+        if task is not None and arch.get("task", task) != task:
+            raise ConfigError(f"{model}: names task {arch['task']!r} but task={task!r} was given; drop one "
+                              f"(e.g. LibreYOLO({spec.weight_name(arch.get('size') or spec.default_size, suffix='.yaml')!r}, "
+                              f"task={task!r}))")
         return _untrained(spec, size=arch.get("size", size), task=arch.get("task", task),
                           nc=arch.get("nc", nc), names=arch.get("names", names), imgsz=arch.get("imgsz", imgsz),
                           source=str(model))
@@ -107,14 +112,20 @@ def _read_arch_spec(path: Path, wanted: FamilySpec | None) -> dict[str, Any]:
             spec = wanted
         else:
             parsed = parse_model_name(path.name)
-            spec, data = parsed.family, {"size": parsed.size, "task": parsed.task, **data}
+            spec, data = parsed.family, {**_name_fields(parsed), **data}
         if wanted is not None and spec.name != wanted.name:
             raise ConfigError(f"{path}: family {spec.name!r} does not match family={wanted.name!r}")
         return {"spec": spec, **data}
     parsed = parse_model_name(path.name)
     if wanted is not None and parsed.family.name != wanted.name:
         raise UnknownFamilyError(f"{path.name!r} names family {parsed.family.name!r}, not {wanted.name!r}")
-    return {"spec": parsed.family, "size": parsed.size, "task": parsed.task}
+    return {"spec": parsed.family, **_name_fields(parsed)}
+
+
+def _name_fields(parsed: ParsedName) -> dict[str, Any]:
+    """What an architecture's file name says: its size, and its task when it has a task suffix
+    (``LibreECs-pose.yaml``); a name without one leaves the task to ``task=`` (or the default)."""
+    return {"size": parsed.size, **({"task": parsed.task} if parsed.named_task else {})}
 
 
 def _from_weights(model: str | Path, wanted: FamilySpec | None, *, task: str | None,
@@ -147,8 +158,10 @@ def _from_weights(model: str | Path, wanted: FamilySpec | None, *, task: str | N
     if size not in spec.sizes:
         raise CheckpointError(f"{path}: size {size!r} is not a {spec.display_name} size ({', '.join(spec.sizes)})")
     nc = int(ckpt.get("nc") or _ask_family(lambda: impl.infer_nc(state, ckpt_task), spec, ckpt_task, state, path))
+    keypoints = ckpt.get("num_keypoints") or _ask_family(lambda: impl.infer_keypoints(state, ckpt_task), spec,
+                                                         ckpt_task, state, path)
     return ModelSource(spec, str(size), ckpt_task, nc, ckpt.get("names"), imgsz or ckpt.get("imgsz"),
-                       state, ckpt, Path(path))
+                       state, ckpt, Path(path), keypoints=None if keypoints is None else int(keypoints))
 
 
 def _ask_family(question: Callable[[], T], spec: FamilySpec, task: str, state: Mapping[str, Tensor],
@@ -223,5 +236,7 @@ def rebuild_source(ckpt: dict[str, Any], path: str | None) -> ModelSource:
     """A model's own checkpoint dict (``state_for_checkpoint``) back into a source, in memory."""
     spec = get_family(str(ckpt["model_family"]))
     state = extract_state_dict(ckpt, path or "a pickled model")
+    keypoints = ckpt.get("num_keypoints")
     return ModelSource(spec, str(ckpt["size"]), str(ckpt["task"]), int(ckpt["nc"]), ckpt.get("names"),
-                       ckpt.get("imgsz"), state, {}, Path(path) if path else None)
+                       ckpt.get("imgsz"), state, {}, Path(path) if path else None,
+                       keypoints=None if keypoints is None else int(keypoints))

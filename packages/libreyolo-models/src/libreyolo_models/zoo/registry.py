@@ -93,6 +93,9 @@ class ParsedName:
     size: str
     task: str
     suffix: str
+    named_task: bool = True
+    """Whether the name carries a task suffix (``-pose``); without one ``task`` is the default
+    task, which a ``task=`` argument may override."""
 
 
 def parse_model_name(name: str | Path) -> ParsedName:
@@ -120,7 +123,7 @@ def parse_model_name(name: str | Path) -> ParsedName:
         if task is None or task not in spec.tasks:
             raise UnknownFamilyError(f"{Path(name).name!r}: {spec.display_name} has no task for suffix "
                                      f"{task_suffix!r}; tasks: {', '.join(spec.tasks)}")
-        return ParsedName(spec, size, task, suffix)
+        return ParsedName(spec, size, task, suffix, named_task=bool(task_suffix))
     examples = ", ".join(s.weight_name(s.default_size) for s in table.values())
     raise UnknownFamilyError(f"cannot tell the model family from {Path(name).name!r}; expected a name like "
                              f"{examples} (weights) or the same with .yaml (untrained architecture)")

@@ -20,7 +20,7 @@ from .denoising import DenoisingQueries
 from .encoder import HybridEncoder
 from .pose_decoder import ECPoseDecoder
 from .pose_denoising import PoseDenoising
-from .variants import variant
+from .variants import KEYPOINTS, variant
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -68,16 +68,17 @@ class ECNet(nn.Module):
 
 class ECPoseNet(nn.Module):
     """EC pose (upstream's ``LibreECPoseModel``) of ``size``: 60 queries, 2 classes (person,
-    background), 17 keypoints; built for ``imgsz`` ``(H, W)``. Same backbone and encoder as detect."""
+    background), 17 keypoints (``keypoints`` another count: a dataset's own layout); built for
+    ``imgsz`` ``(H, W)``. Same backbone and encoder as detect."""
 
-    def __init__(self, size: str = "s", imgsz: tuple[int, int] = (640, 640)) -> None:
+    def __init__(self, size: str = "s", imgsz: tuple[int, int] = (640, 640), keypoints: int = KEYPOINTS) -> None:
         super().__init__()
         v = variant(size)
-        self.size, self.imgsz, self.task = size, imgsz, "pose"
+        self.size, self.imgsz, self.task, self.keypoints = size, imgsz, "pose", keypoints
         self.normalize = InputNormalize(IMAGENET_MEAN, IMAGENET_STD)
         self.backbone = ViTAdapter(v)
         self.encoder = HybridEncoder(v)
-        self.decoder = ECPoseDecoder(v.hidden, v.pose_ffn, v.pose_layers, imgsz)
+        self.decoder = ECPoseDecoder(v.hidden, v.pose_ffn, v.pose_layers, imgsz, keypoints=keypoints)
 
     def features(self, images: Tensor) -> list[Tensor]:
         return self.encoder(self.backbone(self.normalize(images)))

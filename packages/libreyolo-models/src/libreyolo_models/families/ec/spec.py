@@ -29,6 +29,9 @@ RECIPE: dict[str, object] = {
     "max_grad_norm": 0.1, "mosaic": 0.75, "close_mosaic": 4, "degrees": 10.0, "translate": 0.1, "shear": 0.0,
 }
 
+_FIXED_SIZE_NOTE = ("its deformable attention and query selection lay out the memory tokens from feature-map sizes "
+                    "read as Python numbers, which the trace freezes at the export's imgsz")
+
 SPEC = FamilySpec(
     name="ec",
     display_name="EC",
@@ -47,8 +50,36 @@ SPEC = FamilySpec(
             recipe=RECIPE,
             recipe_shares=SHORT_RUN_SHARES,
             dynamic_imgsz=False,
-            dynamic_imgsz_note="its deformable attention and query selection lay out the memory tokens from "
-                               "feature-map sizes read as Python numbers, which the trace freezes at the export's imgsz",
+            dynamic_imgsz_note=_FIXED_SIZE_NOTE,
+        ),
+        # Upstream's segment criterion: detection's terms at other gains plus point-sampled masks.
+        "segment": TaskDecl(
+            loss_names=("mal", "bbox", "giou", "fgl", "ddf", "mask_ce", "mask_dice"),
+            loss_gains={"mal": 2.0, "bbox": 1.0, "giou": 1.0, "fgl": 0.15, "ddf": 1.5, "mask_ce": 5.0,
+                        "mask_dice": 5.0},
+            default_imgsz=640,
+            inference_capture=False,
+            train_capture=False,
+            half_weights=False,
+            recipe=RECIPE,
+            recipe_shares=SHORT_RUN_SHARES,
+            dynamic_imgsz=False,
+            dynamic_imgsz_note=_FIXED_SIZE_NOTE,
+        ),
+        # DETRPose's criterion (EC pose is a DETRPose model): varifocal classes, keypoint L1, OKS.
+        "pose": TaskDecl(
+            loss_names=("vfl", "keypoints", "oks"),
+            loss_gains={"vfl": 2.0, "keypoints": 10.0, "oks": 4.0},
+            default_imgsz=640,
+            inference_capture=False,
+            train_capture=False,
+            half_weights=False,
+            recipe=RECIPE,
+            recipe_shares=SHORT_RUN_SHARES,
+            dynamic_imgsz=False,
+            dynamic_imgsz_note=_FIXED_SIZE_NOTE,
+            default_nc=1,  # one class, person (its second output is never a target)
+            default_keypoints=17,
         ),
     },
     implementation=_implementation,

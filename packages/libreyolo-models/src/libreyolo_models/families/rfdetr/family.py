@@ -10,14 +10,19 @@ import torch
 from torch import Tensor, nn
 
 from ...contract.family import NORM_TYPES, Family, LossContext, LossResult
+from ...contract.instances import InstancePrediction, InstanceTargets, random_instance_targets
 from ...contract.spec import FamilySpec
 from ...errors import CheckpointError, ConfigError
-from ...layers.set_postprocess import cxcywh_to_pixel_xyxy, topk_detections
+from ...layers.set_postprocess import cxcywh_to_pixel_xyxy, topk_detections, topk_queries
 from ...layers.set_targets import group_targets
 from ...layers.targets import random_box_targets
-from .loss import LOSS_NAMES, RFDETRLoss
+from .loss import RFDETRLoss
 from .nn import RFDETRNet
-from .variants import GROUPS, VARIANTS, VIT_DEPTH, variant
+from .task_losses import RFDETRPoseLoss, RFDETRSegmentLoss
+from .variants import GROUPS, KEYPOINTS, VARIANTS, VIT_DEPTH, variant
+
+_LOSSES = {"detect": RFDETRLoss, "segment": RFDETRSegmentLoss, "pose": RFDETRPoseLoss}
+_KEYPOINT_KEY = "keypoint_head.layers.2.bias"
 
 # Upstream's optimizer: the ViT at lr_encoder (1.5e-4 against the base 1e-4, so 1.5x) times 0.7**2,
 # decayed by 0.8 per layer from the top (13 steps: embeddings at 0.8**14, the final norm at 1); the
@@ -28,7 +33,7 @@ DECODER_LR_SCALE = 0.7
 _ENCODER = "backbone.0.encoder."
 
 
-def _encoder_lr_scale(name: str) -> float:
+def _encoder_lr_scale(name: str, scale: float = ENCODER_LR_SCALE, decay: float = LAYER_DECAY) -> float:
     """Layer-wise rate of a ViT parameter (``name`` relative to the network)."""
     depth = VIT_DEPTH + 1          # upstream counts out_feature_indexes[-1] + 1 = 13 layers
     layer = depth + 1
@@ -36,7 +41,7 @@ def _encoder_lr_scale(name: str) -> float:
         layer = 0
     elif ".layer." in name:
         layer = int(name[name.find(".layer."):].split(".")[2]) + 1
-    return ENCODER_LR_SCALE * LAYER_DECAY ** (depth + 1 - layer)
+    return scale * decay ** (depth + 1 - layer)
 
 
 def _encoder_decays(name: str) -> bool:
@@ -49,27 +54,39 @@ def _hw(imgsz: int | tuple[int, int]) -> tuple[int, int]:
 
 
 class RFDETRFamily(Family):
-    """RF-DETR detect, sizes n/s/m/l (pose and segment networks: ``RFDETRNet(task=...)``).
+    """RF-DETR detect, segment and pose, sizes n/s/m/l.
 
     Training runs the whole network in the captured seam (it does not depend on the targets: no
-    denoising queries); matching and the loss stay eager.
+    denoising queries); matching and the loss stay eager. Segment and pose seams return a pair:
+    the detections ``[B, Q, 4 + nc]`` and the masks ``[B, Q, H/4, W/4]`` (logits) or keypoints
+    ``[B, Q, K, 3]`` (x, y in input pixels, visibility probability).
     """
 
     imgsz: tuple[int, int]  # always set: the built size (H, W), the declared default when not given
 
     def __init__(self, spec: FamilySpec, size: str, task: str, nc: int,
-                 imgsz: int | tuple[int, int] | None = None) -> None:
-        super().__init__(spec, size, task, nc)
+                 imgsz: int | tuple[int, int] | None = None, keypoints: int | None = None) -> None:
+        super().__init__(spec, size, task, nc, keypoints=keypoints)
         v = variant(size, task)
         self.imgsz = _hw(imgsz if imgsz is not None else spec.default_imgsz(size, task))
         if any(side <= 0 or side % v.block for side in self.imgsz):
             raise ConfigError(f"imgsz={self.imgsz} does not fit RF-DETR-{size} {task}: sides must be multiples of "
                               f"{v.block} ({v.patch}-pixel patches in {v.windows}x{v.windows} windows)")
-        self._loss: tuple[tuple[float, ...], RFDETRLoss] | None = None
+        self._loss: tuple[tuple[float, ...], Any] | None = None
         self._groups = GROUPS
+        # The ViT's rate and its per-layer decay (upstream's, for a pretrained DINOv2); a run from
+        # scratch sets both to 1.0.
+        self.encoder_lr_scale, self.layer_decay = ENCODER_LR_SCALE, LAYER_DECAY
 
     def build_network(self) -> nn.Module:
+        if self.task == "pose":
+            return RFDETRNet(self.size, self.nc, task="pose", keypoints=self.keypoints or KEYPOINTS)
         return RFDETRNet(self.size, self.nc, task=self.task)
+
+    @classmethod
+    def infer_keypoints(cls, state: Mapping[str, Tensor], task: str) -> int | None:
+        """The keypoint head's last layer predicts ``K x 3`` values per query."""
+        return int(state[_KEYPOINT_KEY].shape[0]) // 3 if task == "pose" and _KEYPOINT_KEY in state else None
 
     @classmethod
     def infer_nc(cls, state: Mapping[str, Tensor], task: str) -> int:
@@ -94,39 +111,70 @@ class RFDETRFamily(Family):
         return None
 
     # Graph seams -------------------------------------------------------------------------
-    def inference_forward(self, net: nn.Module, images: Tensor) -> Tensor:
+    def inference_forward(self, net: nn.Module, images: Tensor) -> Tensor | tuple[Tensor, Tensor]:
         """``[B, 3, H, W]`` -> ``[B, Q, 4 + nc]``: xyxy boxes in input pixels, sigmoid scores of the
-        ``nc`` classes (the class head's extra last output, never a target, is left out)."""
+        ``nc`` classes (the class head's extra last output, never a target, is left out); segment
+        and pose add their masks or keypoints (see the class docstring)."""
         out = net(images)
         h, w = images.shape[-2:]
         boxes = cxcywh_to_pixel_xyxy(out["pred_boxes"], h, w)
-        return torch.cat((boxes, out["pred_logits"][..., :self.nc].sigmoid()), -1)
+        det = torch.cat((boxes, out["pred_logits"][..., :self.nc].sigmoid()), -1)
+        if self.task == "segment":
+            return det, out["pred_masks"]
+        if self.task == "pose":
+            kp = out["pred_keypoints"]
+            scale = torch.tensor([w, h], dtype=kp.dtype, device=kp.device)
+            return det, torch.cat((kp[..., :2] * scale, kp[..., 2:].sigmoid()), -1)
+        return det
 
     def training_forward(self, net: nn.Module, images: Tensor) -> dict[str, Any]:
         """The whole network (nothing depends on the targets): every decoder layer's outputs and
-        the two-stage proposals, for every query group."""
+        the two-stage proposals, for every query group; segment's mask factors also in eval mode
+        (validation losses)."""
         if isinstance(net, RFDETRNet):
             self._groups = (net.train_groups or net.groups) if net.training else 1
+        if self.task == "segment":
+            return net(images, mask_factors=True)
         return net(images)
 
-    def compute_loss(self, outputs: Mapping[str, Any], targets: Tensor, ctx: LossContext) -> LossResult:
-        """Matching and the terms over ``training_forward``'s outputs."""
-        gains = {**self.spec.task(self.task).loss_gains, **ctx.gains}
-        key = tuple(float(gains[name]) for name in LOSS_NAMES)
+    def compute_loss(self, outputs: Mapping[str, Any], targets: Any, ctx: LossContext) -> LossResult:
+        """Matching and the terms over ``training_forward``'s outputs (segment and pose read
+        ``InstanceTargets``; see ``task_losses``)."""
+        decl = self.spec.task(self.task)
+        gains = {**decl.loss_gains, **ctx.gains}
+        key = tuple(float(gains[name]) for name in decl.loss_names)
         if self._loss is None or self._loss[0] != key:
-            self._loss = (key, RFDETRLoss(gains))
-        grouped = group_targets(targets, int(outputs["pred_logits"].shape[0]), self.nc)
-        total, items = self._loss[1](outputs, grouped, self._groups, normalizer_sum=ctx.normalizer_sum,
-                                     world_size=ctx.world_size)
+            self._loss = (key, _LOSSES[self.task](gains))
+        loss = self._loss[1]
+        if isinstance(targets, InstanceTargets):
+            total, items = loss(outputs, targets, self._groups, self.nc, normalizer_sum=ctx.normalizer_sum,
+                                world_size=ctx.world_size)
+        else:
+            grouped = group_targets(targets, int(outputs["pred_logits"].shape[0]), self.nc)
+            total, items = loss(outputs, grouped, self._groups, normalizer_sum=ctx.normalizer_sum,
+                                world_size=ctx.world_size)
         return LossResult(total, items)
 
-    def postprocess(self, outputs: Tensor, options: Any) -> list[Tensor]:
+    def postprocess(self, outputs: Any, options: Any) -> list[Any]:
         """Top ``max_det`` (query, class) pairs per image above ``conf``; no NMS (``iou`` and
-        ``agnostic`` do not apply to a set predictor)."""
-        return topk_detections(outputs, conf=options.conf, max_det=options.max_det, classes=options.classes)
+        ``agnostic`` do not apply to a set predictor). Segment and pose: per image an
+        ``InstancePrediction`` with the chosen queries' masks or keypoints."""
+        if self.task == "detect":
+            return topk_detections(outputs, conf=options.conf, max_det=options.max_det, classes=options.classes)
+        det, extra = outputs
+        out = []
+        for (rows, query), per_query in zip(topk_queries(det, conf=options.conf, max_det=options.max_det,
+                                                         classes=options.classes), extra):
+            chosen = per_query[query]
+            out.append(InstancePrediction(rows, masks=chosen if self.task == "segment" else None,
+                                          keypoints=chosen.float() if self.task == "pose" else None))
+        return out
 
-    def sample_targets(self, batch: int, imgsz: int, generator: torch.Generator) -> Tensor:
-        return random_box_targets(batch, self.nc, generator)
+    def sample_targets(self, batch: int, imgsz: int, generator: torch.Generator) -> Any:
+        if self.task == "detect":
+            return random_box_targets(batch, self.nc, generator)
+        return random_instance_targets(batch, self.nc, generator, imgsz=imgsz, masks=self.task == "segment",
+                                       keypoints=self.keypoints if self.task == "pose" else None)
 
     def head_prefixes(self) -> tuple[str, ...]:
         return ("class_embed.", "transformer.enc_out_class_embed.")
@@ -145,7 +193,8 @@ class RFDETRFamily(Family):
                     continue
                 name = f"{module_name}.{leaf}" if module_name else leaf
                 if name.startswith(_ENCODER):
-                    scale, decays = _encoder_lr_scale(name), _encoder_decays(name)
+                    scale = _encoder_lr_scale(name, self.encoder_lr_scale, self.layer_decay)
+                    decays = _encoder_decays(name)
                 else:
                     scale = DECODER_LR_SCALE if name.startswith("transformer.decoder.") else 1.0
                     decays = not (leaf.endswith("bias") or isinstance(module, NORM_TYPES))

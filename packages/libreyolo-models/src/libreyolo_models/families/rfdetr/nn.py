@@ -131,11 +131,11 @@ class RFDETRNet(nn.Module):
                  + torch.arange(queries, device=self.query_feat.weight.device)).flatten()
         return self.refpoint_embed.weight[index], self.query_feat.weight[index]
 
-    def forward(self, images: Tensor) -> Outputs:
+    def forward(self, images: Tensor, mask_factors: bool | None = None) -> Outputs:
         """Images in [0, 1] -> :meth:`upstream_outputs` of the normalised images."""
-        return self.upstream_outputs(self.normalize(images))
+        return self.upstream_outputs(self.normalize(images), mask_factors)
 
-    def upstream_outputs(self, x: Tensor) -> Outputs:
+    def upstream_outputs(self, x: Tensor, mask_factors: bool | None = None) -> Outputs:
         """Upstream's forward on its own input convention (ImageNet-normalised images).
 
         Returns a dict: ``pred_logits [B, Q, C]`` raw, ``pred_boxes [B, Q, 4]`` cx, cy, w, h
@@ -145,7 +145,10 @@ class RFDETRNet(nn.Module):
         logit) to every entry. Segment adds ``pred_masks [B, Q, H/4, W/4]`` (raw logits) in eval
         mode; in training ``mask_pixels [B, C, H/4, W/4]``, ``mask_queries [B, Q, C]`` and
         ``mask_bias [B]`` instead, whose ``einsum("bchw,bqc->bqhw") + bias`` are those logits.
+        ``mask_factors`` chooses the factors (True: what the loss reads, also in eval mode for
+        validation losses) or the logits (False); None: the factors in training mode only.
         """
+        factors = self.training if mask_factors is None else mask_factors
         queries, groups = self._query_layout()
         memory_map = self.backbone[0](x)
         b, _, h, w = memory_map.shape
@@ -159,24 +162,24 @@ class RFDETRNet(nn.Module):
         hs = self.transformer.decoder(tgt[None].expand(b, -1, -1).contiguous(), reference, memory, shapes, groups)
         boxes = reparam_boxes(self.bbox_embed(hs), reference[None])
         logits = self.class_embed(hs)
-        extra = self._extras(hs, reference, memory_map, x.shape[-2:])
-        enc_extra = self._extras(enc_feats[None], enc_boxes[None], memory_map, x.shape[-2:], encoder=True)
+        extra = self._extras(hs, reference, memory_map, x.shape[-2:], factors)
+        enc_extra = self._extras(enc_feats[None], enc_boxes[None], memory_map, x.shape[-2:], factors, encoder=True)
         layers = [{"pred_logits": logits[i], "pred_boxes": boxes[i], **{k: v[i] for k, v in extra.items()}}
                   for i in range(len(hs))]
         return {**layers[-1], "aux_outputs": layers[:-1],
                 "enc_outputs": {"pred_logits": enc_logits, "pred_boxes": enc_boxes,
                                 **{k: v[0] for k, v in enc_extra.items()}}}
 
-    def _extras(self, hs: Tensor, reference: Tensor, memory_map: Tensor, image_hw: torch.Size,
+    def _extras(self, hs: Tensor, reference: Tensor, memory_map: Tensor, image_hw: torch.Size, factors: bool,
                 encoder: bool = False) -> dict[str, Tensor]:
         """Per layer ``[L, B, Q, ...]``: keypoints (pose) or mask logits (segment); none for detect."""
         if self.keypoint_head is not None:
             return {"pred_keypoints": decode_keypoints(self.keypoint_head(hs), reference)}
         if self.segmentation_head is not None:
             hw = (int(image_hw[0]), int(image_hw[1]))
-            if not self.training:
+            if not factors:
                 return {"pred_masks": self.segmentation_head(memory_map, hs, hw, skip_blocks=encoder)}
-            # Training: the factors only (dense logits of every group's queries would not fit).
+            # The loss: the factors only (dense logits of every group's queries would not fit).
             pixels, queries = self.segmentation_head.factors(memory_map, hs, hw, skip_blocks=encoder)
             bias = self.segmentation_head.bias.expand(len(hs), memory_map.shape[0])
             return {"mask_pixels": pixels, "mask_queries": queries, "mask_bias": bias}

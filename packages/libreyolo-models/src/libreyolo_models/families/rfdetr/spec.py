@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ...contract.spec import FamilySpec, TaskDecl
-from .variants import DETECT
+from .variants import DETECT, POSE, SEGMENT
 
 if TYPE_CHECKING:
     from ...contract.family import Family
@@ -30,6 +30,9 @@ RECIPE: dict[str, object] = {
     "mosaic": 0.0, "close_mosaic": 0, "degrees": 0.0, "shear": 0.0, "hsv_h": 0.0, "hsv_s": 0.0, "hsv_v": 0.0,
 }
 
+_FIXED_SIZE_NOTE = ("its ViT position table is resampled, and its memory tokens laid out, for sizes read as Python "
+                    "numbers, which the trace freezes at the export's imgsz")
+
 SPEC = FamilySpec(
     name="rfdetr",
     display_name="RF-DETR",
@@ -48,12 +51,39 @@ SPEC = FamilySpec(
             half_weights=False,  # the decoder's query-position MLP and the ViT blocks' norms run per layer
             recipe=RECIPE,
             dynamic_imgsz=False,
-            dynamic_imgsz_note="its ViT position table is resampled, and its memory tokens laid out, for sizes read "
-                               "as Python numbers, which the trace freezes at the export's imgsz",
+            dynamic_imgsz_note=_FIXED_SIZE_NOTE,
+        ),
+        "segment": TaskDecl(
+            loss_names=("cls", "bbox", "giou", "mask_ce", "mask_dice"),
+            loss_gains={"cls": 5.0, "bbox": 5.0, "giou": 2.0, "mask_ce": 5.0, "mask_dice": 5.0},
+            default_imgsz=SEGMENT["n"].resolution,
+            imgsz_by_size={size: v.resolution for size, v in SEGMENT.items() if size in DETECT},
+            stride=24,  # 12-pixel patches in 2 x 2 windows (n: one window, so 12 would do; 24 fits every size)
+            inference_capture=False,
+            train_capture=False,
+            half_weights=False,
+            recipe=RECIPE,
+            dynamic_imgsz=False,
+            dynamic_imgsz_note=_FIXED_SIZE_NOTE,
+        ),
+        "pose": TaskDecl(
+            loss_names=("cls", "bbox", "giou", "keypoints_l1", "keypoints_oks", "keypoints_vis"),
+            loss_gains={"cls": 1.0, "bbox": 5.0, "giou": 2.0, "keypoints_l1": 10.0, "keypoints_oks": 4.0,
+                        "keypoints_vis": 1.0},
+            default_imgsz=POSE["n"].resolution,
+            imgsz_by_size={size: v.resolution for size, v in POSE.items()},
+            inference_capture=False,
+            train_capture=False,
+            half_weights=False,
+            recipe=RECIPE,
+            dynamic_imgsz=False,
+            dynamic_imgsz_note=_FIXED_SIZE_NOTE,
+            default_nc=1,  # upstream builds pose for one class (person)
+            default_keypoints=17,
         ),
     },
     implementation=_implementation,
-    stride=32,  # detect: 16-pixel patches in 2 x 2 windows
+    stride=32,  # detect and pose: 16-pixel patches in 2 x 2 windows (segment declares its own)
     mean=(0.485, 0.456, 0.406),
     std=(0.229, 0.224, 0.225),
     ddp_autospawn=True,

@@ -50,6 +50,9 @@ class ImageStats:
         image_id: the image's index in the validation split, or -1 when unknown. With ids, the
             merged result breaks exact score ties in image order as COCOeval does, and an image
             evaluated twice (a distributed sampler pads shards by repeating images) counts once.
+        ignore: ``bool [N, T]``: detection ``i`` matched an ignored ground truth at threshold ``t``
+            (COCOeval's ``dtIg``: pose instances without a labelled keypoint), so it is neither a
+            true nor a false positive there. None: no detection is ignored (boxes and masks).
 
     Arrays are converted to the dtypes above on construction, so stats built by hand, unpickled
     on another rank or produced by ``match_image`` are interchangeable.
@@ -60,6 +63,7 @@ class ImageStats:
     pred_cls: np.ndarray
     gt_cls: np.ndarray
     image_id: int = -1
+    ignore: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         tp = np.asarray(self.tp, dtype=bool)
@@ -80,7 +84,9 @@ class ImageStats:
                 f"ImageStats(image_id={self.image_id}): detection score {bad} is not finite; "
                 "check the model output (NaN scores usually mean diverged weights)"
             )
-        for name, value in (("tp", tp), ("conf", conf), ("pred_cls", pred_cls), ("gt_cls", gt_cls)):
+        ignore = np.zeros_like(tp) if self.ignore is None else np.asarray(self.ignore, dtype=bool).reshape(tp.shape)
+        for name, value in (("tp", tp), ("conf", conf), ("pred_cls", pred_cls), ("gt_cls", gt_cls),
+                            ("ignore", ignore)):
             object.__setattr__(self, name, value)
         object.__setattr__(self, "image_id", int(self.image_id))
 
@@ -93,7 +99,7 @@ class ImageStats:
         """A content fingerprint: orders images canonically when ids are missing or repeated."""
         h = hashlib.blake2b(digest_size=16)
         h.update(np.asarray(self.tp.shape, dtype=np.int64).tobytes())
-        for array in (self.tp, self.conf, self.pred_cls, self.gt_cls):
+        for array in (self.tp, self.conf, self.pred_cls, self.gt_cls, self.ignore):
             h.update(np.ascontiguousarray(array).tobytes())
         return h.digest()
 

@@ -227,13 +227,13 @@ class DetectionMetrics:
         n_img = np.zeros(self.nc, dtype=np.int64)
         for s in images:
             n_img[np.unique(s.gt_cls)] += 1
-        cls, conf, tp = _detections_by_class(images, len(self.iou_thresholds))
+        cls, conf, tp, ignore = _detections_by_class(images, len(self.iou_thresholds))
         starts = np.searchsorted(cls, np.arange(self.nc + 1), side="left")
         evaluated = [c for c in range(self.nc) if n_gt[c] > 0]
 
         ap = np.zeros((self.nc, len(self.iou_thresholds)))
         for c in evaluated:
-            ap[c] = _average_precision(tp[starts[c] : starts[c + 1]], int(n_gt[c]))
+            ap[c] = _average_precision(tp[starts[c] : starts[c + 1]], int(n_gt[c]), ignore[starts[c] : starts[c + 1]])
         curves = {
             c: (conf[starts[c] : starts[c + 1]], tp[starts[c] : starts[c + 1], self._index_50])
             for c in evaluated
@@ -271,7 +271,7 @@ class DetectionMetrics:
         images = _canonical_images(self._stats)
         gt_cls = np.concatenate([s.gt_cls for s in images]) if images else np.zeros(0, np.int64)
         n_gt = np.bincount(gt_cls, minlength=self.nc)
-        cls, conf, tp = _detections_by_class(images, len(self.iou_thresholds))
+        cls, conf, tp, _ = _detections_by_class(images, len(self.iou_thresholds))
         starts = np.searchsorted(cls, np.arange(self.nc + 1), side="left")
         return {c: (conf[starts[c]:starts[c + 1]], tp[starts[c]:starts[c + 1], self._index_50], int(n_gt[c]))
                 for c in range(self.nc) if n_gt[c] > 0}
@@ -325,26 +325,29 @@ def _canonical_images(stats: Sequence[ImageStats]) -> list[ImageStats]:
 
 def _detections_by_class(
     images: Sequence[ImageStats], n_thr: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """All detections sorted by class, then descending score; ties keep image, then row order."""
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """All detections sorted by class, then descending score; ties keep image, then row order.
+    Returns class, score, TP ``[n, T]`` and ignored ``[n, T]``."""
     with_dets = [s for s in images if len(s.conf)]
     if not with_dets:
-        return np.zeros(0, np.int64), np.zeros(0, np.float32), np.zeros((0, n_thr), bool)
+        return np.zeros(0, np.int64), np.zeros(0, np.float32), np.zeros((0, n_thr), bool), np.zeros((0, n_thr), bool)
     cls = np.concatenate([s.pred_cls for s in with_dets])
     conf = np.concatenate([s.conf for s in with_dets])
     tp = np.concatenate([s.tp for s in with_dets])
+    ignore = np.concatenate([s.ignore for s in with_dets if s.ignore is not None])
     order = np.argsort(-conf, kind="stable")  # COCOeval's mergesort on -score: same order, ties kept
     order = order[np.argsort(cls[order], kind="stable")]
-    return cls[order], conf[order], tp[order]
+    return cls[order], conf[order], tp[order], ignore[order]
 
 
-def _average_precision(tp: np.ndarray, n_gt: int) -> np.ndarray:
-    """COCO 101-point AP of one class: ``tp [n, T]`` in score order -> ``float64 [T]``."""
+def _average_precision(tp: np.ndarray, n_gt: int, ignore: np.ndarray | None = None) -> np.ndarray:
+    """COCO 101-point AP of one class: ``tp [n, T]`` in score order -> ``float64 [T]``; a detection
+    ``ignore``d at a threshold counts as neither true nor false positive there (COCOeval's dtIg)."""
     n_det = len(tp)
     if n_det == 0:
         return np.zeros(tp.shape[1])
     tp_cum = np.cumsum(tp, axis=0).astype(np.float64)
-    fp_cum = np.cumsum(~tp, axis=0).astype(np.float64)
+    fp_cum = np.cumsum(~tp if ignore is None else ~tp & ~ignore, axis=0).astype(np.float64)
     recall = tp_cum / n_gt
     precision = tp_cum / (tp_cum + fp_cum + _EPS)
     envelope = np.maximum.accumulate(precision[::-1], axis=0)[::-1]
