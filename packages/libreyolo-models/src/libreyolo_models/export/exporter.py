@@ -24,9 +24,10 @@ from ..errors import ConfigError
 from ..runtime.metadata import ExportMetadata
 from ..version import __version__
 from .coreml import write_coreml
-from .formats import write_onnx, write_openvino, write_torchscript
+from .formats import write_onnx, write_torchscript
 from .int8 import calibration_batches, write_onnx_int8
 from .ncnn import write_ncnn
+from .openvino import write_openvino
 from .settings import ExportConfig
 from .targets import get_target
 from .tensorrt import write_engine
