@@ -2,20 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ...contract.spec import SHORT_RUN_SHARES, FamilySpec, TaskDecl
 from .variants import VARIANTS
-
-if TYPE_CHECKING:
-    from ...contract.family import Family
-
-
-def _implementation() -> type[Family]:
-    from .family import ECFamily
-
-    return ECFamily
-
 
 # Upstream's (EdgeCrafter's published S/M) fine-tuning recipe as TrainConfig values: AdamW 5e-4
 # (momentum = beta1 0.9), weight decay 1e-4, 2 warmup epochs, then flat and cosine down to half
@@ -82,7 +70,7 @@ SPEC = FamilySpec(
             default_keypoints=17,
         ),
     },
-    implementation=_implementation,
+    implementation="libreyolo_models.families.ec.family:ECFamily",
     stride=32,
     mean=(0.485, 0.456, 0.406),
     std=(0.229, 0.224, 0.225),

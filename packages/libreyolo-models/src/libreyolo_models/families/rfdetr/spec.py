@@ -2,20 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ...contract.spec import FamilySpec, TaskDecl
 from .variants import DETECT, POSE, SEGMENT
-
-if TYPE_CHECKING:
-    from ...contract.family import Family
-
-
-def _implementation() -> type[Family]:
-    from .family import RFDETRFamily
-
-    return RFDETRFamily
-
 
 # Upstream's fine-tuning recipe as TrainConfig values: AdamW at 1e-4 (momentum = AdamW's beta1,
 # 0.9), weight decay 1e-4, a step schedule that drops at epoch 100 of 100 (so: constant, lrf=1), no
@@ -82,7 +70,7 @@ SPEC = FamilySpec(
             default_keypoints=17,
         ),
     },
-    implementation=_implementation,
+    implementation="libreyolo_models.families.rfdetr.family:RFDETRFamily",
     stride=32,  # detect and pose: 16-pixel patches in 2 x 2 windows (segment declares its own)
     mean=(0.485, 0.456, 0.406),
     std=(0.229, 0.224, 0.225),
