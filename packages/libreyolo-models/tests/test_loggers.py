@@ -122,7 +122,7 @@ def test_only_rank_zero_builds_loggers(rank, expected, monkeypatch) -> None:
     from libreyolo_models.train.plan import resolve_plan
     from libreyolo_models.train.trainer import Trainer
 
-    model = LibreYOLO("LibreYOLO9t.yaml")
+    model = LibreYOLO("LibreYOLO9t.yaml").handle  # jobs take the handle, not the facade
     plan = resolve_plan(model, {"data": "shapes", "device": "cpu", "tensorboard": True, "mlflow": True,
                                 "wandb": True}, "test")
     monkeypatch.setattr(libreyolo_ddp, "dist_env", lambda: libreyolo_ddp.DistEnv(rank=rank, world_size=2))

@@ -66,7 +66,7 @@ def stand_in(monkeypatch):
     (CometLogger, "comet_ml", ["start", "start.log_parameters", "start.log_metrics", "start.log_image",
                                "start.log_metrics", "start.log_asset", "start.log_image", "start.log_metrics",
                                "start.end"]),
-    (ClearMLLogger, "clearml", ["Task.set_offline", "Task.init", "Task.init.connect", "Task.init.get_logger",
+    (ClearMLLogger, "clearml", ["Task.set_offline", "Task.force_store_standalone_script", "Task.init", "Task.init.connect", "Task.init.get_logger",
                                 "Task.init.get_logger.report_scalar", "Task.init.get_logger.report_scalar",
                                 "Task.init.get_logger.report_image", "Task.init.get_logger.report_scalar",
                                 "Task.init.get_logger.report_scalar", "Task.init.upload_artifact",

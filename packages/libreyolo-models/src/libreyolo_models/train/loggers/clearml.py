@@ -38,6 +38,9 @@ class ClearMLLogger(ServiceLogger):
         task_class = self.lib.Task
         if clearml_offline():
             task_class.set_offline(offline_mode=True)
+            # Offline, the repository link has no server to serve it; its detection (git, uncommitted
+            # diff, import scan) took 15 s to 5 min here and Task.close waits up to 300 s for it.
+            task_class.force_store_standalone_script(True)
             log.info("clearml: no server configured (or CLEARML_OFFLINE_MODE=1): an offline session, to import later")
         project = os.environ.get("CLEARML_PROJECT") or Path(self.cfg.project).name or "libreyolo"
         self.task = task_class.init(project_name=project, task_name=Path(event.run_dir).name, reuse_last_task_id=False,
