@@ -10,9 +10,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from libreyolo_models.families.ec.denoising import build_denoising
 from libreyolo_models.families.ec.fdr import bbox2distance, distance2bbox, weighting_function
 from libreyolo_models.families.ec.loss import ECLoss, union_matches
+from libreyolo_models.layers.detr.denoising import build_denoising
 from libreyolo_models.layers.set_targets import group_targets
 
 GAINS = {"mal": 1.0, "bbox": 5.0, "giou": 2.0, "fgl": 0.15, "ddf": 1.5}

@@ -81,7 +81,7 @@ def test_pose_forward_in_float64_is_within_upstreams_float32_noise() -> None:
 
 
 def test_segment_training_outputs_carry_mask_factors_for_every_layer() -> None:
-    from libreyolo_models.families.ec.denoising import build_denoising
+    from libreyolo_models.layers.detr.denoising import build_denoising
     from libreyolo_models.layers.set_targets import group_targets
 
     torch.manual_seed(0)

@@ -23,9 +23,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ...layers.detr.denoising import DenoisingQueries
 from ...layers.query_masks import SegmentationHead
 from .attention import DeformableAttention
-from .denoising import DenoisingQueries
 from .fdr import distance2bbox, integral, weighting_function
 from .variants import DECODER_HEADS, DECODER_LAYERS, DECODER_POINTS, NUM_QUERIES, REG_MAX, REG_SCALE, STRIDES
 

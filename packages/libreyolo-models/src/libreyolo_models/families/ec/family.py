@@ -14,10 +14,10 @@ from ...contract.family import NORM_TYPES, Family, LossContext, LossResult
 from ...contract.instances import InstancePrediction, InstanceTargets, random_instance_targets
 from ...contract.spec import FamilySpec
 from ...errors import CheckpointError, ConfigError
+from ...layers.detr.denoising import build_denoising
 from ...layers.set_postprocess import cxcywh_to_pixel_xyxy, topk_detections, topk_queries
 from ...layers.set_targets import group_targets
 from ...layers.targets import random_box_targets
-from .denoising import build_denoising
 from .loss import ECLoss
 from .nn import ECNet, ECPoseNet
 from .pose_denoising import build_pose_denoising

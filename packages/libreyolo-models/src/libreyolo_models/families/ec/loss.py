@@ -33,10 +33,10 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ...layers.boxes import aligned_iou, xywh_to_xyxy
+from ...layers.detr.denoising import DenoisingQueries
 from ...layers.giou import generalized_iou
 from ...layers.hungarian import EMPTY_MATCH, EPS_LOG, HungarianMatcher, Match
 from ...layers.set_targets import GroupedTargets
-from .denoising import DenoisingQueries
 from .fdr import bbox2distance
 from .variants import REG_MAX
 

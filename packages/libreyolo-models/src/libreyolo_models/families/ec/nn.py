@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
+from ...layers.detr.denoising import DenoisingQueries
 from ...layers.normalize import InputNormalize
 from .backbone import ViTAdapter
 from .decoder import ECDecoder
-from .denoising import DenoisingQueries
 from .encoder import HybridEncoder
 from .pose_decoder import ECPoseDecoder
 from .pose_denoising import PoseDenoising

@@ -19,10 +19,10 @@ import torch
 from torch import Tensor
 
 from ...contract.instances import InstanceTargets
+from ...layers.detr.denoising import DenoisingQueries
 from ...layers.hungarian import EMPTY_MATCH, HungarianMatcher, Match
 from ...layers.mask_points import mask_costs, mask_loss_terms, matched_mask_logits
 from ...layers.set_targets import GroupedTargets
-from .denoising import DenoisingQueries
 from .loss import LOSS_NAMES, ECLoss, index_of
 
 SEGMENT_LOSS_NAMES = (*LOSS_NAMES, "mask_ce", "mask_dice")
