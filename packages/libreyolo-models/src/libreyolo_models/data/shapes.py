@@ -182,14 +182,20 @@ def _data_yaml(root: Path) -> str:
             + f"train: images/train\nval: images/val\nnc: {len(CLASS_NAMES)}\nnames:\n{names}")
 
 
-def _render(rng: np.random.Generator, is_background: bool) -> tuple[np.ndarray, list[str]]:
-    """One image (``uint8 [H, W, 3]``) and its YOLO label rows."""
+Placement = tuple[int, np.ndarray, int, int]
+"""One drawn object: its class, its ``bool`` footprint and where the footprint's corner sits (x0, y0)."""
+
+
+def render_scene(rng: np.random.Generator, is_background: bool) -> tuple[np.ndarray, np.ndarray, list[Placement]]:
+    """One image (``uint8 [H, W, 3]``), which object shows at each pixel (``int16 [H, W]``, -1 for
+    background; objects numbered in drawing order) and the objects drawn. The detection set and
+    the instance set (``tasks/segment/shapes_inst.py``) both render through here."""
     width, height = _SIZES_WH[rng.choice(len(_SIZES_WH), p=_SIZE_WEIGHTS)]
     image = _background(rng, height, width)
-    owner = np.full((height, width), -1, dtype=np.int16)  # which object shows at each pixel
+    owner = np.full((height, width), -1, dtype=np.int16)
     areas: list[int] = []
     visible: list[int] = []
-    rows: list[str] = []
+    placed: list[Placement] = []
     n_objects = 0 if is_background else int(rng.integers(1, 7))
     for _ in range(n_objects):
         for _ in range(_PLACEMENT_TRIES):
@@ -206,11 +212,18 @@ def _render(rng: np.random.Generator, is_background: bool) -> tuple[np.ndarray, 
             region[mask] = len(areas)
             areas.append(int(mask.sum()))
             visible.append(areas[-1])
-            rows.append(_label_row(cls, mask, x0, y0, width, height))
+            placed.append((cls, mask, x0, y0))
             break
     image += rng.integers(-4, 5, (height, width, 1), dtype=np.int8)  # grain (uniform: cheap to draw)
     np.clip(image, 0, 255, out=image)
-    return (image + np.float32(0.5)).astype(np.uint8), rows  # round half up, as rint is slower
+    return (image + np.float32(0.5)).astype(np.uint8), owner, placed  # round half up, as rint is slower
+
+
+def _render(rng: np.random.Generator, is_background: bool) -> tuple[np.ndarray, list[str]]:
+    """One image and its YOLO label rows."""
+    pixels, _, placed = render_scene(rng, is_background)
+    height, width = pixels.shape[:2]
+    return pixels, [_label_row(cls, mask, x0, y0, width, height) for cls, mask, x0, y0 in placed]
 
 
 def _background(rng: np.random.Generator, height: int, width: int) -> np.ndarray:

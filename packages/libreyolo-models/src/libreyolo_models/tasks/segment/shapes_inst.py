@@ -22,17 +22,7 @@ import yaml
 from PIL import Image
 
 from ...cache_dir import cache_dir
-from ...data.shapes import (
-    _PLACEMENT_TRIES,
-    _SIZE_WEIGHTS,
-    _SIZES_WH,
-    CLASS_NAMES,
-    _background,
-    _draw_shape,
-    _hides_too_much,
-    _paint,
-    generate_once,
-)
+from ...data.shapes import CLASS_NAMES, generate_once, render_scene
 from .mask_shapes import RLEMask, decompress_counts
 
 SHAPES_INST_DIRNAME = "shapes-inst-v1"
@@ -91,34 +81,8 @@ def render_instances(split: str, index: int) -> tuple[np.ndarray, list[tuple[int
     """Image ``index`` of ``split`` (``uint8 [H, W, 3]``) and its objects: ``(class, bool [H, W]
     visible mask)``, in drawing order; a function of (split, index) only."""
     rng = np.random.default_rng([_SEED, _SPLIT_IDS[split], index])
-    width, height = _SIZES_WH[rng.choice(len(_SIZES_WH), p=_SIZE_WEIGHTS)]
-    image = _background(rng, height, width)
-    owner = np.full((height, width), -1, dtype=np.int16)
-    areas: list[int] = []
-    visible: list[int] = []
-    classes: list[int] = []
-    n_objects = 0 if (index * 37) % 100 < 3 else int(rng.integers(1, 7))
-    for _ in range(n_objects):
-        for _ in range(_PLACEMENT_TRIES):
-            cls = int(rng.integers(len(CLASS_NAMES)))
-            alpha, (x0, y0) = _draw_shape(rng, cls, width, height)
-            mask = alpha >= 0.5
-            if _hides_too_much(owner, mask, x0, y0, areas, visible):
-                continue
-            _paint(rng, image, alpha, mask, x0, y0)
-            region = owner[y0:y0 + mask.shape[0], x0:x0 + mask.shape[1]]
-            for j, lost in zip(*np.unique(region[mask], return_counts=True)):
-                if j >= 0:
-                    visible[j] -= int(lost)
-            region[mask] = len(areas)
-            areas.append(int(mask.sum()))
-            visible.append(areas[-1])
-            classes.append(cls)
-            break
-    image += rng.integers(-4, 5, (height, width, 1), dtype=np.int8)
-    np.clip(image, 0, 255, out=image)
-    objects = [(cls, owner == j) for j, cls in enumerate(classes)]
-    return (image + np.float32(0.5)).astype(np.uint8), objects
+    pixels, owner, placed = render_scene(rng, is_background=(index * 37) % 100 < 3)
+    return pixels, [(cls, owner == j) for j, (cls, *_) in enumerate(placed)]
 
 
 def _write_image(dest: Path, split: str, index: int) -> tuple[dict[str, Any], list[tuple[int, Any, list[float]]]]:
