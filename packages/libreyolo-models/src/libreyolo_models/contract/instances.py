@@ -7,9 +7,12 @@ reads them unchanged, and masks or keypoints ride along row for row.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 from torch import Tensor
+
+from ..layers.set_postprocess import topk_detections, topk_queries
 
 MASK_STRIDE = 4
 """Training target masks are ``1 / MASK_STRIDE`` of the network input per side, the resolution
@@ -103,3 +106,19 @@ def random_instance_targets(batch: int, nc: int, generator: torch.Generator, *, 
         masks=torch.stack(mask_list) if masks else None,
         keypoints=torch.stack(kp_list) if keypoints else None,
         sigmas=torch.full((keypoints,), 0.1) if keypoints else None)
+
+
+def set_predictor_postprocess(task: str, outputs: Any, options: Any) -> list[Any]:
+    """A set predictor's post-processing (RF-DETR, EC): the top ``max_det`` (query, class) pairs per
+    image above ``conf``, no NMS (``iou`` and ``agnostic`` do not apply). Segment and pose: per
+    image an ``InstancePrediction`` with the chosen queries' masks or keypoints."""
+    if task == "detect":
+        return topk_detections(outputs, conf=options.conf, max_det=options.max_det, classes=options.classes)
+    det, extra = outputs
+    out = []
+    for (rows, query), per_query in zip(topk_queries(det, conf=options.conf, max_det=options.max_det,
+                                                     classes=options.classes), extra):
+        chosen = per_query[query]
+        out.append(InstancePrediction(rows, masks=chosen if task == "segment" else None,
+                                      keypoints=chosen.float() if task == "pose" else None))
+    return out

@@ -11,11 +11,11 @@ import torch
 from torch import Tensor, nn
 
 from ...contract.family import NORM_TYPES, Family, LossContext, LossResult
-from ...contract.instances import InstancePrediction, InstanceTargets, random_instance_targets
+from ...contract.instances import InstanceTargets, random_instance_targets, set_predictor_postprocess
 from ...contract.spec import FamilySpec
 from ...errors import CheckpointError, ConfigError
 from ...layers.detr.denoising import build_denoising
-from ...layers.set_postprocess import cxcywh_to_pixel_xyxy, topk_detections, topk_queries
+from ...layers.set_postprocess import cxcywh_to_pixel_xyxy
 from ...layers.set_targets import group_targets
 from ...layers.targets import random_box_targets
 from .loss import ECLoss
@@ -198,18 +198,7 @@ class ECFamily(Family):
         return LossResult(total, items)
 
     def postprocess(self, outputs: Any, options: Any) -> list[Any]:
-        """Top ``max_det`` (query, class) pairs per image above ``conf``; no NMS. Segment and pose:
-        per image an ``InstancePrediction`` with the chosen queries' masks or keypoints."""
-        if self.task == "detect":
-            return topk_detections(outputs, conf=options.conf, max_det=options.max_det, classes=options.classes)
-        det, extra = outputs
-        out = []
-        for (rows, query), per_query in zip(topk_queries(det, conf=options.conf, max_det=options.max_det,
-                                                         classes=options.classes), extra):
-            chosen = per_query[query]
-            out.append(InstancePrediction(rows, masks=chosen if self.task == "segment" else None,
-                                          keypoints=chosen.float() if self.task == "pose" else None))
-        return out
+        return set_predictor_postprocess(self.task, outputs, options)
 
     def sample_targets(self, batch: int, imgsz: int, generator: torch.Generator) -> Any:
         if self.task == "detect":
