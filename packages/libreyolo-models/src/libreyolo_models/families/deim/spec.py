@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ...contract.detr_decl import FIXED_SIZE_EXPORT_NOTE, deim_recipe
 from ...contract.spec import FamilySpec, TaskDecl
 
 # Upstream LibreYOLO's DEIM recipe (its DEIMConfig), as TrainConfig values: AdamW at 4e-4 (beta1
@@ -12,12 +13,7 @@ from ...contract.spec import FamilySpec, TaskDecl
 # photometric, zoom (scale) and translation jitter and horizontal flips, as upstream's
 # photometric-distort / zoom-out / IoU-crop pipeline does. The per-size backbone learning rate
 # (n, s 0.5; m 0.1; l 0.05; x 0.01) is in the family's parameter groups.
-RECIPE: dict[str, object] = {
-    "epochs": 132, "optimizer": "AdamW", "lr0": 4e-4, "lrf": 0.5, "cos_lr": True, "momentum": 0.9,
-    "weight_decay": 1e-4, "nbs": 16, "warmup_epochs": 2.0, "max_grad_norm": 0.1, "amp": False,
-    "mosaic": 0.5, "close_mosaic": 12, "degrees": 0.0, "translate": 0.1, "scale": 0.5, "shear": 0.0,
-    "fliplr": 0.5,
-}
+RECIPE = deim_recipe(epochs=132, lr0=4e-4, weight_decay=1e-4, nbs=16)
 
 SPEC = FamilySpec(
     name="deim",
@@ -36,9 +32,7 @@ SPEC = FamilySpec(
             recipe=RECIPE,
             recipe_shares={"warmup_epochs": 0.3, "close_mosaic": 0.3},
             dynamic_imgsz=False,
-            dynamic_imgsz_note="its decoder reads anchor buffers built for one input size and lays out the "
-                               "deformable attention's per-level sampling from feature-map sizes read as Python "
-                               "numbers, which the trace freezes at the export's imgsz",
+            dynamic_imgsz_note=FIXED_SIZE_EXPORT_NOTE,
         ),
     },
     implementation="libreyolo_models.families.deim.family:DEIMFamily",

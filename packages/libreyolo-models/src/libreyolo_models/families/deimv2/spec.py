@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ...contract.detr_decl import FIXED_SIZE_EXPORT_NOTE, deim_recipe
 from ...contract.spec import FamilySpec, TaskDecl
 from .sizes import SIZES
 
@@ -11,12 +12,7 @@ from .sizes import SIZES
 # fp32, EMA, and DEIM's dense one-to-one augmentation (see families/deim/spec.py); the cosine
 # spans the run to 50 % (upstream: flat, then cosine over the last epochs). The per-size backbone
 # learning rate and the late switch to IoU-ordered matching are in the family.
-RECIPE: dict[str, object] = {
-    "epochs": 132, "optimizer": "AdamW", "lr0": 5e-4, "lrf": 0.5, "cos_lr": True, "momentum": 0.9,
-    "weight_decay": 1e-4, "nbs": 32, "warmup_epochs": 2.0, "max_grad_norm": 0.1, "amp": False,
-    "mosaic": 0.5, "close_mosaic": 12, "degrees": 0.0, "translate": 0.1, "scale": 0.5, "shear": 0.0,
-    "fliplr": 0.5,
-}
+RECIPE = deim_recipe(epochs=132, lr0=5e-4, weight_decay=1e-4, nbs=32)
 
 SPEC = FamilySpec(
     name="deimv2",
@@ -36,9 +32,7 @@ SPEC = FamilySpec(
             recipe=RECIPE,
             recipe_shares={"warmup_epochs": 0.3, "close_mosaic": 0.3},
             dynamic_imgsz=False,
-            dynamic_imgsz_note="its decoder reads anchor buffers built for one input size and lays out the "
-                               "deformable attention's per-level sampling from feature-map sizes read as Python "
-                               "numbers, which the trace freezes at the export's imgsz",
+            dynamic_imgsz_note=FIXED_SIZE_EXPORT_NOTE,
         ),
     },
     implementation="libreyolo_models.families.deimv2.family:DEIMv2Family",

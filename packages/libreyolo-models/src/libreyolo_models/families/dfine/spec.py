@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ...contract.detr_decl import FIXED_SIZE_EXPORT_NOTE
 from ...contract.spec import FamilySpec, TaskDecl
 
 # Upstream LibreYOLO's D-FINE recipe (its DFINEConfig), as TrainConfig values: AdamW at 2e-4
@@ -36,9 +37,7 @@ SPEC = FamilySpec(
             recipe=RECIPE,
             recipe_shares={"warmup_epochs": 0.3},
             dynamic_imgsz=False,
-            dynamic_imgsz_note="its decoder reads anchor buffers built for one input size and lays out the "
-                               "deformable attention's per-level sampling from feature-map sizes read as Python "
-                               "numbers, which the trace freezes at the export's imgsz",
+            dynamic_imgsz_note=FIXED_SIZE_EXPORT_NOTE,
         ),
     },
     implementation="libreyolo_models.families.dfine.family:DFINEFamily",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ...contract.detr_decl import FIXED_SIZE_EXPORT_NOTE
 from ...contract.spec import FamilySpec, TaskDecl
 
 # Upstream trains RT-DETRv2 with RT-DETR's trainer: RT-DETR's official recipe (families/rtdetr/spec.py),
@@ -29,9 +30,7 @@ SPEC = FamilySpec(
             half_weights=False,       # the query position head runs once per decoder layer
             recipe=RECIPE,
             dynamic_imgsz=False,
-            dynamic_imgsz_note="its decoder reads anchor buffers built for one input size and lays out the "
-                               "deformable attention's per-level sampling from feature-map sizes read as Python "
-                               "numbers, which the trace freezes at the export's imgsz",
+            dynamic_imgsz_note=FIXED_SIZE_EXPORT_NOTE,
         ),
     },
     implementation="libreyolo_models.families.rtdetrv2.family:RTDETRv2Family",

@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
+from ...contract.detr_decl import FIXED_SIZE_EXPORT_NOTE, deim_recipe
 from ...contract.spec import FamilySpec, TaskDecl
 
 # Upstream LibreYOLO's RT-DETRv4 recipe (its RTDETRv4Config: DEIM's with lr 5e-4, weight decay
 # 1.25e-4, 58 epochs), as TrainConfig values; see families/deim/spec.py for how DEIM's schedule
 # and augmentation map onto ours. The per-size backbone learning rate is in the parameter groups.
-RECIPE: dict[str, object] = {
-    "epochs": 58, "optimizer": "AdamW", "lr0": 5e-4, "lrf": 0.5, "cos_lr": True, "momentum": 0.9,
-    "weight_decay": 1.25e-4, "nbs": 16, "warmup_epochs": 2.0, "max_grad_norm": 0.1, "amp": False,
-    "mosaic": 0.5, "close_mosaic": 12, "degrees": 0.0, "translate": 0.1, "scale": 0.5, "shear": 0.0,
-    "fliplr": 0.5,
-}
+RECIPE = deim_recipe(epochs=58, lr0=5e-4, weight_decay=1.25e-4, nbs=16)
 
 SPEC = FamilySpec(
     name="rtdetrv4",
@@ -31,9 +27,7 @@ SPEC = FamilySpec(
             recipe=RECIPE,
             recipe_shares={"warmup_epochs": 0.3, "close_mosaic": 0.3},
             dynamic_imgsz=False,
-            dynamic_imgsz_note="its decoder reads anchor buffers built for one input size and lays out the "
-                               "deformable attention's per-level sampling from feature-map sizes read as Python "
-                               "numbers, which the trace freezes at the export's imgsz",
+            dynamic_imgsz_note=FIXED_SIZE_EXPORT_NOTE,
         ),
     },
     implementation="libreyolo_models.families.rtdetrv4.family:RTDETRv4Family",
