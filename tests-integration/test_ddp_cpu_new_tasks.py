@@ -59,7 +59,10 @@ def test_sharded_validation_equals_single_process(jobs: list[tuple[str, str]]) -
     for one, two in zip(single, sharded, strict=True):
         assert two.keys() == one.keys()
         for key, value in one.items():
-            assert two[key] == pytest.approx(value, abs=1e-9), key
+            # Counts add exactly over ranks. Per-image errors (MLE, PSNR) are the network's float
+            # output, and a CPU kernel may round a batch of 3 differently from a batch of 6 (oneDNN
+            # picks its algorithm by shape and CPU), so those agree to float32 rounding, not bits.
+            assert two[key] == pytest.approx(value, rel=1e-5, abs=1e-9), key
 
 
 @pytest.mark.slow
