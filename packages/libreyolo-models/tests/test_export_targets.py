@@ -107,6 +107,48 @@ def test_coreml_converts_with_its_inputs_outputs_and_metadata(model: LibreYOLO, 
 
 
 @pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+@pytest.mark.parametrize(("family", "size"), [("rfdetr", "n"), ("ec", "s")])
+def test_set_predictors_convert_to_coreml(family: str, size: str, tmp_path: Path) -> None:
+    """RF-DETR's deformable attention samples per level (Core ML takes rank 5 at most) and EC's
+    position embedding is the kit's float outer product (Core ML read its matmul as int32)."""
+    needs("coremltools", "coreml")
+    from libreyolo_models.runtime.coreml_tools import import_coremltools
+
+    model = LibreYOLO(family=family, size=size, nc=3, imgsz=IMGSZ).eval()
+    with torch.no_grad():
+        expected = model.inference_forward(torch.zeros(1, 3, IMGSZ, IMGSZ))
+    path = model.export(format="coreml", file=str(tmp_path / f"{family}.mlpackage"))
+    spec = import_coremltools("test").utils.load_spec(str(path))
+    (inp,), (out,) = spec.description.input, spec.description.output
+    assert list(inp.type.multiArrayType.shape) == [1, 3, IMGSZ, IMGSZ]
+    assert list(out.type.multiArrayType.shape) == list(expected.shape)
+
+
+def test_ncnn_names_the_operators_it_has_no_layer_for(tmp_path: Path) -> None:
+    from libreyolo_models.export.ncnn import refuse_unconverted, unconverted_ops
+
+    param = tmp_path / "model.ncnn.param"
+    param.write_text("7767517\n4 4\nInput in0 0 1 in0\nConvolution conv 1 1 in0 a 0=8\n"
+                     "torch.topk topk 1 2 a b c\nTensor.reshape view 1 1 b d\n")
+    assert unconverted_ops(param) == ["Tensor.reshape", "torch.topk"]
+    with pytest.raises(ConfigError, match=r"NCNN has no layer for Tensor.reshape, torch.topk in the ec network.*"
+                                          r"format='onnx'"):
+        refuse_unconverted(param, "ec")
+
+
+@pytest.mark.slow
+def test_ncnn_refuses_a_set_predictor_and_leaves_nothing_behind(tmp_path: Path) -> None:
+    """EC selects its queries with top-k, which NCNN has no layer for: the export says so rather
+    than write files that fail only when loaded."""
+    needs("pnnx", "ncnn")
+    model = LibreYOLO(family="ec", size="s", nc=3, imgsz=IMGSZ)
+    with pytest.raises(ConfigError, match="torch.topk"):
+        model.export(format="ncnn", file=str(tmp_path / "ec_ncnn_model"))
+    assert not (tmp_path / "ec_ncnn_model").exists()
+
+
+@pytest.mark.slow
 def test_int8_openvino_through_nncf_loads_holds_int8_and_stays_near_fp32(model: LibreYOLO, shapes20: Path,
                                                                        tmp_path: Path) -> None:
     needs("nncf", "nncf")

@@ -29,7 +29,6 @@ CONVERT_TIMEOUT_S = 1800
 def write_ncnn(job: WriteJob) -> Path:
     pnnx = require("pnnx", "ncnn", "export(format='ncnn')")
     folder = job.path
-    folder.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         trace = tmp / "model.pt"
@@ -48,7 +47,25 @@ def write_ncnn(job: WriteJob) -> Path:
             raise ConfigError(f"export(format='ncnn'): pnnx could not convert the {job.meta.family} seam (exit "
                               f"{run.returncode}); its last words:\n{tail}\nexport format='onnx' or 'openvino' instead, "
                               "or report the operator pnnx names")
+        refuse_unconverted(tmp / PARAM_FILE, job.meta.family)
+        folder.mkdir(parents=True, exist_ok=True)  # only now: a refused export leaves nothing behind
         for name in (PARAM_FILE, BIN_FILE):
             shutil.move(str(tmp / name), str(folder / name))
     (folder / METADATA_FILE).write_text(job.meta.to_json() + "\n")
     return folder
+
+
+def unconverted_ops(param: Path) -> list[str]:
+    """Operators pnnx wrote into ``param`` under their PyTorch names (``torch.topk``,
+    ``Tensor.reshape``): it found no NCNN layer for them, and NCNN refuses to load such a file."""
+    lines = param.read_text().splitlines()[2:]  # the magic number, then the layer and blob counts
+    return sorted({line.split()[0] for line in lines if line.split() and "." in line.split()[0]})
+
+
+def refuse_unconverted(param: Path, family: str) -> None:
+    """Fail the export, naming the operators, rather than write files that only fail to load."""
+    ops = unconverted_ops(param)
+    if ops:
+        raise ConfigError(f"export(format='ncnn'): NCNN has no layer for {', '.join(ops)} in the {family} "
+                          "network (pnnx left them unconverted), so the exported files would not load; "
+                          "export format='onnx', 'openvino' or 'torchscript' for this family instead")

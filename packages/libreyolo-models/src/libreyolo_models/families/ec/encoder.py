@@ -9,29 +9,12 @@ Module names are upstream's checkpoint keys.
 
 from __future__ import annotations
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ...layers.detr.position import sincos_position_embedding
 from .blocks import ConvNorm, RepNCSPELAN4, SCDown, TransformerEncoder
 from .variants import ENCODER_HEADS, Variant
-
-
-def sincos_position_embedding(h: int, w: int, dim: int, temperature: float = 10000.0,
-                              device: torch.device | None = None) -> Tensor:
-    """``[1, h*w, dim]`` sine-cosine embedding of an ``h x w`` map's tokens.
-
-    Upstream builds its grid ``w``-major (``meshgrid(arange(w), arange(h), indexing="ij")``) while
-    tokens are row-major: on a square map token (y, x) reads the embedding of (x, y). Kept as is,
-    since trained weights expect it.
-    """
-    grid_w, grid_h = torch.meshgrid(torch.arange(w, dtype=torch.float32, device=device),
-                                    torch.arange(h, dtype=torch.float32, device=device), indexing="ij")
-    quarter = dim // 4
-    omega = 1.0 / temperature ** (torch.arange(quarter, dtype=torch.float32, device=device) / quarter)
-    out_w = grid_w.flatten()[:, None] @ omega[None]
-    out_h = grid_h.flatten()[:, None] @ omega[None]
-    return torch.cat((out_w.sin(), out_w.cos(), out_h.sin(), out_h.cos()), 1)[None]
 
 
 class HybridEncoder(nn.Module):
@@ -56,7 +39,7 @@ class HybridEncoder(nn.Module):
         top = feats[2]
         h, w = top.shape[-2:]
         tokens = top.flatten(2).permute(0, 2, 1)
-        pos = sincos_position_embedding(int(h), int(w), self.hidden, device=top.device).to(tokens.dtype)
+        pos = sincos_position_embedding(int(w), int(h), self.hidden, device=top.device).to(tokens.dtype)
         feats[2] = self.encoder[0](tokens, pos).permute(0, 2, 1).reshape(-1, self.hidden, h, w).contiguous()
         # Top-down: each coarser map, through its lateral conv, upsampled onto the finer one.
         inner = [feats[2]]

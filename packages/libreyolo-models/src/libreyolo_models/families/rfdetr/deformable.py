@@ -16,30 +16,31 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 
-def sample_levels(value: Tensor, shapes: list[tuple[int, int]], locations: Tensor, weights: Tensor) -> Tensor:
+def sample_levels(value: Tensor, shapes: list[tuple[int, int]], locations: list[Tensor], weights: Tensor) -> Tensor:
     """Bilinear samples of every level, weighted and summed.
 
     Args:
         value: ``[B, sum(h*w), heads, head_dim]``, the levels' tokens concatenated row-major.
         shapes: ``(h, w)`` of each level, in the order of ``value``.
-        locations: ``[B, Q, heads, levels, points, 2]`` sampling points (x, y) in [0, 1]; points
-            outside the map read zeros.
+        locations: per level, ``[B, Q, heads, points, 2]`` sampling points (x, y) in [0, 1];
+            points outside the map read zeros. One tensor per level keeps every tensor at rank 5
+            or less, which Core ML requires.
         weights: ``[B, Q, heads, levels * points]``, summing to one per head.
 
     Returns:
         ``[B, Q, heads * head_dim]``.
     """
     b, _, heads, head_dim = value.shape
-    _, q, _, levels, points, _ = locations.shape
+    _, q, _, points, _ = locations[0].shape
     per_level = value.split([h * w for h, w in shapes], dim=1)
-    grids = 2 * locations - 1  # grid_sample's [-1, 1] coordinates (align_corners=False)
     sampled = []
     for level, (h, w) in enumerate(shapes):
         v = per_level[level].permute(0, 2, 3, 1).reshape(b * heads, head_dim, h, w)
-        grid = grids[:, :, :, level].transpose(1, 2).flatten(0, 1)        # [B*heads, Q, points, 2]
+        grid = 2 * locations[level] - 1  # grid_sample's [-1, 1] coordinates (align_corners=False)
+        grid = grid.transpose(1, 2).flatten(0, 1)                          # [B*heads, Q, points, 2]
         sampled.append(F.grid_sample(v, grid, mode="bilinear", padding_mode="zeros", align_corners=False))
     stacked = torch.stack(sampled, dim=-2).flatten(-2)                      # [B*heads, d, Q, L*P]
-    mix = weights.transpose(1, 2).reshape(b * heads, 1, q, levels * points)
+    mix = weights.transpose(1, 2).reshape(b * heads, 1, q, len(shapes) * points)
     return (stacked * mix).sum(-1).view(b, heads * head_dim, q).transpose(1, 2)
 
 
@@ -79,8 +80,11 @@ class DeformableAttention(nn.Module):
         over ``memory [B, sum(h*w), dim]`` -> ``[B, Q, dim]``."""
         b, q, _ = query.shape
         value = self.value_proj(memory).view(b, memory.shape[1], self.heads, self.dim // self.heads)
-        offsets = self.sampling_offsets(query).view(b, q, self.heads, self.levels, self.points, 2)
+        offsets = self.sampling_offsets(query).view(b, q, self.heads, self.levels, self.points * 2)
         weights = self.attention_weights(query).view(b, q, self.heads, self.levels * self.points).softmax(-1)
-        centre, size = reference[:, :, None, :, None, :2], reference[:, :, None, :, None, 2:]
-        locations = centre + offsets / self.points * size * 0.5
+        locations = []
+        for level in range(self.levels):  # per level: no rank-6 tensor (Core ML takes rank 5 at most)
+            centre, size = reference[:, :, None, level, None, :2], reference[:, :, None, level, None, 2:]
+            step = offsets[:, :, :, level].view(b, q, self.heads, self.points, 2)
+            locations.append(centre + step / self.points * size * 0.5)
         return self.output_proj(sample_levels(value, shapes, locations, weights))
