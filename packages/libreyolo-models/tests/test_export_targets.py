@@ -125,6 +125,17 @@ def test_set_predictors_convert_to_coreml(family: str, size: str, tmp_path: Path
     assert list(out.type.multiArrayType.shape) == list(expected.shape)
 
 
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_a_network_coreml_cannot_convert_gets_an_error_naming_the_way_out(tmp_path: Path) -> None:
+    """D-FINE's distribution integral is a linear layer whose weight is computed, which Core ML's
+    converter cannot take: the user gets our error, not coremltools' bare assertion."""
+    needs("coremltools", "coreml")
+    model = LibreYOLO(family="dfine", size="n", nc=3, imgsz=128)
+    with pytest.raises(ConfigError, match=r"coremltools could not convert the dfine network.*format='onnx'"):
+        model.export(format="coreml", file=str(tmp_path / "dfine.mlpackage"))
+
+
 def test_ncnn_names_the_operators_it_has_no_layer_for(tmp_path: Path) -> None:
     from libreyolo_models.export.ncnn import refuse_unconverted, unconverted_ops
 

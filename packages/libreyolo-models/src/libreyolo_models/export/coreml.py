@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..errors import ConfigError
 from ..runtime.coreml_tools import coremltools_quiet, import_coremltools, tensorflow_hidden
 from ..runtime.metadata import METADATA_KEY
 from .formats import quiet_tracing
@@ -63,10 +64,16 @@ def write_coreml(job: WriteJob) -> Path:
     with quiet_tracing(), torch.no_grad():
         traced = torch.jit.trace(job.seam, (job.example,), check_trace=False)
     precision = ct.precision.FLOAT16 if job.meta.half else ct.precision.FLOAT32
-    with tensorflow_hidden(), coremltools_quiet():
-        mlmodel = ct.convert(traced, inputs=[ct.TensorType(name="images", shape=tuple(job.example.shape))],
-                             outputs=[ct.TensorType(name=name) for name in names], convert_to="mlprogram",
-                             minimum_deployment_target=ct.target.macOS13, compute_precision=precision)
+    try:
+        with tensorflow_hidden(), coremltools_quiet():
+            mlmodel = ct.convert(traced, inputs=[ct.TensorType(name="images", shape=tuple(job.example.shape))],
+                                 outputs=[ct.TensorType(name=name) for name in names], convert_to="mlprogram",
+                                 minimum_deployment_target=ct.target.macOS13, compute_precision=precision)
+    except (AssertionError, ValueError, NotImplementedError, RuntimeError, TypeError) as err:
+        # coremltools reports an operator it cannot map with a bare assertion or a ValueError.
+        raise ConfigError(f"{purpose}: coremltools could not convert the {job.meta.family} network "
+                          f"({type(err).__name__}: {str(err).strip() or 'an operator it cannot map'}; its log "
+                          "line above names the operator); export format='onnx' or 'openvino' instead") from err
     mlmodel.short_description = (f"LibreYOLO {job.meta.family}-{job.meta.size} {job.meta.task}, "
                                  f"{job.meta.nc} classes, {job.meta.imgsz} px")
     mlmodel.user_defined_metadata[METADATA_KEY] = job.meta.to_json()
