@@ -42,6 +42,7 @@ import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from ..errors import SourceError
+from .plain_jpeg import decode_plain_jpeg
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +64,7 @@ _16BIT_MAX = 65535
 _FLOAT_TOLERANCE = 1e-3  # float noise around 0, 1 and 255 is clipped, not an error
 _ALPHA_MODES = {"RGBA", "LA", "PA", "RGBa", "La"}
 _CHANNELS = (1, 3, 4)
+_JPEG_SUFFIXES = frozenset({".jpg", ".jpeg", ".jpe", ".jfif"})
 
 
 class ImageDecodeError(SourceError):
@@ -125,6 +127,8 @@ def read_image_file(path: str | Path, *, max_side: int | None = None, draft_only
         raise ImageDecodeError(name, f"unsupported source: {path.suffix} is a video; LibreYOLO reads still "
                                      f"images ({', '.join(sorted(IMAGE_SUFFIXES))}); extract frames first")
     try:
+        if data is None and path.suffix.lower() in _JPEG_SUFFIXES:
+            data = path.read_bytes()  # the fast decoder below reads bytes
         with Image.open(path if data is None else io.BytesIO(data)) as im:
             raw_w, raw_h = im.size
             if raw_w < 1 or raw_h < 1:
@@ -137,8 +141,16 @@ def read_image_file(path: str | Path, *, max_side: int | None = None, draft_only
                 im.draft(im.mode, (max(1, int(raw_w * ratio + 0.999)), max(1, int(raw_h * ratio + 0.999))))
             if draft_only and (not jpeg or im.size == (raw_w, raw_h)):
                 target = None  # no reduced decode to be had: full size, resized where it is cheap
-            im.load()
-            rgb = to_rgb_image(_oriented(im), name)
+            plain = (data is not None and im.format == "JPEG" and im.mode == "RGB" and im.size == (raw_w, raw_h)
+                     and exif_orientation(im) == 1)
+            fast = decode_plain_jpeg(data) if plain and data is not None else None
+            if fast is not None and target is None:
+                return fast, (ori_h, ori_w)
+            if fast is not None:
+                rgb = Image.fromarray(fast)
+            else:
+                im.load()
+                rgb = to_rgb_image(_oriented(im), name)
     except ImageDecodeError:
         raise
     except UnidentifiedImageError:
