@@ -8,14 +8,21 @@ Scenarios, each for every arm:
   each, the ratio to the peer taken within each round, so the machine's drift between arms'
   moments drops out;
 - ``image``: one 1280x720 JPEG at batch 1, median of ``--reps`` calls (after warmup);
-- ``folder``: ``--images`` 1280x720 JPEGs streamed at ``--batch``, images/s;
-- ``video``: a ``--video-s`` second 720p 30 fps H.264 video the script writes (PyAV, else
-  OpenCV; the scenario is skipped with a line when neither is installed), streamed at ``--batch``.
+- ``folder``: ``--images`` JPEGs streamed at ``--batch``, images/s (photos: 720p and 1080p
+  landscape and 1080x1920 portrait in turn; synthetic: 1280x720);
+- ``video``: a ``--video-s`` second 30 fps H.264 video the script writes (photos: a 1080p pan over
+  a photograph; synthetic: 720p moving shapes; PyAV, else OpenCV; the scenario is skipped with a
+  line when neither is installed), streamed at ``--batch``.
+
+``--set photos`` (the default) makes them from the photographs in ``tools/photos/``, ``--set
+synthetic`` from smooth synthetic scenes (``predict_media``).
 
 Arms: ``eager`` (fp32, defaults: fused), ``eager-unfused`` (fp32, ``fuse=False``), ``graph``
-(fp32, fused, ``cuda_graph=True``), ``half+fuse+graph`` (fp16 weights, fused, graphed), ``eager-cpudecode``
-and ``graph-cpudecode`` (``gpu_decode=False``: JPEGs decoded by PIL, not nvJPEG; the other arms decode
-on the GPU when TorchCodec loads, noted in the report), and ``ultralytics`` (``tools/peer_ultralytics.py predict`` in a
+(fp32, fused, ``cuda_graph=True``), ``half+fuse+graph`` (fp16 weights, fused, graphed): all decode as
+the default install does (``gpu_decode=False``: PIL, or torchvision's libjpeg-turbo for a plain
+full-size JPEG, at a reduced DCT scale where the letterbox allows); ``eager-nvjpeg`` and
+``graph-nvjpeg`` decode on the GPU (``gpu_decode=True``, the ``nvjpeg`` extra; an error when
+TorchCodec does not load); and ``ultralytics`` (``tools/peer_ultralytics.py predict`` in a
 subprocess, the same files; skipped with a line when it is not importable). An arm named twice
 in ``--arms`` runs twice (the second as ``<arm> (again)``): the spread within one invocation. For ours: per-phase
 times (decode on the prefetch thread, preprocess, network, postprocess: ms per image, means of
@@ -49,19 +56,20 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from PIL import Image
-from predict_media import scene, write_images, write_video
+from predict_media import one_image, write_images, write_video
 from report import emit_report, fmt, log, median_call_ms
 
 if TYPE_CHECKING:  # imported where used, so --help and the data writers need no model code
     from libreyolo_models import LibreYOLO
 
-ARMS = {"eager": {}, "eager-unfused": {"fuse": False}, "graph": {"cuda_graph": True},
-        "half+fuse+graph": {"half": True, "fuse": True, "cuda_graph": True},
-        "eager-cpudecode": {"gpu_decode": False}, "graph-cpudecode": {"cuda_graph": True, "gpu_decode": False}}
+_CPU = {"gpu_decode": False}
+ARMS = {"eager": {**_CPU}, "eager-unfused": {"fuse": False, **_CPU}, "graph": {"cuda_graph": True, **_CPU},
+        "half+fuse+graph": {"half": True, "fuse": True, "cuda_graph": True, **_CPU},
+        "eager-nvjpeg": {"gpu_decode": True}, "graph-nvjpeg": {"cuda_graph": True, "gpu_decode": True}}
 """Predict options per arm. YOLOv9 predicts fused by default (``TaskDecl.inference_fuse``), so
 ``eager`` and ``graph`` run the fused copy; ``eager-unfused`` is the exact network (``fuse=False``).
-Every arm decodes JPEG files on the GPU when TorchCodec loads (``gpu_decode="auto"``, the default)
-except the ``-cpudecode`` ones, which keep the CPU decoder (PIL, reduced DCT scale)."""
+Every arm but the ``-nvjpeg`` ones decodes on the CPU, as the default install (no TorchCodec)
+does; ``gpu_decode=False`` makes that so on a machine where the ``nvjpeg`` extra is installed."""
 PHASES = ("decode", "preprocess", "inference", "postprocess")
 
 
@@ -412,6 +420,8 @@ def report(results: dict[str, dict[str, Any]], net_rows: list[str], notes: list[
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--set", choices=("photos", "synthetic"), default="photos",
+                   help="inputs: crops of tools/photos/ (default) or synthetic scenes")
     p.add_argument("--size", default="t")
     p.add_argument("--imgsz", type=int, default=640)
     p.add_argument("--conf", type=float, default=0.25)
@@ -441,22 +451,23 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         sys.exit("bench_predict.py needs a CUDA GPU")
     notes: list[str] = []
+    args.data_dir = args.data_dir / args.set  # photos and synthetic files never mix
     log(f"writing data into {args.data_dir}")
     image = args.data_dir / "one.jpg"
     args.data_dir.mkdir(parents=True, exist_ok=True)
     if not image.exists():
-        Image.fromarray(scene(999)).save(image, quality=90)
+        Image.fromarray(one_image(args.set)).save(image, quality=90)
     folder = args.data_dir / f"folder{args.images}"
-    write_images(folder, args.images)
+    write_images(folder, args.images, args.set)
     video_file = args.data_dir / f"video{args.video_s}s.mp4"
-    why = write_video(video_file, args.video_s)
+    why = write_video(video_file, args.video_s, kind=args.set)
     video = video_file if why is None else None
     if why is not None:
         notes.append(f"video scenario skipped: {why}")
     from libreyolo_models.predict.gpu_jpeg import resolve_gpu_decode
 
-    notes.append("JPEGs decoded on the GPU (nvJPEG, TorchCodec) by the arms without -cpudecode: "
-                 f"{'yes' if resolve_gpu_decode('auto', torch.device('cuda')) else 'no (TorchCodec does not load)'}")
+    notes.append(f"inputs: {args.set}; TorchCodec's nvJPEG (the -nvjpeg arms) loads here: "
+                 f"{'yes' if resolve_gpu_decode('auto', torch.device('cuda')) else 'no'}")
     notes.append(settle_machine(args.settle_s, args.size, args.imgsz))
     log(notes[-1])
     arms = [a for a in args.arms.split(",") if a]
