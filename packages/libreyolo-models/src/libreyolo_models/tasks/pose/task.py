@@ -12,8 +12,7 @@ uses are those of the data it validates on.
 from __future__ import annotations
 
 import logging
-import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -23,19 +22,16 @@ import torch
 from torch import Tensor
 
 from ...contract.instances import InstancePrediction
-from ...data.augment_draws import AugmentConfig
-from ...data.errors import DataConfigError, EmptySplitError
-from ...data.letterbox_images import letterbox
 from ...layers.nms import scale_to_original
-from ..base import Batch, EvalSettings, Prepared, Task, TaskMetrics, TrainOptions
+from ..base import Batch, EvalSettings, TaskMetrics, TrainOptions
 from ..detect.boxes import Boxes
 from ..detect.task import DetectOptions
 from ..instances.pipeline import InstanceKind, InstanceTrainPipeline, InstanceValPipeline
 from ..instances.split import InstanceSplit
+from ..instances.task import InstanceTask
 from ..instances.validator import evaluate_instances
 from ..loss_meter import LossMeter
 from ..results import Results
-from ..segment.task import instance_options, instances_to_host
 from .keypoints import Keypoints
 from .reader import PoseConfig, load_pose_config, read_pose_split
 from .scoring import score_keypoints
@@ -47,9 +43,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_DETECTION_BUNDLED = ("shapes", "shapes.yaml")
-
-
 def pose_kind(config: PoseConfig) -> InstanceKind:
     """What a pose split's batches carry: keypoints, the flip map (identity without one: flips are
     then turned off by the pipeline's caller) and the OKS sigmas."""
@@ -57,29 +50,21 @@ def pose_kind(config: PoseConfig) -> InstanceKind:
                         sigmas=config.sigmas)
 
 
-class PoseTask(Task):
+class PoseTask(InstanceTask):
     name: ClassVar[str] = "pose"
     fitness_name: ClassVar[str] = "0.1*mAP50(P) + 0.9*mAP50-95(P)"
     results_field: ClassVar[str] = "keypoints"
-    supports_multi_scale: ClassVar[bool] = False
-    augmentations: ClassVar[frozenset[str]] = frozenset(AugmentConfig.__dataclass_fields__)
-    validation_losses: ClassVar[bool] = True
+    carries: ClassVar[str] = "keypoints"
+    bundled_names: ClassVar[tuple[str, ...]] = BUNDLED_NAMES
 
-    def load_data(self, data: Any) -> PoseConfig:
-        """A data.yaml path, a folder holding one, a dict, or the bundled ``"shapes-pose"``."""
-        if isinstance(data, str | os.PathLike) and not Path(data).exists():
-            if os.fspath(data) in BUNDLED_NAMES:
-                data = ensure_shapes_pose()
-            elif os.fspath(data) in _DETECTION_BUNDLED:
-                raise DataConfigError(f"data={os.fspath(data)!r} is the bundled detection set (boxes, no keypoints); "
-                                      "pose models train on the bundled 'shapes-pose'")
+    def ensure_bundled(self) -> Path:
+        return ensure_shapes_pose()
+
+    def read_config(self, data: Any) -> PoseConfig:
         return load_pose_config(data)
 
     def load_split(self, data: Any, split: str) -> Any:
-        config = self.load_data(data)
-        for entry in config.split_paths(split):
-            if not entry.exists():
-                raise EmptySplitError(f"{split}: {entry} does not exist (from {split!r} in {config.source})")
+        config = self.checked_config(data, split)
         split_data = read_pose_split(config, split)
         return PoseSplit(**{f.name: getattr(split_data, f.name) for f in fields(InstanceSplit)}, config=config)
 
@@ -115,19 +100,6 @@ class PoseTask(Task):
         return evaluate_instances(model, forward, pipeline, options=options, score=score, tag="P",
                                   half=settings.half, progress=progress, losses=losses,
                                   kind=getattr(pipeline, "kind", None))
-
-    def empty_best(self) -> dict[str, float]:
-        return {"mAP50": 0.0, "mAP50_95": 0.0}
-
-    def postprocess_options(self, options: Mapping[str, Any]) -> DetectOptions:
-        return instance_options(options)
-
-    def prepare(self, image: np.ndarray, imgsz: int) -> Prepared:
-        tensor, info = letterbox(image, imgsz)
-        return Prepared(tensor, info)
-
-    def predictions_to_host(self, predictions: Any) -> Any:
-        return instances_to_host(predictions)
 
     def make_results(self, image: np.ndarray, name: str, names: dict[int, str], prediction: Any, info: Any,
                      speed: dict[str, float]) -> Results:

@@ -10,8 +10,7 @@ original size. Fitness: ``0.1 * mAP50 + 0.9 * mAP50-95`` of the masks.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -20,15 +19,13 @@ import torch
 from torch import Tensor
 
 from ...contract.instances import MASK_STRIDE, InstancePrediction
-from ...data.augment_draws import AugmentConfig
 from ...data.data_config import DataConfig, load_data_config
-from ...data.errors import DataConfigError, EmptySplitError
-from ...data.letterbox_images import letterbox
 from ...layers.nms import scale_to_original
-from ..base import Batch, EvalSettings, Prepared, Task, TaskMetrics, TrainOptions
+from ..base import Batch, EvalSettings, TaskMetrics, TrainOptions
 from ..detect.boxes import Boxes
 from ..detect.task import DetectOptions
 from ..instances.pipeline import InstanceKind, InstanceTrainPipeline, InstanceValPipeline
+from ..instances.task import InstanceTask
 from ..instances.validator import evaluate_instances
 from ..loss_meter import LossMeter
 from ..results import Results
@@ -43,45 +40,22 @@ if TYPE_CHECKING:
 
 SEGMENT = InstanceKind(masks=True)
 
-_DETECTION_BUNDLED = ("shapes", "shapes.yaml")
 
-
-def instance_options(options: Mapping[str, Any]) -> DetectOptions:
-    """Predict's thresholds for an instance task (detection's: conf, iou, max_det, classes)."""
-    return DetectOptions(conf=options.get("conf", 0.25), iou=options.get("iou", 0.45),
-                         max_det=options.get("max_det", 300), classes=options.get("classes"),
-                         agnostic=bool(options.get("agnostic_nms", False)))
-
-
-def instances_to_host(predictions: Any) -> Any:
-    """Every image's ``InstancePrediction`` on the CPU."""
-    return [p.to("cpu") for p in predictions]
-
-
-class SegmentTask(Task):
+class SegmentTask(InstanceTask):
     name: ClassVar[str] = "segment"
     fitness_name: ClassVar[str] = "0.1*mAP50(M) + 0.9*mAP50-95(M)"
     results_field: ClassVar[str] = "masks"
-    supports_multi_scale: ClassVar[bool] = False
-    augmentations: ClassVar[frozenset[str]] = frozenset(AugmentConfig.__dataclass_fields__)
-    validation_losses: ClassVar[bool] = True
+    carries: ClassVar[str] = "masks"
+    bundled_names: ClassVar[tuple[str, ...]] = BUNDLED_NAMES
 
-    def load_data(self, data: Any) -> DataConfig:
-        """A data.yaml path, a folder holding one, a dict, or the bundled ``"shapes-inst"``."""
-        if isinstance(data, str | os.PathLike) and not Path(data).exists():
-            if os.fspath(data) in BUNDLED_NAMES:
-                data = ensure_shapes_inst()
-            elif os.fspath(data) in _DETECTION_BUNDLED:
-                raise DataConfigError(f"data={os.fspath(data)!r} is the bundled detection set (boxes, no masks); "
-                                      "segment models train on the bundled 'shapes-inst'")
+    def ensure_bundled(self) -> Path:
+        return ensure_shapes_inst()
+
+    def read_config(self, data: Any) -> DataConfig:
         return load_data_config(data)
 
     def load_split(self, data: Any, split: str) -> Any:
-        config = self.load_data(data)
-        for entry in config.split_paths(split):
-            if not entry.exists():
-                raise EmptySplitError(f"{split}: {entry} does not exist (from {split!r} in {config.source})")
-        return read_segment_split(config, split)
+        return read_segment_split(self.checked_config(data, split), split)
 
     def train_pipeline(self, index: Any, *, imgsz: int, batch_size: int, device: torch.device,
                        cfg: TrainOptions, workers: int) -> InstanceTrainPipeline:
@@ -100,19 +74,6 @@ class SegmentTask(Task):
         return evaluate_instances(model, forward, pipeline, options=options, score=score_masks, tag="M",
                                   half=settings.half, progress=progress, losses=losses,
                                   kind=getattr(pipeline, "kind", SEGMENT))
-
-    def empty_best(self) -> dict[str, float]:
-        return {"mAP50": 0.0, "mAP50_95": 0.0}
-
-    def postprocess_options(self, options: Mapping[str, Any]) -> DetectOptions:
-        return instance_options(options)
-
-    def prepare(self, image: np.ndarray, imgsz: int) -> Prepared:
-        tensor, info = letterbox(image, imgsz)
-        return Prepared(tensor, info)
-
-    def predictions_to_host(self, predictions: Any) -> Any:
-        return instances_to_host(predictions)
 
     def make_results(self, image: np.ndarray, name: str, names: dict[int, str], prediction: Any, info: Any,
                      speed: dict[str, float]) -> Results:

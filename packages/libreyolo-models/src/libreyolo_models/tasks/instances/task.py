@@ -1,0 +1,77 @@
+"""What the instance tasks' ``Task`` classes share (segment, pose, and a third such as oriented
+boxes): the bundled-set lookup, the split's existence check, and predict's detection-style
+options, letterbox and host copy. Each task declares its names and reads its own data."""
+
+from __future__ import annotations
+
+import os
+from abc import abstractmethod
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ...data.augment_draws import AugmentConfig
+from ...data.errors import DataConfigError, EmptySplitError
+from ...data.letterbox_images import letterbox
+from ..base import Prepared, Task
+from ..detect.task import DetectOptions
+
+DETECTION_BUNDLED = ("shapes", "shapes.yaml")
+"""The bundled detection set's names: boxes only, so an instance task names its own set instead."""
+
+
+class InstanceTask(Task):
+    """A task of objects with boxes plus one extra per box (``carries``: masks, keypoints)."""
+
+    supports_multi_scale: ClassVar[bool] = False
+    augmentations: ClassVar[frozenset[str]] = frozenset(AugmentConfig.__dataclass_fields__)
+    validation_losses: ClassVar[bool] = True
+    carries: ClassVar[str]
+    """What each object has besides its box, for messages ("masks", "keypoints")."""
+    bundled_names: ClassVar[tuple[str, ...]]
+    """``data=`` names of the task's bundled set; the first is the one messages suggest."""
+
+    @abstractmethod
+    def ensure_bundled(self) -> Path:
+        """The bundled set's data.yaml, generated on first use."""
+
+    @abstractmethod
+    def read_config(self, data: Any) -> Any:
+        """A data.yaml path, a folder holding one or a dict -> the task's data config."""
+
+    def load_data(self, data: Any) -> Any:
+        """A data.yaml path, a folder holding one, a dict, or one of ``bundled_names``."""
+        if isinstance(data, str | os.PathLike) and not Path(data).exists():
+            if os.fspath(data) in self.bundled_names:
+                data = self.ensure_bundled()
+            elif os.fspath(data) in DETECTION_BUNDLED:
+                raise DataConfigError(f"data={os.fspath(data)!r} is the bundled detection set (boxes, no {self.carries}); "
+                                      f"{self.name} models train on the bundled {self.bundled_names[0]!r}")
+        return self.read_config(data)
+
+    def checked_config(self, data: Any, split: str) -> Any:
+        """``load_data(data)``, after checking that every path of ``split`` exists."""
+        config = self.load_data(data)
+        for entry in config.split_paths(split):
+            if not entry.exists():
+                raise EmptySplitError(f"{split}: {entry} does not exist (from {split!r} in {config.source})")
+        return config
+
+    def empty_best(self) -> dict[str, float]:
+        return {"mAP50": 0.0, "mAP50_95": 0.0}
+
+    def postprocess_options(self, options: Mapping[str, Any]) -> DetectOptions:
+        """Predict's thresholds (detection's: conf, iou, max_det, classes, agnostic_nms)."""
+        return DetectOptions(conf=options.get("conf", 0.25), iou=options.get("iou", 0.45),
+                             max_det=options.get("max_det", 300), classes=options.get("classes"),
+                             agnostic=bool(options.get("agnostic_nms", False)))
+
+    def prepare(self, image: np.ndarray, imgsz: int) -> Prepared:
+        tensor, info = letterbox(image, imgsz)
+        return Prepared(tensor, info)
+
+    def predictions_to_host(self, predictions: Any) -> Any:
+        """Every image's ``InstancePrediction`` on the CPU."""
+        return [p.to("cpu") for p in predictions]
