@@ -154,5 +154,5 @@ def test_tiling_and_tta_options_are_checked() -> None:
         model.predict(np.zeros((64, 64, 3), np.uint8), tile=64, tile_overlap=1.0)
     with pytest.raises(ConfigError, match=r"tile= and augment=True together"):
         model.predict(np.zeros((64, 64, 3), np.uint8), tile=64, augment=True)
-    with pytest.raises(ConfigError, match=r"augment= merges detected boxes.*task is 'classify'"):
+    with pytest.raises(ConfigError, match=r"augment= is test-time augmentation for detection.*task is 'classify'; predict without augment="):
         LibreYOLO("LibreMobileNetV4small.yaml").predict(np.zeros((64, 64, 3), np.uint8), augment=True, device="cpu")

@@ -26,8 +26,10 @@ class DetectModes:
                  imgsz: int, pad_rows: Callable[[Tensor, int], Tensor]) -> None:
         wanted = [name for name, on in (("tile", cfg.tile is not None), ("augment", cfg.augment)) if on]
         if wanted and model.task_spec.name != "detect":
-            raise ConfigError(f"{wanted[0]}= merges detected boxes, and this {model.spec.name} model's task is "
-                              f"{model.task!r}; use it with a detect model")
+            what = "sliced detection (boxes merged across windows)" if wanted[0] == "tile" else \
+                "test-time augmentation for detection (boxes merged across flips and scales)"
+            raise ConfigError(f"{wanted[0]}= is {what}, and this {model.spec.name} model's task is {model.task!r}; "
+                              f"predict without {wanted[0]}= (or use a detect model)")
         self.augment = cfg.augment
         self._forward, self._options, self._cfg = forward, options, cfg
         self._postprocess = lambda out: model.family.postprocess(out, options)
