@@ -1,5 +1,5 @@
 """EC's convolution blocks (D-FINE's): conv + BatchNorm (+ activation), the RepVGG-style block,
-the CSP and ELAN fusions of the encoder, and the encoder's transformer layer.
+the CSP and ELAN fusions of the encoder (its transformer layer is the kit's AIFI, with SiLU).
 
 Module names are upstream's checkpoint keys (``conv``, ``norm``, ``cv1`` ... ``bottlenecks``).
 BatchNorm eps 1e-5, momentum 0.1 (torch's defaults, upstream's values).
@@ -89,31 +89,3 @@ class RepNCSPELAN4(nn.Module):
         parts.append(self.cv2(parts[-1]))
         parts.append(self.cv3(parts[-1]))
         return self.cv4(torch.cat(parts, 1))
-
-
-class TransformerEncoderLayer(nn.Module):
-    """Post-norm self-attention + feed-forward (SiLU); positions added to queries and keys."""
-
-    def __init__(self, dim: int, heads: int, ffn: int) -> None:
-        super().__init__()
-        self.self_attn = nn.MultiheadAttention(dim, heads, batch_first=True)
-        self.linear1 = nn.Linear(dim, ffn)
-        self.linear2 = nn.Linear(ffn, dim)
-        self.norm1 = nn.LayerNorm(dim)
-        self.norm2 = nn.LayerNorm(dim)
-
-    def forward(self, src: Tensor, pos: Tensor) -> Tensor:
-        q = src + pos
-        src = self.norm1(src + self.self_attn(q, q, value=src, need_weights=False)[0])
-        return self.norm2(src + self.linear2(F.silu(self.linear1(src))))
-
-
-class TransformerEncoder(nn.Module):
-    def __init__(self, dim: int, heads: int, ffn: int, depth: int = 1) -> None:
-        super().__init__()
-        self.layers = nn.ModuleList(TransformerEncoderLayer(dim, heads, ffn) for _ in range(depth))
-
-    def forward(self, src: Tensor, pos: Tensor) -> Tensor:
-        for layer in self.layers:
-            src = layer(src, pos)
-        return src

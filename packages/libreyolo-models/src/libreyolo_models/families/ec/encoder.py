@@ -12,8 +12,9 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ...layers.detr.aifi import TransformerEncoder
 from ...layers.detr.position import sincos_position_embedding
-from .blocks import ConvNorm, RepNCSPELAN4, SCDown, TransformerEncoder
+from .blocks import ConvNorm, RepNCSPELAN4, SCDown
 from .variants import ENCODER_HEADS, Variant
 
 
@@ -26,7 +27,7 @@ class HybridEncoder(nn.Module):
         if hidden % 4:
             raise ValueError(f"the encoder width {hidden} must be divisible by 4 (sine-cosine positions)")
         self.hidden = hidden
-        self.encoder = nn.ModuleList([TransformerEncoder(hidden, ENCODER_HEADS, v.encoder_ffn)])
+        self.encoder = nn.ModuleList([TransformerEncoder(hidden, ENCODER_HEADS, v.encoder_ffn, activation=F.silu)])
         c4 = round(v.expansion * hidden // 2)
         blocks = round(3 * v.depth_mult)
         self.lateral_convs = nn.ModuleList(ConvNorm(hidden, hidden, 1, 1) for _ in range(2))
@@ -39,6 +40,7 @@ class HybridEncoder(nn.Module):
         top = feats[2]
         h, w = top.shape[-2:]
         tokens = top.flatten(2).permute(0, 2, 1)
+        # int(): an export (fixed-size for EC) stores the embedding as a constant, as upstream's does.
         pos = sincos_position_embedding(int(w), int(h), self.hidden, device=top.device).to(tokens.dtype)
         feats[2] = self.encoder[0](tokens, pos).permute(0, 2, 1).reshape(-1, self.hidden, h, w).contiguous()
         # Top-down: each coarser map, through its lateral conv, upsampled onto the finer one.
