@@ -96,7 +96,7 @@ def test_points_boxes_and_multimask_shapes(model: LibreYOLO) -> None:
 
 def test_results_content(model: LibreYOLO, tmp_path: Path) -> None:
     res = model(picture(), imgsz=64, boxes=[[1, 2, 30, 40], [5, 5, 60, 40]])[0]
-    assert res.masks is res._content() and res.boxes is None
+    assert isinstance(res.masks, PromptMasks) and res.masks is res._content() and res.boxes is None
     assert res.summary().startswith("2 prompt(s), 3 masks each")
     rows = json.loads(res.to_json())
     assert len(rows) == 6 and set(rows[0]) == {"prompt", "mask", "score", "area", "x1", "y1", "x2", "y2"}

@@ -11,8 +11,14 @@ import torch
 from torch import Tensor, nn
 
 from ...contract.family import Family, LossContext, LossResult
-from ...contract.prompts import MASK_THRESHOLD, PromptImage, PromptPrediction, Prompts, logits_to_picture
-from ...contract.prompts import to_input_coords
+from ...contract.prompts import (
+    MASK_THRESHOLD,
+    PromptImage,
+    PromptPrediction,
+    Prompts,
+    logits_to_picture,
+    to_input_coords,
+)
 from ...errors import CheckpointError, ConfigError
 from .cache import EmbeddingCache
 from .nn import ARCHS, Sam

@@ -62,6 +62,12 @@ class PromptEncoder(nn.Module):
             nn.GELU(), nn.Conv2d(MASK_CHANNELS, EMBED, kernel_size=1))
         self.no_mask_embed = nn.Embedding(1, EMBED)
 
+    def kind(self, index: int) -> Tensor:
+        """The learned embedding of a prompt kind (0 negative point, 1 positive, 2 / 3 box corners)."""
+        embedding = self.point_embeddings[index]
+        assert isinstance(embedding, nn.Embedding)
+        return embedding.weight
+
     def dense_positions(self, rows: int, cols: int) -> Tensor:
         """``[1, 256, rows, cols]``: the positions of the image embedding's cells."""
         return self.pe_layer.grid(rows, cols)[None]
@@ -84,12 +90,12 @@ class PromptEncoder(nn.Module):
             embedded = self.pe_layer.points(coords, input_hw)
             pad = (labels == -1)[..., None]
             embedded = torch.where(pad, weight.to(embedded.dtype), embedded)
-            embedded = embedded + (labels == 0)[..., None] * self.point_embeddings[0].weight
-            embedded = embedded + (labels == 1)[..., None] * self.point_embeddings[1].weight
+            embedded = embedded + (labels == 0)[..., None] * self.kind(0)
+            embedded = embedded + (labels == 1)[..., None] * self.kind(1)
             tokens.append(embedded.to(weight.dtype))
         if boxes is not None:
             corners = self.pe_layer.points((boxes + 0.5).reshape(-1, 2, 2), input_hw)
-            corners = corners + torch.cat([self.point_embeddings[2].weight, self.point_embeddings[3].weight])[None]
+            corners = corners + torch.cat([self.kind(2), self.kind(3)])[None]
             tokens.append(corners.to(weight.dtype))
         dense = self.no_mask_embed.weight.reshape(1, -1, 1, 1).expand(count, -1, *embedding_hw)
         return torch.cat(tokens, dim=1), dense
