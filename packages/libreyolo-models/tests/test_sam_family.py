@@ -20,8 +20,10 @@ from libreyolo_models.families.sam.family import SamFamily
 from libreyolo_models.families.sam.nn import ARCHS, Sam, SamArch
 
 from .sam_layout import OFFICIAL, official_layout
+from .sam_numerics import DEPTH, GLOBAL, HEADS, SIDE, WIDTH, fill_state, reference_input
 
 MANIFEST = Path(__file__).parent / "data" / "upstream" / "sam-vit_b-manifest.tsv"
+VECTORS = Path(__file__).parent / "data" / "upstream" / "vectors-sam-tiny.npz"
 TINY = SamArch(32, 2, 2, (1,), grid=4, window=2)  # 64 px inputs: 4 x 4 patches, 2 x 2 windows
 
 
@@ -83,6 +85,36 @@ def test_a_bare_official_state_dict_loads_by_family(tiny: SamArch, tmp_path: Pat
     model = LibreYOLO(str(renamed))
     assert model.spec.name == "sam" and model.task == "prompt-segment"
     assert all(torch.equal(model.net.state_dict()[k], v) for k, v in source.items())
+
+
+def test_forward_and_decoder_match_the_official_code() -> None:
+    """Encoder and prompt decoding against vectors the official code wrote with the same weights
+    (``sam_numerics``). Given upstream's normalised input the encoder is bit for bit upstream's;
+    through our own normalisation of [0, 1] pixels (``(x / 255 - m) / s`` rather than upstream's
+    ``(x - 255 m) / (255 s)``) the embedding moves by float32 rounding, amplified to ~2e-5."""
+    ref = np.load(VECTORS)
+    net = Sam(SamArch(WIDTH, DEPTH, HEADS, GLOBAL, grid=SIDE // 16), IMAGENET_MEAN, IMAGENET_STD).eval()
+    net.load_state_dict(fill_state(net.state_dict()))
+    pixels = torch.from_numpy(reference_input()).permute(2, 0, 1).float()
+    h, w = pixels.shape[1:]
+    upstream = torch.zeros(1, 3, SIDE, SIDE)
+    upstream[0, :, :h, :w] = ((pixels - torch.tensor([123.675, 116.28, 103.53]).view(3, 1, 1))
+                              / torch.tensor([58.395, 57.12, 57.375]).view(3, 1, 1))
+    ours = torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1).expand(1, 3, SIDE, SIDE).clone()
+    ours[:, :, :h, :w] = pixels / 255
+    with torch.inference_mode():
+        np.testing.assert_array_equal(net.image_encoder(upstream).numpy(), ref["embedding"])
+        np.testing.assert_allclose(net(ours).numpy(), ref["embedding"], atol=1e-4, rtol=0)
+        embedding = torch.from_numpy(ref["embedding"])
+        points = (torch.tensor([[[40.0, 50.0], [200.0, 100.0]]]), torch.tensor([[1, 0]]))
+        box = torch.tensor([[20.0, 30.0, 180.0, 150.0]])
+        for name, pts, boxes in [("points", points, None), ("box", None, box),
+                                 ("points_box", (points[0][:, :1], points[1][:, :1]), box)]:
+            for multimask in (True, False):
+                logits, iou = net.decode(embedding, pts, boxes, (SIDE, SIDE), multimask)
+                tag = f"{name}_{'multi' if multimask else 'single'}"
+                np.testing.assert_allclose(logits.numpy(), ref[f"{tag}_logits"], atol=1e-5, rtol=0, err_msg=tag)
+                np.testing.assert_allclose(iou.numpy(), ref[f"{tag}_iou"], atol=1e-6, rtol=0, err_msg=tag)
 
 
 def test_relative_table_resamples_like_upstream() -> None:
