@@ -62,6 +62,15 @@ def test_larger_sizes_match_the_official_layout(size: str) -> None:
     assert SamFamily.infer_size(state, "prompt-segment") == size
 
 
+def test_parameter_counts() -> None:
+    """93.7M / 312.3M / 641.1M: what the official layout adds up to (the Gaussian matrix is a buffer)."""
+    counts = {}
+    for size, arch in ARCHS.items():
+        with torch.device("meta"):
+            counts[size] = sum(p.numel() for p in Sam(arch, IMAGENET_MEAN, IMAGENET_STD).parameters())
+    assert counts == {"b": 93_735_472, "l": 312_342_832, "h": 641_090_608}
+
+
 def test_pixel_statistics_stay_out_of_the_state_dict() -> None:
     """Meta's files hold no pixel mean/std (non-persistent there too); ours are the same values / 255."""
     state = meta_state(ARCHS["b"])
