@@ -74,7 +74,8 @@ def test_prompt_forms_and_errors() -> None:
     assert grouped.points.shape == (2, 2, 2) and grouped.boxes.shape == (2, 4)
     assert grouped.count == 2 and not grouped.multimask
     assert parse_prompts({"boxes": np.array([1, 2, 3, 4])}).boxes.shape == (1, 4)
-    for options, match in [({}, "points="), ({"points": "[[1,2"}, "not a list"), ({"points": [[1, 2, 3]]}, "shape"),
+    assert parse_prompts({}).count == 0  # predict refuses it (below); quantize's check runs the encoder alone
+    for options, match in [({"points": "[[1,2"}, "not a list"), ({"points": [[1, 2, 3]]}, "shape"),
                            ({"points": [[1, 2]], "labels": [2]}, "labels"), ({"labels": [1]}, "pass points"),
                            ({"boxes": [[5, 5, 1, 1]]}, "x2 >= x1"), ({"boxes": [[0, 0, float("nan"), 1]]}, "finite"),
                            ({"points": [[[1, 2]], [[3, 4]]], "boxes": [[0, 0, 5, 5]] * 3}, "as many groups")]:
@@ -112,8 +113,10 @@ def test_results_content(model: LibreYOLO, tmp_path: Path) -> None:
 
 
 def test_prompts_are_refused_for_other_tasks_and_required_here(model: LibreYOLO) -> None:
-    with pytest.raises(ConfigError, match="points= or boxes=|and/or"):
+    with pytest.raises(ConfigError, match="and/or"):
         model(picture(), imgsz=64)
+    model.quantize("bf16")  # its check predicts without prompts: the encoder alone
+    assert model(picture(), imgsz=64, points=[[1, 2]])[0].masks.data.shape == (1, 3, 48, 80)
     detector = LibreYOLO("LibreYOLO9t.yaml")
     with pytest.raises(ConfigError, match="prompt-segment"):
         detector(picture(), imgsz=64, points=[[1, 2]])

@@ -142,9 +142,14 @@ class Predictor:
         self.model, self.cfg = model, cfg
         self.imgsz = imgsz
         self.task = model.task_spec
-        if (cfg.points is not None or cfg.boxes is not None) and not self.task.prompted:
-            raise ConfigError(f"points= and boxes= are prompts for a promptable segmenter (task 'prompt-segment', "
-                              f"e.g. LibreSAMb.pt); this {model.spec.name} model's task is {model.task!r}")
+        prompted = cfg.points is not None or cfg.boxes is not None
+        if prompted != self.task.prompted:
+            raise ConfigError(
+                "a prompt-segment model (SAM) segments what it is shown: pass points=[[x, y]] and/or "
+                "boxes=[[x1, y1, x2, y2]] in the picture's pixels (automatic whole-image masks are not implemented)"
+                if self.task.prompted else
+                f"points= and boxes= are prompts for a promptable segmenter (task 'prompt-segment', e.g. "
+                f"LibreSAMb.pt); this {model.spec.name} model's task is {model.task!r}")
         self.options = self.task.postprocess_options(vars(cfg))
         if cfg.classes is not None:
             bad = [c for c in cfg.classes if not 0 <= c < model.nc]

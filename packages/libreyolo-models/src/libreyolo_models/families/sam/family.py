@@ -68,7 +68,7 @@ class SamFamily(Family):
     def predict_postprocess(self, net: nn.Module, outputs: Tensor, options: Any,
                             infos: Sequence[Any]) -> list[PromptPrediction]:
         """Each picture's prompts (original pixels) -> its masks at the original size (eager)."""
-        if not isinstance(options, Prompts) or not isinstance(net, Sam):
+        if not isinstance(options, Prompts) or not options.count or not isinstance(net, Sam):
             raise ConfigError("SAM decodes masks from prompts: predict with points= and/or boxes=")
         return [decode_prompts(net, outputs[i:i + 1], options, info) for i, info in enumerate(infos)]
 

@@ -32,7 +32,8 @@ class PositionEmbeddingRandom(nn.Module):
         self.register_buffer("positional_encoding_gaussian_matrix", torch.randn((2, features)))
 
     def encode(self, coords: Tensor) -> Tensor:
-        coords = (2 * coords - 1) @ self.positional_encoding_gaussian_matrix
+        """In float32 whatever the weights' dtype (callers cast the result), as upstream's ``.to(torch.float)``."""
+        coords = (2 * coords.float() - 1) @ self.positional_encoding_gaussian_matrix.float()
         coords = 2 * math.pi * coords
         return torch.cat([torch.sin(coords), torch.cos(coords)], dim=-1)
 
@@ -47,7 +48,7 @@ class PositionEmbeddingRandom(nn.Module):
     def points(self, coords: Tensor, input_hw: tuple[int, int]) -> Tensor:
         """``[B, N, 2]`` pixel ``(x, y)`` over an ``input_hw`` input -> ``[B, N, C]``."""
         scaled = torch.stack([coords[..., 0] / input_hw[1], coords[..., 1] / input_hw[0]], dim=-1)
-        return self.encode(scaled.float())
+        return self.encode(scaled)
 
 
 class PromptEncoder(nn.Module):

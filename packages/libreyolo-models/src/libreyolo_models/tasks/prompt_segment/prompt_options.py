@@ -47,12 +47,9 @@ def _array(value: Any, name: str, form: str) -> np.ndarray:
 
 
 def parse_prompts(options: Mapping[str, Any]) -> Prompts:
-    """``points``, ``labels``, ``boxes``, ``multimask_output`` of predict's options -> ``Prompts``."""
+    """``points``, ``labels``, ``boxes``, ``multimask_output`` of predict's options -> ``Prompts``
+    (none at all is an empty set: predict refuses it, a quantization check runs the encoder alone)."""
     raw_points, raw_labels, raw_boxes = options.get("points"), options.get("labels"), options.get("boxes")
-    if raw_points is None and raw_boxes is None:
-        raise ConfigError("a prompt-segment model (SAM) segments what it is shown: pass points=[[x, y]] and/or "
-                          "boxes=[[x1, y1, x2, y2]] in the picture's pixels (automatic whole-image mask generation "
-                          "is not implemented)")
     points = labels = boxes = None
     if raw_points is not None:
         array = _array(raw_points, "points", _POINTS_FORM)
