@@ -145,8 +145,9 @@ class Predictor:
         prompted = cfg.points is not None or cfg.boxes is not None
         if prompted != self.task.prompted:
             raise ConfigError(
-                "a prompt-segment model (SAM) segments what it is shown: pass points=[[x, y]] and/or "
-                "boxes=[[x1, y1, x2, y2]] in the picture's pixels (automatic whole-image masks are not implemented)"
+                f"a {model.task} model ({model.spec.display_name}) segments what it is shown: pass points=[[x, y]] "
+                "and/or boxes=[[x1, y1, x2, y2]] in the picture's pixels (automatic whole-image masks are not "
+                "implemented)"
                 if self.task.prompted else
                 f"points= and boxes= are prompts for a promptable segmenter (task 'prompt-segment', e.g. "
                 f"LibreSAMb.pt); this {model.spec.name} model's task is {model.task!r}")
