@@ -94,6 +94,14 @@ class PredictConfig:
     tile_overlap: float = 0.2
     tile_merge: Literal["nms", "weighted"] = "nms"
     augment: bool = False     # test-time augmentation (detect): flips and scales, merged (predict.tta)
+    # Prompts of a promptable segmenter (task prompt-segment, SAM), in the picture's pixels:
+    # points [[x, y], ...] (one prompt) or [[[x, y], ...], ...] (one per group), labels 1/0 per
+    # point (foreground / background; default all 1), boxes [x1, y1, x2, y2] or [[...], ...]
+    # (nested lists, arrays or tensors; on the command line the same lists as text, no spaces)
+    points: Any = None
+    labels: Any = None
+    boxes: Any = None
+    multimask_output: bool = True  # three masks per prompt with their scores; False: the single best
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "device", device_text(self.device))

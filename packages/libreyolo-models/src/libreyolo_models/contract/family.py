@@ -153,6 +153,18 @@ class Family(abc.ABC):
     def sample_targets(self, batch: int, imgsz: int, generator: torch.Generator) -> Any:
         """Plausible targets of the task's schema for ``batch`` images (the parity tool's step)."""
 
+    def predict_forward(self, net: nn.Module, forward: Callable[[Tensor], Any]) -> Callable[[Tensor], Any]:
+        """What ``predict`` calls on each batch, given the seam's forward over ``net`` (eager,
+        compiled or a graph runner). Default: that forward. A family that reuses per-picture work
+        across calls wraps it (SAM's image-embedding cache)."""
+        return forward
+
+    def predict_postprocess(self, net: nn.Module, outputs: Any, options: Any, infos: Sequence[Any]) -> list[Any]:
+        """``predict``'s post-processing, with the network and each picture's preprocessing info
+        (``Task.prepare_batch``). Default: ``postprocess``. A promptable family decodes its prompts
+        here, eagerly, with the network's prompt side (SAM)."""
+        return self.postprocess(outputs, options)
+
     # ------------------------------------------------------------------ training hooks
     def parameter_groups(self, net: nn.Module, *, weight_decay: float) -> list[dict[str, Any]]:
         """Optimizer groups. Default: decay on weights only; norms and biases get none.

@@ -142,6 +142,15 @@ class Predictor:
         self.model, self.cfg = model, cfg
         self.imgsz = imgsz
         self.task = model.task_spec
+        prompted = cfg.points is not None or cfg.boxes is not None
+        if prompted != self.task.prompted:
+            raise ConfigError(
+                f"a {model.task} model ({model.spec.display_name}) segments what it is shown: pass points=[[x, y]] "
+                "and/or boxes=[[x1, y1, x2, y2]] in the picture's pixels (automatic whole-image masks are not "
+                "implemented)"
+                if self.task.prompted else
+                f"points= and boxes= are prompts for a promptable segmenter (task 'prompt-segment', e.g. "
+                f"LibreSAMb.pt); this {model.spec.name} model's task is {model.task!r}")
         self.options = self.task.postprocess_options(vars(cfg))
         if cfg.classes is not None:
             bad = [c for c in cfg.classes if not 0 <= c < model.nc]
@@ -157,7 +166,8 @@ class Predictor:
         compiling = compile_mode(cfg.compile, cfg.cuda_graph)
         if compiling is not None:
             model.require_pytorch(f"compile={cfg.compile!r}")
-        self.forward = forward_for_predict(model, cfg.cuda_graph, self.net, compiling)
+        self.forward = model.family.predict_forward(self.net, forward_for_predict(model, cfg.cuda_graph, self.net,
+                                                                                  compiling))
         self.detect_modes = DetectModes(model, cfg, self.forward, self.options, imgsz, pad_rows)  # tile=, augment=
         self.save_dir = next_run_dir(cfg.project, cfg.name) if wants_run_dir(cfg) else None
         self.outputs = PredictOutputs(cfg, self.save_dir)  # labels, crops, windows (predict.outputs)
@@ -252,7 +262,7 @@ class Predictor:
                 out = map_tensors(out, lambda t: t[:n])
         self._full_batch_ran |= full
         clock.mark("inference")
-        return self._finish(batch, clock, model.family.postprocess(out, self.options), infos)
+        return self._finish(batch, clock, model.family.predict_postprocess(self.net, out, self.options, infos), infos)
 
     def _release(self, batch: FrameBatch) -> None:
         """Hand the batch's pinned buffer back: its uploads are queued."""

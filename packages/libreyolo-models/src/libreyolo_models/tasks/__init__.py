@@ -11,13 +11,15 @@ from .depth.task import DepthTask
 from .detect.task import DetectOptions, DetectTask
 from .point.task import PointOptions, PointTask
 from .pose.task import PoseTask
+from .prompt_segment.task import PromptSegmentTask
 from .restore.task import RestoreTask
 from .results import RESULTS_FIELDS
 from .segment.task import SegmentTask
 from .semantic.task import SemanticTask
 
 TASKS: dict[str, Task] = {task.name: task for task in (DetectTask(), SemanticTask(), ClassifyTask(), SegmentTask(),
-                                                       PoseTask(), PointTask(), RestoreTask(), DepthTask())}
+                                                       PoseTask(), PointTask(), RestoreTask(), DepthTask(),
+                                                       PromptSegmentTask())}
 RESULTS_FIELDS.update(task.results_field for task in TASKS.values())
 
 _extra: dict[str, Task] = {}
@@ -58,5 +60,5 @@ def get_task(name: str) -> Task:
 
 
 __all__ = ["TASKS", "ClassifyOptions", "ClassifyTask", "DepthTask", "DetectOptions", "DetectTask", "EvalSettings",
-           "PointOptions", "PointTask", "PoseTask", "Prepared", "RestoreTask", "SegmentTask", "SemanticTask", "Task",
-           "TaskMetrics", "get_task", "register_task", "tasks", "unregister_task"]
+           "PointOptions", "PointTask", "PoseTask", "Prepared", "PromptSegmentTask", "RestoreTask", "SegmentTask",
+           "SemanticTask", "Task", "TaskMetrics", "get_task", "register_task", "tasks", "unregister_task"]

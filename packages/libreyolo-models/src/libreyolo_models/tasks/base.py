@@ -145,6 +145,8 @@ class Task(abc.ABC):
     # evaluate averages ``EvalSettings.loss`` over the batches (``tasks.loss_meter``): training's
     # validation then passes the family's loss (``train.val_loss``).
     validation_losses: ClassVar[bool] = False
+    # predict takes prompts (``points=``, ``labels=``, ``boxes=``, ``multimask_output=``): prompt-segment.
+    prompted: ClassVar[bool] = False
 
     # ------------------------------------------------------------------ data
     @abc.abstractmethod

@@ -33,6 +33,7 @@ from ..families.rtdetr.spec import SPEC as RTDETR
 from ..families.rtdetrv2.spec import SPEC as RTDETRV2
 from ..families.rtdetrv4.spec import SPEC as RTDETRV4
 from ..families.rtmdet.spec import SPEC as RTMDET
+from ..families.sam.spec import SPEC as SAM
 from ..families.segformer.spec import SPEC as SEGFORMER
 from ..families.yolo7.spec import SPEC as YOLO7
 from ..families.yolo9.spec import SPEC as YOLO9
@@ -44,7 +45,7 @@ BUILTIN: dict[str, FamilySpec] = {spec.name: spec for spec in (YOLO9, YOLOX, RTM
                                                                 EFFICIENTNETV2, CONVNEXT, MOBILENETV4, YOLO9_E2E,
                                                                 DAMOYOLO, YOLO7, RFDETR, EC, DFINE, DEIM,
                                                                 RTDETRV4, RTDETRV2, DEIMV2, YOLONAS, PICODET,
-                                                                FOMO, NAFNET, DEPTHANYTHING)}
+                                                                FOMO, NAFNET, DEPTHANYTHING, SAM)}
 
 _extra: dict[str, FamilySpec] = {}
 

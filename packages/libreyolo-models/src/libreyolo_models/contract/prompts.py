@@ -1,0 +1,88 @@
+"""What a promptable segmenter (the ``prompt-segment`` task, SAM) and its task exchange: the
+prompts of one predict call, each picture's input geometry, and one picture's prediction.
+
+It sits in the contract because both sides read it: the task parses the user's prompts and builds
+``Results``, the family transforms them and decodes masks; neither imports the other.
+
+Geometry as Meta's ``SamPredictor`` (``utils/transforms.py`` ``ResizeLongestSide``): a picture is
+resized so its longer side is the input side (1024 as published), each side ``int(side * scale +
+0.5)``, and padded bottom-right to a square; prompts given in the picture's pixels are scaled by
+the per-axis ratio ``new / old``; mask logits over the square input are resized to it (bilinear),
+cut to the resized picture and resized to the original one (bilinear), then thresholded at 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+MASK_THRESHOLD = 0.0  # upstream's Sam.mask_threshold: logits above it are the mask
+
+
+@dataclass(frozen=True)
+class Prompts:
+    """The prompts of one predict call, in ORIGINAL picture pixels, applied to every picture.
+
+    ``points [P, N, 2]`` (x, y) with ``labels [P, N]`` (1 foreground, 0 background) and/or
+    ``boxes [P, 4]`` (x1, y1, x2, y2): ``P`` prompts, each decoded into its own mask(s); a prompt
+    may combine its points with its box. ``multimask``: three masks per prompt with their
+    predicted IoU (upstream's ``multimask_output``), else the single-mask output."""
+
+    points: Tensor | None = None
+    labels: Tensor | None = None
+    boxes: Tensor | None = None
+    multimask: bool = True
+
+    @property
+    def count(self) -> int:
+        if self.points is not None:
+            return int(self.points.shape[0])
+        return int(self.boxes.shape[0]) if self.boxes is not None else 0
+
+
+@dataclass(frozen=True)
+class PromptImage:
+    """One picture's geometry: its original ``(H, W)``, its resized ``(h, w)`` inside the square
+    ``side x side`` input."""
+
+    orig_shape: tuple[int, int]
+    input_shape: tuple[int, int]
+    side: int
+
+
+@dataclass
+class PromptPrediction:
+    """One picture's masks: ``masks bool [P, C, H, W]`` at the original size, ``scores [P, C]``
+    (predicted IoU), ``logits [P, C, 4 * side / 16, ...]`` (the decoder's low-resolution logits
+    over the square input, upstream's ``low_res_masks``), and the picture's geometry."""
+
+    masks: Tensor
+    scores: Tensor
+    logits: Tensor
+    image: PromptImage
+
+
+def resized_shape(h: int, w: int, side: int) -> tuple[int, int]:
+    """``(h, w)`` with the longer side brought to ``side`` (upstream's ``get_preprocess_shape``)."""
+    scale = side * 1.0 / max(h, w)
+    return int(h * scale + 0.5), int(w * scale + 0.5)
+
+
+def to_input_coords(xy: Tensor, image: PromptImage) -> Tensor:
+    """``[..., 2]`` (x, y) in original pixels -> input pixels (per-axis ratio)."""
+    (h, w), (nh, nw) = image.orig_shape, image.input_shape
+    scale = torch.tensor([nw / w, nh / h], dtype=torch.float32, device=xy.device)
+    return xy.float() * scale
+
+
+def logits_to_picture(logits: Tensor, image: PromptImage) -> Tensor:
+    """``[P, C, h, w]`` low-resolution logits -> ``float [P, C, H, W]`` over the original picture."""
+    p, c = logits.shape[:2]
+    flat = logits.reshape(p * c, 1, *logits.shape[-2:]).float()
+    full = F.interpolate(flat, size=(image.side, image.side), mode="bilinear", align_corners=False)
+    full = full[..., :image.input_shape[0], :image.input_shape[1]]
+    full = F.interpolate(full, size=image.orig_shape, mode="bilinear", align_corners=False)
+    return full.reshape(p, c, *image.orig_shape)

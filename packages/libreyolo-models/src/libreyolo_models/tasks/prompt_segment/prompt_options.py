@@ -1,0 +1,82 @@
+"""The user's prompts -> ``contract.prompts.Prompts``, with errors that name the option and show
+the expected form. Accepted as Python values (lists, tuples, NumPy arrays, tensors) or, from the
+command line, the same lists as text (``points=[[500,375]]``).
+
+Forms (coordinates in the picture's pixels, as Meta's ``SamPredictor`` takes them):
+
+- ``points=[x, y]`` or ``[[x, y], ...]``: one prompt of N points; ``[[[x, y], ...], ...]``: one
+  prompt per group (groups of equal size);
+- ``labels``: 1 (foreground) or 0 (background) per point, same nesting; default all 1;
+- ``boxes=[x1, y1, x2, y2]`` or ``[[x1, y1, x2, y2], ...]``: one prompt per box; with points, the
+  box count must equal the point groups' (each group joins its box) or be 1 with one group.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ...contract.prompts import Prompts
+from ...errors import ConfigError
+
+_POINTS_FORM = "points=[x, y], [[x, y], ...] or [[[x, y], ...], ...] (pixels of the picture)"
+_BOXES_FORM = "boxes=[x1, y1, x2, y2] or [[x1, y1, x2, y2], ...] (pixels of the picture)"
+
+
+def _array(value: Any, name: str, form: str) -> np.ndarray:
+    """``value`` as a float64 array (text parsed as JSON), or a ConfigError naming ``name``."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            raise ConfigError(f"{name}={value!r} is not a list; expected {form}") from None
+    if isinstance(value, Tensor):
+        value = value.detach().cpu().numpy()
+    try:
+        array = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name}={value!r} must be numbers in nested lists of equal length; expected {form}") from None
+    if array.size == 0 or not np.isfinite(array).all():
+        raise ConfigError(f"{name}={value!r} must be finite numbers; expected {form}")
+    return array
+
+
+def parse_prompts(options: Mapping[str, Any]) -> Prompts:
+    """``points``, ``labels``, ``boxes``, ``multimask_output`` of predict's options -> ``Prompts``
+    (none at all is an empty set: predict refuses it, a quantization check runs the encoder alone)."""
+    raw_points, raw_labels, raw_boxes = options.get("points"), options.get("labels"), options.get("boxes")
+    points = labels = boxes = None
+    if raw_points is not None:
+        array = _array(raw_points, "points", _POINTS_FORM)
+        array = array.reshape(1, 1, 2) if array.ndim == 1 else array[None] if array.ndim == 2 else array
+        if array.ndim != 3 or array.shape[-1] != 2:
+            raise ConfigError(f"points: shape {list(np.shape(raw_points))} is not a point list; expected {_POINTS_FORM}")
+        points = torch.from_numpy(array).float()
+        if raw_labels is None:
+            labels = torch.ones(points.shape[:2], dtype=torch.int64)
+        else:
+            lab = _array(raw_labels, "labels", "1 (foreground) or 0 (background) per point")
+            if lab.size != points.shape[0] * points.shape[1] or not np.isin(lab, (0, 1)).all():
+                raise ConfigError(f"labels={raw_labels!r} must give 1 (foreground) or 0 (background) for each of the "
+                                  f"{points.shape[0] * points.shape[1]} points")
+            labels = torch.from_numpy(lab.reshape(points.shape[:2])).long()
+    elif raw_labels is not None:
+        raise ConfigError("labels= labels points; pass points= with it (boxes need no labels)")
+    if raw_boxes is not None:
+        array = _array(raw_boxes, "boxes", _BOXES_FORM)
+        array = array[None] if array.ndim == 1 else array
+        if array.ndim != 2 or array.shape[-1] != 4:
+            raise ConfigError(f"boxes: shape {list(np.shape(raw_boxes))} is not a box list; expected {_BOXES_FORM}")
+        if ((array[:, 2] < array[:, 0]) | (array[:, 3] < array[:, 1])).any():
+            raise ConfigError(f"boxes={raw_boxes!r}: each box is x1, y1, x2, y2 with x2 >= x1 and y2 >= y1")
+        boxes = torch.from_numpy(array).float()
+    if points is not None and boxes is not None and points.shape[0] != boxes.shape[0]:
+        raise ConfigError(f"{points.shape[0]} point group(s) and {boxes.shape[0]} box(es): with both, each box joins "
+                          "one group of points, so give as many groups as boxes (or one of each)")
+    multimask = options.get("multimask_output", True)
+    return Prompts(points=points, labels=labels, boxes=boxes, multimask=bool(multimask))

@@ -1,0 +1,90 @@
+"""Promptable segmentation: ``Results.masks`` holds, per prompt (points and/or a box given in the
+picture's pixels), its masks at the original size and their predicted IoU (``PromptMasks``).
+
+Each picture is resized so its longer side is ``imgsz`` (1024 for SAM) and padded to a square
+(``resize``); the family's encoder turns the batch into image embeddings (cached per input), and
+its ``predict_postprocess`` decodes the call's prompts per picture (``contract.prompts``).
+Datasets, training and validation are not part of this task: those verbs say so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ...contract.prompts import PromptPrediction, Prompts
+from ...errors import ConfigError
+from ..base import Batch, EvalSettings, Prepared, Task, TaskMetrics, TrainOptions
+from ..results import Results
+from .prompt_masks import PromptMasks
+from .prompt_options import parse_prompts
+from .resize import square_input
+
+if TYPE_CHECKING:
+    from ...data.cache_store import CacheSetting
+    from ..base import ModelView
+
+_PREDICT_ONLY = ("the prompt-segment task predicts only: a prompt-segment model (SAM) is pretrained-only here, so "
+                 "datasets, training and validation are not implemented; use model.predict(source, points=[[x, y]]) "
+                 "or boxes=[[x1, y1, x2, y2]]")
+
+
+def _refuse() -> NoReturn:
+    raise ConfigError(_PREDICT_ONLY)
+
+
+class PromptSegmentTask(Task):
+    name: ClassVar[str] = "prompt-segment"
+    fitness_name: ClassVar[str] = "none (inference only)"
+    results_field: ClassVar[str] = "masks"
+    reduced_decode: ClassVar[bool] = False  # resized from the full picture, as published
+    prompted: ClassVar[bool] = True
+
+    def load_data(self, data: Any) -> Any:
+        _refuse()
+
+    def load_split(self, data: Any, split: str) -> Any:
+        _refuse()
+
+    def train_pipeline(self, index: Any, *, imgsz: int, batch_size: int, device: torch.device,
+                       cfg: TrainOptions, workers: int) -> Any:
+        _refuse()
+
+    def val_pipeline(self, index: Any, *, imgsz: int, batch_size: int, device: torch.device, workers: int,
+                     cache: CacheSetting) -> Iterable[Batch]:
+        _refuse()
+
+    def evaluate(self, model: ModelView, forward: Callable[[Tensor], Any], pipeline: Iterable[Batch], *,
+                 settings: EvalSettings, progress: bool) -> TaskMetrics:
+        _refuse()
+
+    def empty_best(self) -> dict[str, float]:
+        return {}
+
+    def postprocess_options(self, options: Mapping[str, Any]) -> Prompts:
+        if options.get("classes") is not None:
+            raise ConfigError(f"classes={options['classes']} filters detections; a prompt-segment model returns the "
+                              "masks of its prompts, so there is nothing to filter")
+        return parse_prompts(options)
+
+    def prepare(self, image: np.ndarray, imgsz: int) -> Prepared:
+        x, info = square_input(torch.from_numpy(np.ascontiguousarray(image)), imgsz, torch.float32)
+        return Prepared(x, info)
+
+    def prepare_batch(self, images: Sequence[Tensor], imgsz: int, dtype: torch.dtype, device: torch.device,
+                      orig_shapes: Sequence[tuple[int, int]] | None = None) -> tuple[Tensor, list[Any]]:
+        """Each picture resized and padded on ``device`` (``resize.square_input``), stacked."""
+        pairs = [square_input(image.to(device, non_blocking=True), imgsz, dtype) for image in images]
+        return torch.stack([x for x, _ in pairs]), [info for _, info in pairs]
+
+    def predictions_to_host(self, predictions: list[PromptPrediction]) -> list[PromptPrediction]:
+        return [PromptPrediction(p.masks.cpu(), p.scores.cpu(), p.logits.cpu(), p.image) for p in predictions]
+
+    def make_results(self, image: np.ndarray, name: str, names: dict[int, str], prediction: PromptPrediction,
+                     info: Any, speed: dict[str, float]) -> Results:
+        masks = PromptMasks(prediction.masks, prediction.scores, prediction.logits, prediction.image)
+        return Results(image, name, names, speed=speed, masks=masks)
