@@ -9,6 +9,7 @@ from .base import EvalSettings, Prepared, Task, TaskMetrics
 from .classify.task import ClassifyOptions, ClassifyTask
 from .depth.task import DepthTask
 from .detect.task import DetectOptions, DetectTask
+from .ocr.task import OcrTask
 from .point.task import PointOptions, PointTask
 from .pose.task import PoseTask
 from .restore.task import RestoreTask
@@ -17,7 +18,8 @@ from .segment.task import SegmentTask
 from .semantic.task import SemanticTask
 
 TASKS: dict[str, Task] = {task.name: task for task in (DetectTask(), SemanticTask(), ClassifyTask(), SegmentTask(),
-                                                       PoseTask(), PointTask(), RestoreTask(), DepthTask())}
+                                                       PoseTask(), PointTask(), RestoreTask(), DepthTask(),
+                                                       OcrTask())}
 RESULTS_FIELDS.update(task.results_field for task in TASKS.values())
 
 _extra: dict[str, Task] = {}

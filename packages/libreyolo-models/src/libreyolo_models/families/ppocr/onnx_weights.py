@@ -116,3 +116,23 @@ def assign_in_order(net: nn.Module, run: Callable[[], Any], arrays: list[np.ndar
                 raise CheckpointError(f"{what}: {key} expects {tuple(t.shape)}, the ONNX graph's tensor there "
                                       f"is {tuple(a.shape)}")
             t.copy_(value)
+
+
+def convert(det_onnx: str | Path, rec_onnx: str | Path, net: nn.Module) -> None:
+    """Load RapidOCR's ``ch_PP-OCRv4_det_infer.onnx`` and ``ch_PP-OCRv4_rec_infer.onnx`` into ``net``
+    (a ``PPOCRNet``); the recogniser's dictionary must be the one this family ships."""
+    from .ctc import characters
+
+    det, _ = onnx_parameters(det_onnx)
+    rec, meta = onnx_parameters(rec_onnx)
+    shipped = list(characters()[1:-1])
+    if "character" in meta and meta["character"].split("\n") != shipped:
+        raise CheckpointError(f"{rec_onnx}: its character dictionary differs from the shipped ppocr_keys_v1 "
+                              f"({len(meta['character'].split(chr(10)))} vs {len(shipped)} entries)")
+    was_training = net.training
+    net.eval()
+    try:
+        assign_in_order(net.det, lambda: net.det(torch.zeros(1, 3, 64, 64)), det, str(det_onnx))  # type: ignore[operator]
+        assign_in_order(net.rec, lambda: net.rec(torch.zeros(1, 3, 48, 64)), rec, str(rec_onnx))  # type: ignore[operator]
+    finally:
+        net.train(was_training)
