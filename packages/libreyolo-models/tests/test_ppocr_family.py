@@ -1,0 +1,216 @@
+"""PP-OCRv4 mobile and the ``ocr`` task: the converted weights against onnxruntime (skipped without
+RapidOCR's ONNX files), the network layout the converter maps into, DB boxes, CTC decoding,
+``Results.ocr``, predict on the CPU and the refusals (train, val, CUDA graphs)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from libreyolo_models import LibreYOLO
+from libreyolo_models.errors import ConfigError
+from libreyolo_models.families.ppocr.ctc import characters, greedy_decode
+from libreyolo_models.families.ppocr.db_boxes import DBOptions, reading_order, text_boxes
+from libreyolo_models.families.ppocr.nn import PPOCRNet
+from libreyolo_models.families.ppocr.onnx_weights import _slots, call_order
+from libreyolo_models.families.ppocr.recognize import bucket_width
+from libreyolo_models.tasks.ocr.task import network_size
+from libreyolo_models.tasks.ocr.text_lines import TextLines
+
+DET, REC = "ch_PP-OCRv4_det_infer.onnx", "ch_PP-OCRv4_rec_infer.onnx"
+
+
+def _onnx_dir() -> Path | None:
+    """RapidOCR's model folder: ``PPOCR_ONNX_DIR``, or an installed ``rapidocr_onnxruntime``."""
+    env = os.environ.get("PPOCR_ONNX_DIR")
+    if env:
+        return Path(env)
+    try:
+        import rapidocr_onnxruntime  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    return Path(rapidocr_onnxruntime.__file__).parent / "models"
+
+
+@pytest.fixture(scope="module")
+def converted() -> tuple[PPOCRNet, Path]:
+    folder = _onnx_dir()
+    if folder is None or not (folder / DET).is_file() or not (folder / REC).is_file():
+        pytest.skip("RapidOCR's PP-OCRv4 ONNX files are not here: set PPOCR_ONNX_DIR to rapidocr_onnxruntime/models "
+                    "(the rapidocr_onnxruntime wheel on PyPI ships them) to compare with onnxruntime")
+    pytest.importorskip("onnxruntime")
+    from libreyolo_models.families.ppocr.onnx_weights import convert
+
+    net = PPOCRNet(len(characters())).eval()
+    convert(folder / DET, folder / REC, net)
+    return net, folder
+
+
+def test_converted_detector_matches_onnxruntime(converted) -> None:
+    from libreyolo_models.families.ppocr.parity import run_onnx
+
+    net, folder = converted
+    g = torch.Generator().manual_seed(1)
+    for h, w in ((96, 160), (64, 128)):
+        x = torch.rand(1, 3, h, w, generator=g)
+        with torch.no_grad():
+            diff = (net(x) - run_onnx(folder / DET, x)[:, 0]).abs().max()
+        assert float(diff) <= 1e-4
+
+
+def _render(text: str, height: int = 48) -> torch.Tensor:
+    from PIL import Image, ImageDraw, ImageFont
+
+    try:
+        font = ImageFont.truetype("DejaVuSans.ttf", 30)
+    except OSError:
+        font = ImageFont.load_default(30)
+    image = Image.new("RGB", (320, height), "white")
+    ImageDraw.Draw(image).text((8, height // 2), text, fill="black", font=font, anchor="lm")
+    return torch.from_numpy(np.array(image)).permute(2, 0, 1).float().div(255)
+
+
+def test_converted_recogniser_reads_rendered_text_as_onnxruntime_does(converted) -> None:
+    from libreyolo_models.families.ppocr.parity import run_onnx
+
+    net, folder = converted
+    words = ["LibreYOLO", "2026", "hello", "OCR"]
+    lines = torch.stack([_render(w) for w in words])
+    with torch.no_grad():
+        ours = greedy_decode(net.recognize(lines))
+    theirs = greedy_decode(run_onnx(folder / REC, lines))
+    assert [t for t, _ in ours] == [t for t, _ in theirs]
+    # the model itself is not perfect on a short word in a wide blank line ("OCR" reads "OCR" plus a
+    # stray character with both runtimes); the three longer ones it reads exactly
+    assert [t for t, _ in ours[:3]] == words[:3]
+    assert all(s > 0.8 for _, s in ours[:3])
+
+
+def test_layout_and_call_order_mapping_cover_every_tensor() -> None:
+    """The converter maps by call order: every float tensor of the network is reached exactly once,
+    and the counts are the published graphs' (234 parameter tensors each)."""
+    net = PPOCRNet(len(characters())).eval()
+    det = [t for m in call_order(net.det, lambda: net.det(torch.zeros(1, 3, 64, 64))) for _, t in _slots(m)]
+    rec = [t for m in call_order(net.rec, lambda: net.rec(torch.zeros(1, 3, 48, 64))) for _, t in _slots(m)]
+    assert len(det) == 234 and len(rec) == 234
+    floats = [t for t in net.state_dict().values() if t.is_floating_point()]
+    assert len(det) + len(rec) == len(floats)
+    state = net.state_dict()
+    assert tuple(state["rec.classifier.weight"].shape) == (6625, 120)  # blank + 6623 characters + space
+    assert tuple(state["det.head_up2.weight"].shape) == (24, 1, 2, 2)
+    assert tuple(state["det.project.3.weight"].shape) == (360, 384, 1, 1)
+    assert tuple(state["rec.backbone.stages.4.0.dw.conv.weight"].shape) == (240, 1, 5, 5)
+    assert len(characters()) == 6625 and characters()[0] == "" and characters()[-1] == " "
+
+
+def test_network_shapes() -> None:
+    net = PPOCRNet(len(characters())).eval()
+    with torch.no_grad():
+        assert tuple(net(torch.rand(2, 3, 64, 96)).shape) == (2, 64, 96)
+        assert tuple(net.recognize(torch.rand(1, 3, 48, 320)).shape) == (1, 40, 6625)
+
+
+def test_ctc_greedy_decoding_collapses_repeats_and_drops_blanks() -> None:
+    alphabet = characters()
+    a, b = alphabet.index("a"), alphabet.index("b")
+    steps = [a, a, 0, a, b, b, 0, len(alphabet) - 1]
+    probs = torch.zeros(1, len(steps), len(alphabet))
+    for t, c in enumerate(steps):
+        probs[0, t, c] = 0.9
+    (text, score), = greedy_decode(probs)
+    assert text == "aab " and score == pytest.approx(0.9)
+    assert greedy_decode(torch.zeros(1, 3, len(alphabet)).index_fill_(2, torch.tensor([0]), 1.0)) == [("", 0.0)]
+
+
+def test_db_boxes_grow_a_text_region_by_the_unclip_offset() -> None:
+    pytest.importorskip("cv2")
+    prob = np.zeros((64, 128), np.float32)
+    prob[20:30, 10:90] = 0.9                       # one 80 x 10 text region
+    boxes, scores = text_boxes(prob, (2.0, 2.0), (128, 256), DBOptions())
+    assert boxes.shape == (1, 4, 2) and 0.75 < scores[0] <= 0.9  # the box border is scored too, as upstream
+    # the dilated region is 81 x 11 (contour corners 10..90, 20..30); offset = area * 1.6 / perimeter
+    w, h = 80.0, 10.0
+    grow = w * h * 1.6 / (2 * (w + h))
+    x0, y0 = boxes[0][0]
+    x1, y1 = boxes[0][2]
+    assert x1 - x0 == pytest.approx(2 * (w + 2 * grow), abs=3)
+    assert y1 - y0 == pytest.approx(2 * (h + 2 * grow), abs=3)
+    assert text_boxes(np.zeros((32, 32), np.float32), (1.0, 1.0), (32, 32), DBOptions())[0].shape == (0, 4, 2)
+
+
+def test_reading_order_and_buckets() -> None:
+    def box(x: float, y: float) -> np.ndarray:
+        return np.array([[x, y], [x + 10, y], [x + 10, y + 5], [x, y + 5]], np.float32)
+
+    boxes = np.stack([box(50, 40), box(60, 3), box(0, 0)])
+    assert reading_order(boxes).tolist() == [2, 1, 0]
+    assert bucket_width(100) == 320 and bucket_width(330) == 480 and bucket_width(480) == 480
+
+
+def test_network_size_follows_the_published_resize() -> None:
+    assert network_size(48, 320, 736) == (736, 4896)      # short side brought up to 736, multiples of 32
+    assert network_size(1000, 800, 736) == (992, 800)     # large enough: only rounded
+    assert network_size(10, 10, 32) == (32, 32)
+
+
+def test_text_lines_content(tmp_path) -> None:
+    polys = np.array([[[1, 2], [30, 2], [30, 12], [1, 12]]], np.float32)
+    lines = TextLines(polys, ["hi there"], np.array([0.9], np.float32), np.array([0.7], np.float32))
+    row = lines.rows({0: "text"})[0]
+    assert row["text"] == "hi there" and row["x3"] == 30.0 and row["score"] == pytest.approx(0.9)
+    assert set(row) == set(TextLines.csv_columns)
+    assert lines.summary({}) == "1 text line: 'hi there'" and lines.text == "hi there" and len(lines) == 1
+    drawn = lines.plot(np.zeros((40, 60, 3), np.uint8), {}, labels=True, conf=True)
+    assert drawn.shape == (40, 60, 3) and drawn.any()
+    assert isinstance(lines.to("cpu").polygons, torch.Tensor) and isinstance(lines.numpy().scores, np.ndarray)
+    assert TextLines(np.zeros((0, 4, 2)), [], np.zeros(0), np.zeros(0)).summary({}) == "no text"
+
+
+def test_predict_on_cpu_fills_results_ocr(tmp_path) -> None:
+    pytest.importorskip("cv2")
+    model = LibreYOLO("LibrePPOCRm.yaml")
+    picture = np.full((40, 90, 3), 255, np.uint8)
+    result = model.predict(picture, imgsz=64)[0]
+    assert isinstance(result.ocr, TextLines)
+    for row in json.loads(result.to_json()):
+        assert set(row) >= {"text", "score"}
+    assert result.plot().shape == (40, 90, 3)
+
+
+def test_refusals() -> None:
+    model = LibreYOLO("LibrePPOCRm.yaml")
+    with pytest.raises(ConfigError, match="pretrained-only|predicts only"):
+        model.train(data="shapes", epochs=1)
+    with pytest.raises(ConfigError, match="predicts only"):
+        model.val(data="shapes")
+    with pytest.raises(NotImplementedError, match="PP-OCRv4"):
+        model.predict(np.zeros((32, 32, 3), np.uint8), cuda_graph=True)
+    with pytest.raises(ConfigError, match="one class"):
+        model.predict(np.zeros((32, 32, 3), np.uint8), classes=[0])
+
+
+@pytest.mark.cuda
+def test_detector_graphs_per_shape_stay_bounded_and_exact() -> None:
+    """More distinct input shapes than the runner's cap: each replay equals the eager forward and
+    the cache never holds more than the cap (least recently used evicted, counted)."""
+    from libreyolo_cudagraph import GraphRunner
+
+    from libreyolo_models.families.ppocr.family import PPOCRFamily
+    from libreyolo_models.zoo.registry import get_family
+
+    spec = get_family("ppocr")
+    family = PPOCRFamily(spec, "m", "ocr", 1, 64)
+    net = PPOCRNet(len(characters())).cuda().eval()
+    runner = GraphRunner(lambda x: family.inference_forward(net, x), max_graphs=2, watch=net)
+    shapes = [(64, 64), (64, 96), (96, 64), (128, 64), (64, 64)]
+    with torch.inference_mode():
+        for h, w in shapes * 2:
+            x = torch.rand(1, 3, h, w, device="cuda")
+            assert torch.equal(runner(x), family.inference_forward(net, x))
+            assert len(runner.info().graphs) <= 2
+    assert runner.info().evictions >= len(shapes)
