@@ -199,7 +199,6 @@ def test_detector_graphs_per_shape_stay_bounded_and_exact() -> None:
     """More distinct input shapes than the runner's cap: each replay equals the eager forward and
     the cache never holds more than the cap (least recently used evicted, counted)."""
     from libreyolo_cudagraph import GraphRunner
-
     from libreyolo_models.families.ppocr.family import PPOCRFamily
     from libreyolo_models.zoo.registry import get_family
 

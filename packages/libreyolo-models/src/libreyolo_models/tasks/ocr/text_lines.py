@@ -52,7 +52,7 @@ class TextLines:
 
     def plot(self, image: np.ndarray, names: dict[int, str], *, labels: bool, conf: bool) -> np.ndarray:
         """The picture with each line's quadrilateral and, above it, its text (and confidence)."""
-        from PIL import Image, ImageDraw, ImageFont
+        from PIL import Image, ImageDraw
 
         canvas = Image.fromarray(np.ascontiguousarray(image))
         draw = ImageDraw.Draw(canvas)
