@@ -51,7 +51,7 @@ def converted() -> tuple[PPOCRNet, Path]:
     return net, folder
 
 
-def test_converted_detector_matches_onnxruntime(converted) -> None:
+def test_converted_detector_matches_onnxruntime(converted: tuple[PPOCRNet, Path]) -> None:
     from libreyolo_models.families.ppocr.parity import run_onnx
 
     net, folder = converted
@@ -66,6 +66,7 @@ def test_converted_detector_matches_onnxruntime(converted) -> None:
 def _render(text: str, height: int = 48) -> torch.Tensor:
     from PIL import Image, ImageDraw, ImageFont
 
+    font: ImageFont.FreeTypeFont | ImageFont.ImageFont
     try:
         font = ImageFont.truetype("DejaVuSans.ttf", 30)
     except OSError:
@@ -75,7 +76,7 @@ def _render(text: str, height: int = 48) -> torch.Tensor:
     return torch.from_numpy(np.array(image)).permute(2, 0, 1).float().div(255)
 
 
-def test_converted_recogniser_reads_rendered_text_as_onnxruntime_does(converted) -> None:
+def test_converted_recogniser_reads_rendered_text_as_onnxruntime_does(converted: tuple[PPOCRNet, Path]) -> None:
     from libreyolo_models.families.ppocr.parity import run_onnx
 
     net, folder = converted
@@ -158,7 +159,7 @@ def test_network_size_follows_the_published_resize() -> None:
     assert network_size(10, 10, 32) == (32, 32)
 
 
-def test_text_lines_content(tmp_path) -> None:
+def test_text_lines_content(tmp_path: Path) -> None:
     polys = np.array([[[1, 2], [30, 2], [30, 12], [1, 12]]], np.float32)
     lines = TextLines(polys, ["hi there"], np.array([0.9], np.float32), np.array([0.7], np.float32))
     row = lines.rows({0: "text"})[0]
@@ -171,7 +172,7 @@ def test_text_lines_content(tmp_path) -> None:
     assert TextLines(np.zeros((0, 4, 2)), [], np.zeros(0), np.zeros(0)).summary({}) == "no text"
 
 
-def test_predict_on_cpu_fills_results_ocr(tmp_path) -> None:
+def test_predict_on_cpu_fills_results_ocr(tmp_path: Path) -> None:
     pytest.importorskip("cv2")
     model = LibreYOLO("LibrePPOCRm.yaml")
     picture = np.full((40, 90, 3), 255, np.uint8)
@@ -203,7 +204,7 @@ def test_detector_graphs_per_shape_stay_bounded_and_exact() -> None:
     from libreyolo_models.zoo.registry import get_family
 
     spec = get_family("ppocr")
-    family = PPOCRFamily(spec, "m", "ocr", 1, 64)
+    family = PPOCRFamily(spec, "m", "ocr", 1, (64, 64))
     net = PPOCRNet(len(characters())).cuda().eval()
     runner = GraphRunner(lambda x: family.inference_forward(net, x), max_graphs=2, watch=net)
     shapes = [(64, 64), (64, 96), (96, 64), (128, 64), (64, 64)]

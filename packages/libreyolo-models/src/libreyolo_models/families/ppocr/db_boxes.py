@@ -30,7 +30,7 @@ def _cv2():  # type: ignore[no-untyped-def]
     return require("cv2", "opencv", "PP-OCR's text box extraction (contours, minimum-area rectangles)")
 
 
-def ordered_corners(rect: tuple) -> np.ndarray:  # type: ignore[type-arg]
+def ordered_corners(rect: tuple) -> np.ndarray:
     """A rotated rectangle's corners as ``float32 [4, 2]``: top-left, top-right, bottom-right, bottom-left."""
     cv2 = _cv2()
     pts = sorted(cv2.boxPoints(rect).tolist(), key=lambda p: p[0])

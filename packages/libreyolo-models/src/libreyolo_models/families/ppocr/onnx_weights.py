@@ -131,8 +131,9 @@ def convert(det_onnx: str | Path, rec_onnx: str | Path, net: nn.Module) -> None:
                               f"({len(meta['character'].split(chr(10)))} vs {len(shipped)} entries)")
     was_training = net.training
     net.eval()
+    det_net, rec_net = net.get_submodule("det"), net.get_submodule("rec")
     try:
-        assign_in_order(net.det, lambda: net.det(torch.zeros(1, 3, 64, 64)), det, str(det_onnx))  # type: ignore[operator]
-        assign_in_order(net.rec, lambda: net.rec(torch.zeros(1, 3, 48, 64)), rec, str(rec_onnx))  # type: ignore[operator]
+        assign_in_order(det_net, lambda: det_net(torch.zeros(1, 3, 64, 64)), det, str(det_onnx))
+        assign_in_order(rec_net, lambda: rec_net(torch.zeros(1, 3, 48, 64)), rec, str(rec_onnx))
     finally:
         net.train(was_training)
