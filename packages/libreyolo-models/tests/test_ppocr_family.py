@@ -92,6 +92,32 @@ def test_converted_recogniser_reads_rendered_text_as_onnxruntime_does(converted:
     assert all(s > 0.8 for _, s in ours[:3])
 
 
+def test_converted_model_reads_a_rendered_page(converted: tuple[PPOCRNet, Path], tmp_path: Path) -> None:
+    """The whole pipeline on real weights: boxes in reading order, each line read exactly."""
+    pytest.importorskip("cv2")
+    from PIL import Image, ImageDraw, ImageFont
+
+    from libreyolo_models.families.ppocr.onnx_weights import convert
+
+    _, folder = converted
+    model = LibreYOLO("LibrePPOCRm.yaml")
+    convert(folder / DET, folder / REC, model.net)
+    saved = model.save(tmp_path / "LibrePPOCRm.pt")
+    page = Image.new("RGB", (480, 160), "white")
+    draw = ImageDraw.Draw(page)
+    font: ImageFont.FreeTypeFont | ImageFont.ImageFont
+    try:
+        font = ImageFont.truetype("DejaVuSans.ttf", 28)
+    except OSError:
+        font = ImageFont.load_default(28)
+    draw.text((20, 20), "first line", fill="black", font=font)
+    draw.text((60, 90), "second line", fill="black", font=font)
+    result = LibreYOLO(str(saved)).predict(np.array(page))[0]
+    assert result.ocr.texts == ["first line", "second line"]
+    polys = np.asarray(result.ocr.polygons)
+    assert polys[0, 0, 1] < polys[1, 0, 1] and (polys[..., 0] <= 480).all()
+
+
 def test_layout_and_call_order_mapping_cover_every_tensor() -> None:
     """The converter maps by call order: every float tensor of the network is reached exactly once,
     and the counts are the published graphs' (234 parameter tensors each)."""
@@ -214,3 +240,49 @@ def test_detector_graphs_per_shape_stay_bounded_and_exact() -> None:
             assert torch.equal(runner(x), family.inference_forward(net, x))
             assert len(runner.info().graphs) <= 2
     assert runner.info().evictions >= len(shapes)
+
+
+def test_onnx_parameter_selection_follows_the_exported_patterns(tmp_path: Path) -> None:
+    """Without the real files: a graph written in Paddle2ONNX's patterns (weights as Constant nodes)
+    yields exactly the parameter tensors, in node order, and none of the structural constants."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+
+    from libreyolo_models.families.ppocr.onnx_weights import onnx_parameters
+
+    consts: dict[str, np.ndarray] = {}
+    nodes = []
+
+    def const(name: str, value: np.ndarray) -> str:
+        consts[name] = value.astype(np.float32)
+        nodes.append(helper.make_node("Constant", [], [name], value=numpy_helper.from_array(consts[name], name)))
+        return name
+
+    def op(kind: str, inputs: list[str], out: str) -> str:
+        nodes.append(helper.make_node(kind, inputs, [out]))
+        return out
+
+    r = np.random.default_rng(0)
+    y = op("Conv", ["x", const("conv_w", r.random((4, 3, 1, 1))), const("conv_b", r.random(4))], "conv")
+    y = op("Mul", [const("lab_scale", np.array([1.5])), y], "lab_mul")            # scale first: a parameter
+    y = op("Add", [y, const("lab_bias", np.array([0.1]))], "lab_add")
+    y = op("Add", [y, const("three", np.array([3.0]))], "hs_add")                  # hard-swish's +3: not one
+    y = op("Div", [y, const("six", np.array([6.0]))], "hs_div")
+    y = op("Mul", [y, const("attn_scale", np.array([0.25]))], "scaled")            # scalar second: not one
+    y = op("MatMul", [y, const("fc_w", r.random((4, 5)))], "fc")
+    y = op("Add", [y, const("fc_b", r.random(5))], "fc_add")
+    y = op("Mul", [y, const("ln_w", r.random(5))], "ln_mul")                       # a layer norm's weight
+    y = op("Add", [y, const("ln_b", r.random(5))], "ln_add")
+    y = op("ConvTranspose", [y, const("up_w", r.random((5, 1, 2, 2)))], "up")
+    y = op("Add", [y, const("up_b", r.random((1, 1, 1, 1)))], "out")
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph)
+    model.metadata_props.add(key="character", value="a\nb")
+    onnx.save(model, str(tmp_path / "g.onnx"))
+    params, meta = onnx_parameters(tmp_path / "g.onnx")
+    expected = ["conv_w", "conv_b", "lab_scale", "lab_bias", "fc_w", "fc_b", "ln_w", "ln_b", "up_w", "up_b"]
+    assert len(params) == len(expected)
+    for got, name in zip(params, expected):
+        np.testing.assert_array_equal(got, consts[name])
+    assert meta == {"character": "a\nb"}
