@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from libreyolo_cli.main import EXIT_OK, main
 
 
