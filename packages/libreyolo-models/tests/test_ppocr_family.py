@@ -22,7 +22,7 @@ from libreyolo_models.families.ppocr.recognize import bucket_width
 from libreyolo_models.tasks.ocr.task import network_size
 from libreyolo_models.tasks.ocr.text_lines import TextLines
 
-DET, REC = "ch_PP-OCRv4_det_infer.onnx", "ch_PP-OCRv4_rec_infer.onnx"
+DET, REC, CLS = "ch_PP-OCRv4_det_infer.onnx", "ch_PP-OCRv4_rec_infer.onnx", "ch_ppocr_mobile_v2.0_cls_infer.onnx"
 
 
 def _onnx_dir() -> Path | None:
@@ -40,14 +40,14 @@ def _onnx_dir() -> Path | None:
 @pytest.fixture(scope="module")
 def converted() -> tuple[PPOCRNet, Path]:
     folder = _onnx_dir()
-    if folder is None or not (folder / DET).is_file() or not (folder / REC).is_file():
+    if folder is None or not all((folder / f).is_file() for f in (DET, REC, CLS)):
         pytest.skip("RapidOCR's PP-OCRv4 ONNX files are not here: set PPOCR_ONNX_DIR to rapidocr_onnxruntime/models "
                     "(the rapidocr_onnxruntime wheel on PyPI ships them) to compare with onnxruntime")
     pytest.importorskip("onnxruntime")
     from libreyolo_models.families.ppocr.onnx_weights import convert
 
     net = PPOCRNet(len(characters())).eval()
-    convert(folder / DET, folder / REC, net)
+    convert(folder / DET, folder / REC, folder / CLS, net)
     return net, folder
 
 
@@ -92,6 +92,22 @@ def test_converted_recogniser_reads_rendered_text_as_onnxruntime_does(converted:
     assert all(s > 0.8 for _, s in ours[:3])
 
 
+def test_converted_angle_classifier_matches_onnxruntime_and_turns_upside_down_lines(
+        converted: tuple[PPOCRNet, Path]) -> None:
+    from libreyolo_models.families.ppocr.parity import run_onnx
+    from libreyolo_models.families.ppocr.recognize import upright
+
+    net, folder = converted
+    x = torch.rand(3, 3, 48, 192, generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        assert float((net.classify_angle(x) - run_onnx(folder / CLS, x)).abs().max()) <= 1e-4
+    line = (_render("upright text").permute(1, 2, 0) * 255).round().to(torch.uint8).numpy()
+    flipped = np.ascontiguousarray(line[::-1, ::-1])
+    turned = upright(net, [line, flipped], device=torch.device("cpu"), dtype=torch.float32)
+    np.testing.assert_array_equal(turned[0], line)      # left alone
+    np.testing.assert_array_equal(turned[1], line)      # turned back
+
+
 def test_converted_model_reads_a_rendered_page(converted: tuple[PPOCRNet, Path], tmp_path: Path) -> None:
     """The whole pipeline on real weights: boxes in reading order, each line read exactly."""
     pytest.importorskip("cv2")
@@ -101,7 +117,7 @@ def test_converted_model_reads_a_rendered_page(converted: tuple[PPOCRNet, Path],
 
     _, folder = converted
     model = LibreYOLO("LibrePPOCRm.yaml")
-    convert(folder / DET, folder / REC, model.net)
+    convert(folder / DET, folder / REC, folder / CLS, model.net)
     saved = model.save(tmp_path / "LibrePPOCRm.pt")
     page = Image.new("RGB", (480, 160), "white")
     draw = ImageDraw.Draw(page)
@@ -124,9 +140,10 @@ def test_layout_and_call_order_mapping_cover_every_tensor() -> None:
     net = PPOCRNet(len(characters())).eval()
     det = [t for m in call_order(net.det, lambda: net.det(torch.zeros(1, 3, 64, 64))) for _, t in _slots(m)]
     rec = [t for m in call_order(net.rec, lambda: net.rec(torch.zeros(1, 3, 48, 64))) for _, t in _slots(m)]
-    assert len(det) == 234 and len(rec) == 234
+    angle = [t for m in call_order(net.angle, lambda: net.angle(torch.zeros(1, 3, 48, 192))) for _, t in _slots(m)]
+    assert len(det) == 234 and len(rec) == 234 and len(angle) == 213
     floats = [t for t in net.state_dict().values() if t.is_floating_point()]
-    assert len(det) + len(rec) == len(floats)
+    assert len(det) + len(rec) + len(angle) == len(floats)
     state = net.state_dict()
     assert tuple(state["rec.classifier.weight"].shape) == (6625, 120)  # blank + 6623 characters + space
     assert tuple(state["det.head_up2.weight"].shape) == (24, 1, 2, 2)
@@ -140,6 +157,7 @@ def test_network_shapes() -> None:
     with torch.no_grad():
         assert tuple(net(torch.rand(2, 3, 64, 96)).shape) == (2, 64, 96)
         assert tuple(net.recognize(torch.rand(1, 3, 48, 320)).shape) == (1, 40, 6625)
+        assert tuple(net.classify_angle(torch.rand(2, 3, 48, 192)).shape) == (2, 2)
 
 
 def test_ctc_greedy_decoding_collapses_repeats_and_drops_blanks() -> None:
@@ -253,8 +271,8 @@ def test_onnx_parameter_selection_follows_the_exported_patterns(tmp_path: Path) 
     consts: dict[str, np.ndarray] = {}
     nodes = []
 
-    def const(name: str, value: np.ndarray) -> str:
-        consts[name] = value.astype(np.float32)
+    def const(name: str, value: np.ndarray, dtype: type = np.float32) -> str:
+        consts[name] = value.astype(dtype)
         nodes.append(helper.make_node("Constant", [], [name], value=numpy_helper.from_array(consts[name], name)))
         return name
 
@@ -274,15 +292,22 @@ def test_onnx_parameter_selection_follows_the_exported_patterns(tmp_path: Path) 
     y = op("Mul", [y, const("ln_w", r.random(5))], "ln_mul")                       # a layer norm's weight
     y = op("Add", [y, const("ln_b", r.random(5))], "ln_add")
     y = op("ConvTranspose", [y, const("up_w", r.random((5, 1, 2, 2)))], "up")
-    y = op("Add", [y, const("up_b", r.random((1, 1, 1, 1)))], "out")
+    y = op("Add", [y, const("up_b", r.random((1, 1, 1, 1)))], "up_add")
+    shape = const("shape", np.array([1, 1, 1, 1]), np.int64)
+    nodes.append(helper.make_node("Reshape", [const("se_b", np.array([0.5])), shape], ["bias4d"]))
+    y = op("Conv", [y, const("se_w", r.random((1, 1, 1, 1)))], "se")
+    y = op("Add", [y, "bias4d"], "se_add")                                         # a bias reshaped to 4-d
+    y = op("BatchNormalization", [y] + [const(f"bn{i}", r.random(1)) for i in range(4)], "bn")
+    y = op("Add", [y, const("three_again", np.array(3.0))], "out")                 # +3 after a batch norm
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
                               [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)])
     model = helper.make_model(graph)
     model.metadata_props.add(key="character", value="a\nb")
     onnx.save(model, str(tmp_path / "g.onnx"))
     params, meta = onnx_parameters(tmp_path / "g.onnx")
-    expected = ["conv_w", "conv_b", "lab_scale", "lab_bias", "fc_w", "fc_b", "ln_w", "ln_b", "up_w", "up_b"]
+    expected = ["conv_w", "conv_b", "lab_scale", "lab_bias", "fc_w", "fc_b", "ln_w", "ln_b", "up_w", "up_b",
+                "se_w", "se_b", "bn0", "bn1", "bn2", "bn3"]
     assert len(params) == len(expected)
     for got, name in zip(params, expected):
-        np.testing.assert_array_equal(got, consts[name])
+        np.testing.assert_array_equal(got.ravel(), consts[name].ravel())
     assert meta == {"character": "a\nb"}

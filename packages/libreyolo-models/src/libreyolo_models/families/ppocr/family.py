@@ -22,7 +22,7 @@ from ...errors import CheckpointError, ConfigError
 from .ctc import characters
 from .db_boxes import DBOptions, crop_line, reading_order, text_boxes
 from .nn import PPOCRNet
-from .recognize import recognize_lines
+from .recognize import recognize_lines, upright
 
 _DET_KEY = "det.backbone.stem.weight"
 _CLASSES_KEY = "rec.classifier.weight"
@@ -33,9 +33,11 @@ _INFERENCE_ONLY = ("PP-OCR is pretrained-only here: training its detector (DB lo
 
 @dataclass(frozen=True)
 class OcrOptions:
-    """Predict settings: DB box extraction, the recogniser's batch and the text confidence floor."""
+    """Predict settings: DB box extraction, the angle classifier's confidence to turn a line, the
+    recogniser's batch and the text confidence floor."""
 
     db: DBOptions = DBOptions()
+    angle_thresh: float = 0.9
     text_score: float = 0.5
     rec_batch: int = 16
 
@@ -60,7 +62,9 @@ class OcrPrediction:
         boxes, det_scores = boxes[order], det_scores[order]
         crops = [crop_line(image, b) for b in boxes]
         param = next(self.net.parameters())
-        decoded = recognize_lines(self.net, crops, device=param.device, dtype=param.dtype,
+        device, dtype = param.device, param.dtype
+        crops = upright(self.net, crops, device=device, dtype=dtype, thresh=self.options.angle_thresh)
+        decoded = recognize_lines(self.net, crops, device=device, dtype=dtype,
                                   batch=self.options.rec_batch) if crops else []
         keep = [i for i, (_, s) in enumerate(decoded) if s >= self.options.text_score]
         return {"polygons": boxes[keep].reshape(-1, 4, 2), "det_scores": det_scores[keep],
@@ -69,7 +73,7 @@ class OcrPrediction:
 
 
 class PPOCRFamily(Family):
-    """PP-OCRv4 mobile: DB text detection, SVTR + CTC recognition."""
+    """PP-OCRv4 mobile: DB text detection, the v2.0 angle classifier, SVTR + CTC recognition."""
 
     _net: nn.Module | None = None
 

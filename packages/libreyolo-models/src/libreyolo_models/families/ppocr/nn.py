@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
+from .angle_net import AngleClassifier
 from .db_net import DBDetector
 from .svtr_net import SVTRRecognizer
 
@@ -18,12 +19,14 @@ def to_paddle_input(rgb: Tensor) -> Tensor:
 
 
 class PPOCRNet(nn.Module):
-    """``det``: text probability of every pixel; ``rec``: CTC class probabilities of a line crop."""
+    """``det``: text probability of every pixel; ``rec``: CTC class probabilities of a line crop;
+    ``angle``: whether a line crop is upside down."""
 
     def __init__(self, classes: int) -> None:
         super().__init__()
         self.det = DBDetector()
         self.rec = SVTRRecognizer(classes)
+        self.angle = AngleClassifier()
 
     def forward(self, images: Tensor) -> Tensor:
         """``[B, 3, H, W]`` RGB in [0, 1], sides multiples of 32 -> probability ``[B, H, W]``."""
@@ -32,3 +35,7 @@ class PPOCRNet(nn.Module):
     def recognize(self, lines: Tensor) -> Tensor:
         """``[N, 3, 48, W]`` RGB in [0, 1] line crops -> ``[N, W / 8, classes]`` probabilities."""
         return self.rec(to_paddle_input(lines))
+
+    def classify_angle(self, lines: Tensor) -> Tensor:
+        """``[N, 3, 48, 192]`` RGB in [0, 1] line crops -> ``[N, 2]`` (upright, upside down) probabilities."""
+        return self.angle(to_paddle_input(lines))

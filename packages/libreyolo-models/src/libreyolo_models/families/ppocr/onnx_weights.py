@@ -41,9 +41,12 @@ def onnx_parameters(path: str | Path) -> tuple[list[np.ndarray], dict[str, str]]
     params: list[np.ndarray] = []
     param_outputs: set[str] = set()
     for node in model.graph.node:
+        if node.op_type == "Reshape" and all(i in consts for i in node.input):  # a bias shaped [1, C, 1, 1]
+            consts[node.output[0]] = consts[node.input[0]].reshape(consts[node.input[1]])
+            continue
         taken = _node_parameters(node.op_type, list(node.input), consts, param_outputs)
         params.extend(taken)
-        if taken and node.op_type != "Add":  # a bias follows a weight, never another bias
+        if taken and node.op_type not in ("Add", "BatchNormalization"):  # what a bias may follow
             param_outputs.update(node.output)
     return params, {p.key: p.value for p in model.metadata_props}
 
@@ -110,30 +113,33 @@ def assign_in_order(net: nn.Module, run: Callable[[], Any], arrays: list[np.ndar
             value = torch.from_numpy(np.array(a, dtype=np.float32, copy=True))
             if isinstance(module, nn.Linear) and key.endswith("weight"):
                 value = value.T  # ONNX MatMul keeps (in, out)
-            if value.numel() == t.numel() and value.shape != t.shape and isinstance(module, nn.ConvTranspose2d):
-                value = value.reshape(t.shape)  # the transposed conv's bias is added as [1, C, 1, 1]
+            if value.numel() == t.numel() and value.shape != t.shape and key.endswith("bias"):
+                value = value.reshape(t.shape)  # a bias added as [1, C, 1, 1] after the conv
             if value.shape != t.shape:
                 raise CheckpointError(f"{what}: {key} expects {tuple(t.shape)}, the ONNX graph's tensor there "
                                       f"is {tuple(a.shape)}")
             t.copy_(value)
 
 
-def convert(det_onnx: str | Path, rec_onnx: str | Path, net: nn.Module) -> None:
-    """Load RapidOCR's ``ch_PP-OCRv4_det_infer.onnx`` and ``ch_PP-OCRv4_rec_infer.onnx`` into ``net``
-    (a ``PPOCRNet``); the recogniser's dictionary must be the one this family ships."""
+def convert(det_onnx: str | Path, rec_onnx: str | Path, cls_onnx: str | Path, net: nn.Module) -> None:
+    """Load RapidOCR's ``ch_PP-OCRv4_det_infer.onnx``, ``ch_PP-OCRv4_rec_infer.onnx`` and
+    ``ch_ppocr_mobile_v2.0_cls_infer.onnx`` into ``net`` (a ``PPOCRNet``); the recogniser's
+    dictionary must be the one this family ships."""
     from .ctc import characters
 
     det, _ = onnx_parameters(det_onnx)
     rec, meta = onnx_parameters(rec_onnx)
+    angle, _ = onnx_parameters(cls_onnx)
     shipped = list(characters()[1:-1])
     if "character" in meta and meta["character"].split("\n") != shipped:
         raise CheckpointError(f"{rec_onnx}: its character dictionary differs from the shipped ppocr_keys_v1 "
                               f"({len(meta['character'].split(chr(10)))} vs {len(shipped)} entries)")
     was_training = net.training
     net.eval()
-    det_net, rec_net = net.get_submodule("det"), net.get_submodule("rec")
+    det_net, rec_net, cls_net = net.get_submodule("det"), net.get_submodule("rec"), net.get_submodule("angle")
     try:
         assign_in_order(det_net, lambda: det_net(torch.zeros(1, 3, 64, 64)), det, str(det_onnx))
         assign_in_order(rec_net, lambda: rec_net(torch.zeros(1, 3, 48, 64)), rec, str(rec_onnx))
+        assign_in_order(cls_net, lambda: cls_net(torch.zeros(1, 3, 48, 192)), angle, str(cls_onnx))
     finally:
         net.train(was_training)

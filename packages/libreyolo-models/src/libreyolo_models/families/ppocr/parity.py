@@ -18,9 +18,10 @@ def run_onnx(path: str | Path, rgb: Tensor) -> Tensor:
     return torch.from_numpy(session.run(None, {"x": to_paddle_input(rgb).numpy()})[0])
 
 
-def compare_with_onnxruntime(net: nn.Module, det: str | Path, rec: str | Path, seed: int = 0) -> dict[str, float]:
-    """Largest absolute differences of the probability map and of the recogniser's class
-    probabilities, on random pictures of two sizes and a random line."""
+def compare_with_onnxruntime(net: nn.Module, det: str | Path, rec: str | Path, angle: str | Path,
+                             seed: int = 0) -> dict[str, float]:
+    """Largest absolute differences of the probability map, the recogniser's and the angle
+    classifier's probabilities, on random pictures of two sizes and random lines."""
     g = torch.Generator().manual_seed(seed)
     out: dict[str, float] = {}
     was_training = net.training
@@ -31,5 +32,7 @@ def compare_with_onnxruntime(net: nn.Module, det: str | Path, rec: str | Path, s
             out[f"det {h}x{w}"] = float((net(x) - run_onnx(det, x)[:, 0]).abs().max())
         line = torch.rand(2, 3, 48, 320, generator=g)
         out["rec 48x320"] = float((net.recognize(line) - run_onnx(rec, line)).abs().max())  # type: ignore[operator]
+        line = torch.rand(2, 3, 48, 192, generator=g)
+        out["angle 48x192"] = float((net.classify_angle(line) - run_onnx(angle, line)).abs().max())  # type: ignore[operator]
     net.train(was_training)
     return out

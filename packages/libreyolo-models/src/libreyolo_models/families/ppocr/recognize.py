@@ -1,4 +1,5 @@
-"""Line crops -> text: each crop resized to the recogniser's height, grouped into width buckets so
+"""Line crops -> text. Upside-down lines are turned first (the angle classifier, at one fixed
+input size). Then each crop is resized to the recogniser's height, grouped into width buckets so
 one forward runs per bucket (few distinct shapes), padded on the right with mid-grey (the value
 upstream's zero padding has after normalisation), decoded greedily."""
 
@@ -12,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .angle_net import ANGLE_SIZE
 from .ctc import greedy_decode
 from .svtr_net import REC_HEIGHT
 
@@ -27,11 +29,33 @@ def bucket_width(width: int) -> int:
     return max(MIN_WIDTH, int(math.ceil(width / BUCKET)) * BUCKET)
 
 
-def line_tensor(crop: np.ndarray, device: torch.device, dtype: torch.dtype) -> Tensor:
-    """RGB ``uint8 [h, w, 3]`` -> ``[3, 48, w']`` in [0, 1], the aspect ratio kept (bilinear)."""
+def line_tensor(crop: np.ndarray, device: torch.device, dtype: torch.dtype, max_width: int = 4096) -> Tensor:
+    """RGB ``uint8 [h, w, 3]`` -> ``[3, 48, w']`` in [0, 1], the aspect ratio kept (bilinear), ``w'``
+    at most ``max_width``."""
     x = torch.from_numpy(np.ascontiguousarray(crop)).to(device).permute(2, 0, 1).float().div_(255.0)[None]
-    size = (REC_HEIGHT, line_width(crop.shape[0], crop.shape[1]))
+    size = (REC_HEIGHT, min(line_width(crop.shape[0], crop.shape[1]), max_width))
     return F.interpolate(x, size=size, mode="bilinear", align_corners=False)[0].clamp_(0, 1).to(dtype)
+
+
+def upright(net: torch.nn.Module, crops: Sequence[np.ndarray], *, device: torch.device, dtype: torch.dtype,
+            thresh: float = 0.9, batch: int = 16) -> list[np.ndarray]:
+    """The crops, each turned 180 degrees where the classifier says upside down with more than
+    ``thresh`` confidence (RapidOCR's ``cls_thresh``); lines narrower than 192 px at height 48 are
+    padded with mid-grey, wider ones squeezed to it, as upstream does."""
+    height, width = ANGLE_SIZE
+    out = list(crops)
+    with torch.inference_mode():
+        for start in range(0, len(crops), batch):
+            chunk = range(start, min(start + batch, len(crops)))
+            x = torch.full((len(chunk), 3, height, width), 0.5, dtype=dtype, device=device)
+            for row, i in enumerate(chunk):
+                line = line_tensor(crops[i], device, dtype, max_width=width)
+                x[row, :, :, :line.shape[-1]] = line
+            probs = net.classify_angle(x).float().cpu()  # type: ignore[operator]
+            for row, i in enumerate(chunk):
+                if float(probs[row, 1]) > thresh:
+                    out[i] = np.ascontiguousarray(crops[i][::-1, ::-1])
+    return out
 
 
 def recognize_lines(net: torch.nn.Module, crops: Sequence[np.ndarray], *, device: torch.device,
