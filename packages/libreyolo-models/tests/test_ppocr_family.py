@@ -26,15 +26,18 @@ DET, REC, CLS = "ch_PP-OCRv4_det_infer.onnx", "ch_PP-OCRv4_rec_infer.onnx", "ch_
 
 
 def _onnx_dir() -> Path | None:
-    """RapidOCR's model folder: ``PPOCR_ONNX_DIR``, or an installed ``rapidocr_onnxruntime``."""
+    """RapidOCR's model folder: ``PPOCR_ONNX_DIR``, or that of an installed ``rapidocr_onnxruntime``
+    (located, not imported: its own imports need pyclipper and shapely, which a ``--no-deps``
+    install for these files leaves out)."""
     env = os.environ.get("PPOCR_ONNX_DIR")
     if env:
         return Path(env)
-    try:
-        import rapidocr_onnxruntime  # type: ignore[import-not-found]
-    except ImportError:
+    import importlib.util
+
+    spec = importlib.util.find_spec("rapidocr_onnxruntime")
+    if spec is None or not spec.submodule_search_locations:
         return None
-    return Path(rapidocr_onnxruntime.__file__).parent / "models"
+    return Path(next(iter(spec.submodule_search_locations))) / "models"
 
 
 @pytest.fixture(scope="module")
