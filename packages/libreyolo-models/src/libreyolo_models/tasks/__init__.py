@@ -9,6 +9,7 @@ from .base import EvalSettings, Prepared, Task, TaskMetrics
 from .classify.task import ClassifyOptions, ClassifyTask
 from .depth.task import DepthTask
 from .detect.task import DetectOptions, DetectTask
+from .ocr.task import OcrTask
 from .point.task import PointOptions, PointTask
 from .pose.task import PoseTask
 from .prompt_segment.task import PromptSegmentTask
@@ -19,7 +20,7 @@ from .semantic.task import SemanticTask
 
 TASKS: dict[str, Task] = {task.name: task for task in (DetectTask(), SemanticTask(), ClassifyTask(), SegmentTask(),
                                                        PoseTask(), PointTask(), RestoreTask(), DepthTask(),
-                                                       PromptSegmentTask())}
+                                                       PromptSegmentTask(), OcrTask())}
 RESULTS_FIELDS.update(task.results_field for task in TASKS.values())
 
 _extra: dict[str, Task] = {}

@@ -27,6 +27,7 @@ from ..families.fomo.spec import SPEC as FOMO
 from ..families.mobilenetv4.spec import SPEC as MOBILENETV4
 from ..families.nafnet.spec import SPEC as NAFNET
 from ..families.picodet.spec import SPEC as PICODET
+from ..families.ppocr.spec import SPEC as PPOCR
 from ..families.resnet.spec import SPEC as RESNET
 from ..families.rfdetr.spec import SPEC as RFDETR
 from ..families.rtdetr.spec import SPEC as RTDETR
@@ -45,7 +46,7 @@ BUILTIN: dict[str, FamilySpec] = {spec.name: spec for spec in (YOLO9, YOLOX, RTM
                                                                 EFFICIENTNETV2, CONVNEXT, MOBILENETV4, YOLO9_E2E,
                                                                 DAMOYOLO, YOLO7, RFDETR, EC, DFINE, DEIM,
                                                                 RTDETRV4, RTDETRV2, DEIMV2, YOLONAS, PICODET,
-                                                                FOMO, NAFNET, DEPTHANYTHING, SAM)}
+                                                                FOMO, NAFNET, DEPTHANYTHING, SAM, PPOCR)}
 
 _extra: dict[str, FamilySpec] = {}
 

@@ -1,0 +1,31 @@
+"""PP-OCR's declaration: data only (no torch import), read by the registry and the CLI."""
+
+from __future__ import annotations
+
+from ...contract.spec import FamilySpec, TaskDecl
+
+SPEC = FamilySpec(
+    name="ppocr",
+    display_name="PP-OCRv4",
+    weight_prefix="LibrePPOCR",
+    sizes=("m",),  # PP-OCRv4 mobile: the DB detector and the SVTR-CTC recogniser (Chinese + English dictionary)
+    default_size="m",
+    tasks={
+        "ocr": TaskDecl(
+            loss_names=(),
+            default_imgsz=736,  # RapidOCR's detector limit: the short side is brought up to it (multiples of 32)
+            default_nc=1,       # one nominal class: "text"
+            # Not yet verified on a GPU (tools/parity_matrix.py rows pending).
+            inference_capture=False,
+            train_capture=False,
+            exportable=False,
+            export_note=("PP-OCR is two networks with eager work between them (DB boxes, perspective crops, "
+                         "CTC decoding); the published ONNX files are the export: tools/convert_ppocr.py reads them"),
+        ),
+    },
+    implementation="libreyolo_models.families.ppocr.family:PPOCRFamily",
+    stride=32,
+    ddp_autospawn=False,  # inference only
+    sync_bn_default=False,
+    summary="PP-OCRv4 mobile text detection (DB) and recognition (SVTR + CTC), converted from RapidOCR's ONNX files",
+)

@@ -1,0 +1,117 @@
+"""Text reading: ``Results.ocr``, the text lines of each picture (inference only).
+
+Each picture is resized as the published PP-OCR pipeline does (the short side brought up to
+``imgsz`` when smaller, both sides rounded to multiples of 32), not letterboxed; the family's
+``inference_forward`` returns the text probability map at that size; its post-processing object
+finds the boxes, cuts each line from the original picture and recognises it (``make_results``).
+Datasets, training and validation are not part of this task yet (they say so).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ...errors import ConfigError
+from ..base import Batch, EvalSettings, Prepared, Task, TaskMetrics, TrainOptions
+from ..results import Results
+from .text_lines import TextLines
+
+if TYPE_CHECKING:
+    from ...data.cache_store import CacheSetting
+    from ..base import ModelView
+
+_PREDICT_ONLY = ("the ocr task predicts only: text datasets, training and validation (word accuracy, detection "
+                 "H-mean) are not implemented yet; use model.predict(...)")
+MULTIPLE = 32
+
+
+def _refuse() -> NoReturn:
+    raise ConfigError(_PREDICT_ONLY)
+
+
+def network_size(h: int, w: int, imgsz: int) -> tuple[int, int]:
+    """The detector's input size: scaled so the short side is at least ``imgsz`` (never down), each
+    side then rounded to a multiple of 32 (RapidOCR's ``limit_type: min``)."""
+    ratio = imgsz / min(h, w) if min(h, w) < imgsz else 1.0
+    return (max(MULTIPLE, int(round(int(h * ratio) / MULTIPLE) * MULTIPLE)),
+            max(MULTIPLE, int(round(int(w * ratio) / MULTIPLE) * MULTIPLE)))
+
+
+def resize_picture(pixels: Tensor, size: tuple[int, int]) -> Tensor:
+    """RGB ``uint8 [H, W, 3]`` -> ``float32 [3, h, w]`` in [0, 1] (bilinear)."""
+    chw = pixels.permute(2, 0, 1).float().div_(255.0)[None]
+    if tuple(chw.shape[-2:]) != size:
+        chw = F.interpolate(chw, size=size, mode="bilinear", align_corners=False)
+    return chw[0]
+
+
+class OcrTask(Task):
+    name: ClassVar[str] = "ocr"
+    fitness_name: ClassVar[str] = "none (inference only)"
+    results_field: ClassVar[str] = "ocr"
+    reduced_decode: ClassVar[bool] = False  # lines are cut from the full picture
+
+    def load_data(self, data: Any) -> Any:
+        _refuse()
+
+    def load_split(self, data: Any, split: str) -> Any:
+        _refuse()
+
+    def train_pipeline(self, index: Any, *, imgsz: int, batch_size: int, device: torch.device,
+                       cfg: TrainOptions, workers: int) -> Any:
+        _refuse()
+
+    def val_pipeline(self, index: Any, *, imgsz: int, batch_size: int, device: torch.device, workers: int,
+                     cache: CacheSetting) -> Iterable[Batch]:
+        _refuse()
+
+    def evaluate(self, model: ModelView, forward: Callable[[Tensor], Any], pipeline: Iterable[Batch], *,
+                 settings: EvalSettings, progress: bool) -> TaskMetrics:
+        _refuse()
+
+    def empty_best(self) -> dict[str, float]:
+        return {}
+
+    def postprocess_options(self, options: Mapping[str, Any]) -> dict[str, float]:
+        """``conf`` is the text confidence floor (default 0.5, as RapidOCR's ``text_score``)."""
+        if options.get("classes") is not None:
+            raise ConfigError(f"classes={options['classes']} filters detections by class; an OCR model has one "
+                              "class (text): filter Results.ocr.texts instead")
+        conf = options.get("conf")
+        return {"text_score": 0.5 if conf is None else float(conf)}
+
+    def prepare(self, image: np.ndarray, imgsz: int) -> Prepared:
+        h, w = image.shape[:2]
+        size = network_size(h, w, imgsz)
+        return Prepared(resize_picture(torch.from_numpy(np.ascontiguousarray(image)), size), ((h, w), size))
+
+    def prepare_batch(self, images: Sequence[Tensor], imgsz: int, dtype: torch.dtype, device: torch.device,
+                      orig_shapes: Sequence[tuple[int, int]] | None = None) -> tuple[Tensor, list[Any]]:
+        """Each picture resized on ``device`` to its own size; pictures of different sizes in one
+        batch are padded with zeros on the right and bottom to the largest (the map is cut back)."""
+        resized, infos = [], []
+        for image in images:
+            h, w = int(image.shape[0]), int(image.shape[1])
+            size = network_size(h, w, imgsz)
+            resized.append(resize_picture(image.to(device, non_blocking=True), size))
+            infos.append(((h, w), size))
+        hmax, wmax = max(r.shape[-2] for r in resized), max(r.shape[-1] for r in resized)
+        batch = torch.zeros((len(resized), 3, hmax, wmax), dtype=torch.float32, device=device)
+        for i, r in enumerate(resized):
+            batch[i, :, :r.shape[-2], :r.shape[-1]] = r
+        return batch.to(dtype), infos
+
+    def make_results(self, image: np.ndarray, name: str, names: dict[int, str], prediction: Any, info: Any,
+                     speed: dict[str, float]) -> Results:
+        """``prediction`` is the family's per-picture reader (``read(image, network_size)`` -> polygons,
+        texts, scores, det_scores): recognition runs here, on the original picture's pixels."""
+        _, size = info
+        lines = prediction.read(image, size)
+        content = TextLines(lines["polygons"], lines["texts"], lines["scores"], lines["det_scores"])
+        return Results(image, name, names, speed=speed, contents={"ocr": content})
