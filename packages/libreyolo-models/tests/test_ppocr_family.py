@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -66,14 +67,19 @@ def test_converted_detector_matches_onnxruntime(converted: tuple[PPOCRNet, Path]
         assert float(diff) <= 1e-4
 
 
-def _render(text: str, height: int = 48) -> torch.Tensor:
-    from PIL import Image, ImageDraw, ImageFont
+def text_font(size: int) -> Any:
+    """DejaVu Sans from matplotlib's data (a test dependency), so the rendered text, and what the
+    recogniser reads in it, does not depend on the fonts a machine has installed."""
+    import matplotlib
+    from PIL import ImageFont
 
-    font: ImageFont.FreeTypeFont | ImageFont.ImageFont
-    try:
-        font = ImageFont.truetype("DejaVuSans.ttf", 30)
-    except OSError:
-        font = ImageFont.load_default(30)
+    return ImageFont.truetype(str(Path(matplotlib.get_data_path()) / "fonts" / "ttf" / "DejaVuSans.ttf"), size)
+
+
+def _render(text: str, height: int = 48) -> torch.Tensor:
+    from PIL import Image, ImageDraw
+
+    font = text_font(30)
     image = Image.new("RGB", (320, height), "white")
     ImageDraw.Draw(image).text((8, height // 2), text, fill="black", font=font, anchor="lm")
     return torch.from_numpy(np.array(image)).permute(2, 0, 1).float().div(255)
@@ -114,7 +120,7 @@ def test_converted_angle_classifier_matches_onnxruntime_and_turns_upside_down_li
 def test_converted_model_reads_a_rendered_page(converted: tuple[PPOCRNet, Path], tmp_path: Path) -> None:
     """The whole pipeline on real weights: boxes in reading order, each line read exactly."""
     pytest.importorskip("cv2")
-    from PIL import Image, ImageDraw, ImageFont
+    from PIL import Image, ImageDraw
 
     from libreyolo_models.families.ppocr.onnx_weights import convert
 
@@ -124,11 +130,7 @@ def test_converted_model_reads_a_rendered_page(converted: tuple[PPOCRNet, Path],
     saved = model.save(tmp_path / "LibrePPOCRm.pt")
     page = Image.new("RGB", (480, 160), "white")
     draw = ImageDraw.Draw(page)
-    font: ImageFont.FreeTypeFont | ImageFont.ImageFont
-    try:
-        font = ImageFont.truetype("DejaVuSans.ttf", 28)
-    except OSError:
-        font = ImageFont.load_default(28)
+    font = text_font(28)
     draw.text((20, 20), "first line", fill="black", font=font)
     draw.text((60, 90), "second line", fill="black", font=font)
     result = LibreYOLO(str(saved)).predict(np.array(page))[0]

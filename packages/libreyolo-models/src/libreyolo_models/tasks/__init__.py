@@ -61,5 +61,5 @@ def get_task(name: str) -> Task:
 
 
 __all__ = ["TASKS", "ClassifyOptions", "ClassifyTask", "DepthTask", "DetectOptions", "DetectTask", "EvalSettings",
-           "PointOptions", "PointTask", "PoseTask", "Prepared", "PromptSegmentTask", "RestoreTask", "SegmentTask",
+           "OcrTask", "PointOptions", "PointTask", "PoseTask", "Prepared", "PromptSegmentTask", "RestoreTask", "SegmentTask",
            "SemanticTask", "Task", "TaskMetrics", "get_task", "register_task", "tasks", "unregister_task"]
