@@ -219,6 +219,16 @@ def test_text_lines_content(tmp_path: Path) -> None:
     assert drawn.shape == (40, 60, 3) and drawn.any()
     assert isinstance(lines.to("cpu").polygons, torch.Tensor) and isinstance(lines.numpy().scores, np.ndarray)
     assert TextLines(np.zeros((0, 4, 2)), [], np.zeros(0), np.zeros(0)).summary({}) == "no text"
+    assert lines.label_lines() == ["1.0,2.0,30.0,2.0,30.0,12.0,1.0,12.0,hi there"]
+    assert lines.label_lines(save_conf=True)[0].endswith(",hi there,0.900000")
+
+
+def test_save_txt_writes_the_text_lines(tmp_path: Path) -> None:
+    pytest.importorskip("cv2")
+    model = LibreYOLO("LibrePPOCRm.yaml")
+    model.predict(np.full((40, 90, 3), 255, np.uint8), imgsz=64, save_txt=True, project=str(tmp_path), name="p")
+    (label,) = (tmp_path / "p" / "labels").glob("*.txt")  # a file per picture, empty when it has no text
+    assert label.read_text().strip() == ""
 
 
 def test_predict_on_cpu_fills_results_ocr(tmp_path: Path) -> None:

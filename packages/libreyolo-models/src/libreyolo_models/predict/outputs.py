@@ -37,12 +37,12 @@ def wants_run_dir(cfg: PredictConfig) -> bool:
 def yolo_label_lines(res: Results, *, save_conf: bool = False) -> list[str]:
     """``class cx cy w h [conf]`` per box, normalised to the original image (the YOLO label format,
     so a prediction folder can be trained on or compared with ground truth)."""
-    if res.boxes is None:
-        return []
-    for content in (res.masks, *res.contents.values()):  # instance tasks write their own rows
+    for content in (res.masks, *res.contents.values()):  # instance and text tasks write their own rows
         lines = getattr(content, "label_lines", None)
         if callable(lines):
             return list(lines(res.boxes, save_conf=save_conf))
+    if res.boxes is None:
+        return []
     rows = []
     for (cx, cy, w, h), conf, cls in zip(res.boxes.xywhn.tolist(), res.boxes.conf.tolist(),
                                          res.boxes.cls.tolist()):
@@ -88,9 +88,10 @@ class PredictOutputs:
             res.show()
 
     def _save_txt(self, res: Results, stem: str) -> None:
-        if res.boxes is None:
-            self._warn_once("save_txt", "save_txt=True writes box labels; this model's results have no boxes "
-                                        "(semantic masks), so no label files are written")
+        if res.boxes is None and not any(callable(getattr(c, "label_lines", None))
+                                         for c in (res.masks, *res.contents.values())):
+            self._warn_once("save_txt", "save_txt=True writes a label row per object; this model's results have "
+                                        "no boxes or rows to write, so no label files are written")
             return
         path = self.save_dir / "labels" / f"{stem}.txt"  # type: ignore[operator]
         path.parent.mkdir(parents=True, exist_ok=True)

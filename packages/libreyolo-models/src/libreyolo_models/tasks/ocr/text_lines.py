@@ -44,6 +44,16 @@ class TextLines:
             out.append(row)
         return out
 
+    def label_lines(self, boxes: object = None, *, save_conf: bool = False) -> list[str]:
+        """``save_txt`` rows, one per line of text, ICDAR-style: the polygon's four corners in
+        original pixels, ``x1,y1,...,x4,y4``, then the text (last, so it may hold commas), then the
+        recognition score with ``save_conf``."""
+        rows = []
+        for polygon, text, score in zip(self._np(self.polygons), self.texts, self._np(self.scores), strict=True):
+            corners = ",".join(f"{v:.1f}" for v in polygon.reshape(-1))
+            rows.append(f"{corners},{text}" + (f",{float(score):.6f}" if save_conf else ""))
+        return rows
+
     def summary(self, names: dict[int, str]) -> str:
         if not self.texts:
             return "no text"
