@@ -9,6 +9,7 @@ from .base import EvalSettings, Prepared, Task, TaskMetrics
 from .classify.task import ClassifyOptions, ClassifyTask
 from .depth.task import DepthTask
 from .detect.task import DetectOptions, DetectTask
+from .matte.task import MatteTask
 from .point.task import PointOptions, PointTask
 from .pose.task import PoseTask
 from .restore.task import RestoreTask
@@ -17,7 +18,8 @@ from .segment.task import SegmentTask
 from .semantic.task import SemanticTask
 
 TASKS: dict[str, Task] = {task.name: task for task in (DetectTask(), SemanticTask(), ClassifyTask(), SegmentTask(),
-                                                       PoseTask(), PointTask(), RestoreTask(), DepthTask())}
+                                                       PoseTask(), PointTask(), RestoreTask(), DepthTask(),
+                                                       MatteTask())}
 RESULTS_FIELDS.update(task.results_field for task in TASKS.values())
 
 _extra: dict[str, Task] = {}
@@ -58,5 +60,5 @@ def get_task(name: str) -> Task:
 
 
 __all__ = ["TASKS", "ClassifyOptions", "ClassifyTask", "DepthTask", "DetectOptions", "DetectTask", "EvalSettings",
-           "PointOptions", "PointTask", "PoseTask", "Prepared", "RestoreTask", "SegmentTask", "SemanticTask", "Task",
+           "MatteTask", "PointOptions", "PointTask", "PoseTask", "Prepared", "RestoreTask", "SegmentTask", "SemanticTask", "Task",
            "TaskMetrics", "get_task", "register_task", "tasks", "unregister_task"]
