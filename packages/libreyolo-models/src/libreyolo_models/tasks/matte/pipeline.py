@@ -61,7 +61,8 @@ class _Pairs(Dataset):
         if self.state is not None and self.fliplr > 0:
             if sample_rng(self.seed, self.rank, int(self.state[0]), index).random() < self.fliplr:
                 image, alpha = image[:, ::-1], alpha[:, ::-1]
-        return (torch.from_numpy(np.ascontiguousarray(image)), torch.from_numpy(np.ascontiguousarray(alpha)),
+        return (torch.from_numpy(np.require(image, requirements=("C", "W"))),
+                torch.from_numpy(np.require(alpha, requirements=("C", "W"))),
                 self.images[index])
 
 
