@@ -36,7 +36,8 @@ class DeformableConv2d(nn.Module):
         self.modulator_conv = nn.Conv2d(cin, kernel * kernel, kernel, 1, self.padding)
         for conv in (self.offset_conv, self.modulator_conv):  # the official zero start: a plain conv at first
             nn.init.zeros_(conv.weight)
-            nn.init.zeros_(conv.bias)
+            if conv.bias is not None:
+                nn.init.zeros_(conv.bias)
         self.regular_conv = nn.Conv2d(cin, cout, kernel, 1, self.padding, bias=False)
 
     def sampling_inputs(self, x: Tensor) -> tuple[Tensor, Tensor]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -30,7 +31,7 @@ from ...layers.normalize import InputNormalize
 from .blocks import DecoderBlock, SimpleConvs, deform_branches
 from .swin import SWIN, SwinTransformer
 
-Stage = tuple[Callable[..., object], bool, str]  # (fn, graphable, name)
+Stage = tuple[Callable[..., Any], bool, str]  # (fn, graphable, name)
 CARRIED = 4  # tensors every stage hands on before a block's own
 STRIDE = 32
 GDT = 16  # the gradient-attention width (_N)
@@ -125,6 +126,11 @@ class BiRefNet(nn.Module):
         self.squeeze_module = nn.Sequential(DecoderBlock(channels[0] + context, channels[0]))
         self.decoder = Decoder(channels)
 
+    @property
+    def squeeze(self) -> DecoderBlock:
+        """The squeeze block (``squeeze_module.0``: a one-block Sequential, as the official keys say)."""
+        return cast(DecoderBlock, self.squeeze_module[0])
+
     # ---------------------------------------------------------------- the plain stages
     def encode(self, images: Tensor) -> tuple[Tensor, ...]:
         x = self.normalize(images)
@@ -133,11 +139,11 @@ class BiRefNet(nn.Module):
                                      align_corners=True))
         x1, x2, x3, x4 = (torch.cat([f, resize(h, f)], 1) for f, h in zip(full, half))
         x4 = torch.cat([resize(x1, x4), resize(x2, x4), resize(x3, x4), x4], 1)
-        return (x, x1, x2, x3, *self.squeeze_module[0].enter(x4))
+        return (x, x1, x2, x3, *self.squeeze.enter(x4))
 
     def start_decoder(self, x: Tensor, x1: Tensor, x2: Tensor, x3: Tensor, *squeezed: Tensor) -> tuple[Tensor, ...]:
         d = self.decoder
-        x4 = self.squeeze_module[0].leave(*squeezed)
+        x4 = self.squeeze.leave(*squeezed)
         x4 = torch.cat([x4, d.ipt_blk5(resize(image_patches(x, x4), x4))], 1)
         return (x, x1, x2, x3, *d.decoder_block4.enter(x4))
 
@@ -172,10 +178,10 @@ class BiRefNet(nn.Module):
     def stages(self) -> list[Stage]:
         """The forward as (fn, graphable, name): plain stages graphable, the five deformable
         samplings (squeeze block, decoder blocks 4..1) not. Each fn takes what the previous returned."""
-        blocks = [("squeeze", self.squeeze_module[0]), ("block4", self.decoder.decoder_block4),
+        blocks: list[tuple[str, DecoderBlock]] = [("squeeze", self.squeeze), ("block4", self.decoder.decoder_block4),
                   ("block3", self.decoder.decoder_block3), ("block2", self.decoder.decoder_block2),
                   ("block1", self.decoder.decoder_block1)]
-        plain = [("encode", self.encode), ("start_decoder", self.start_decoder), ("level4", self.level4),
+        plain: list[tuple[str, Callable[..., Any]]] = [("encode", self.encode), ("start_decoder", self.start_decoder), ("level4", self.level4),
                  ("level3", self.level3), ("level2", self.level2), ("finish", self.finish)]
         order: list[Stage] = []
         for (name, fn), (block_name, block) in zip(plain, blocks):
@@ -187,7 +193,7 @@ class BiRefNet(nn.Module):
     def forward(self, images: Tensor) -> tuple[Tensor, ...]:
         value: tuple[Tensor, ...] = (images,)
         for fn, _, _ in self.stages():
-            value = fn(*value)  # type: ignore[assignment]
+            value = fn(*value)
         return value
 
 

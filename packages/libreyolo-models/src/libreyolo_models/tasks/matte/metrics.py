@@ -72,8 +72,8 @@ def s_measure(pred: np.ndarray, gt: np.ndarray) -> float:
     h, w = gt.shape
     rows, cols = np.nonzero(gt)
     y, x = int(np.round(rows.mean())) + 1, int(np.round(cols.mean())) + 1
-    weights = (x * y / (h * w), y * (w - x) / (h * w), (h - y) * x / (h * w))
-    weights = (*weights, 1 - sum(weights))
+    first: tuple[float, ...] = (x * y / (h * w), y * (w - x) / (h * w), (h - y) * x / (h * w))
+    weights = (*first, 1 - sum(first))
     quads = ((slice(0, y), slice(0, x)), (slice(0, y), slice(x, w)), (slice(y, h), slice(0, x)), (slice(y, h), slice(x, w)))
     region = sum(wt * _region_ssim(pred[q], g[q]) for wt, q in zip(weights, quads))
     return max(0.0, 0.5 * obj + 0.5 * region)
