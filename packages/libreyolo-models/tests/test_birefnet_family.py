@@ -219,12 +219,14 @@ def test_the_segmented_runner_equals_eager_with_every_graphable_stage_replayed(l
     assert len(info.graphs) == 6 and info.replays == 12 and info.eager_calls == 10
 
 
-def test_cuda_graph_on_cpu_is_refused_with_the_documented_error() -> None:
+def test_cuda_graph_on_cpu_export_and_a_batch_of_one_are_refused() -> None:
     model = LibreYOLO("LibreBiRefNett.yaml", imgsz=64)
     with pytest.raises(NotImplementedError, match="not verified for CUDA graph inference capture"):
         model(SAMPLE_IMAGE, cuda_graph=True)
     with pytest.raises(ConfigError, match="does not export|not been exported"):
         model.export(format="onnx")
+    with pytest.raises(ConfigError, match="at least 2 images per batch"):
+        model.family.training_forward(model.net.train(), torch.zeros(1, 3, 64, 64))
 
 
 def test_loss_terms_vanish_for_a_perfect_matte_and_grow_for_a_wrong_one() -> None:

@@ -10,7 +10,7 @@ import torch
 from torch import Tensor, nn
 
 from ...contract.family import Family, LossContext, LossResult
-from ...errors import CheckpointError
+from ...errors import CheckpointError, ConfigError
 from .loss import LOSS_NAMES, pixel_losses
 from .nn import ARCHS, BiRefNet
 from .swin import SWIN
@@ -57,7 +57,16 @@ class BiRefNetFamily(Family):
         return stages
 
     def training_forward(self, net: nn.Module, images: Tensor) -> tuple[Tensor, ...]:
-        """The four logit maps, coarse to fine (all supervised)."""
+        """The four logit maps, coarse to fine (all supervised).
+
+        Raises:
+            ConfigError: a training batch of one image (per rank): the ASPP's global-pool branch
+                normalises a ``1 x 1`` map with BatchNorm, which needs two values per channel (the
+                official code swaps in no BatchNorm for batch 1, and its checkpoints have it).
+        """
+        if net.training and images.shape[0] < 2:
+            raise ConfigError(f"BiRefNet trains with at least 2 images per batch (per GPU), got {images.shape[0]}: "
+                              "its decoder's global-pool branch uses BatchNorm over a 1x1 map; use batch=2 or more")
         return net(images)
 
     def compute_loss(self, outputs: tuple[Tensor, ...], targets: Tensor, ctx: LossContext) -> LossResult:
