@@ -115,3 +115,18 @@ def test_bad_segments_are_refused(segments, match):
 def test_bad_mode_names_the_value():
     with pytest.raises(GraphConfigError, match="mode='always'"):
         SegmentedGraphRunner([Segment(lambda x: x, True)], mode="always")
+
+
+def test_verify_segmented_passes_for_faithful_replays_and_names_a_stale_segment(emulated_runner):
+    from libreyolo_cudagraph import verify_segmented
+
+    net = Deformed()
+    runner = SegmentedGraphRunner(net.segments(), make_runner=emulated_runner, watch=net, name="net")
+    a, b = torch.rand(1, 3, 8, 8), torch.rand(1, 3, 8, 8)
+    with torch.no_grad():
+        report = verify_segmented(runner, (a,), (b,))
+    assert report.ok and report.graphed and report.signature is not None and report.signature.count("|") == 2
+    cpu = SegmentedGraphRunner(net.segments(), watch=net, name="cpu")  # real runners: CPU inputs stay eager
+    with torch.no_grad():
+        refused = verify_segmented(cpu, (a,), (b,))
+    assert not refused.ok and not refused.graphed and "on cpu" in (refused.reason or "")

@@ -37,7 +37,7 @@ from .errors import (
     StaleGraphError,
 )
 from .info import GraphInfo, RunnerInfo, TrainingInfo
-from .parity import LeafResult, ParityReport, contrasting_probes, verify_parity
+from .parity import LeafResult, ParityReport, contrasting_probes, verify_parity, verify_segmented
 from .runner import GraphRunner
 from .segments import Segment, SegmentedGraphRunner
 from .split import SplitGraphRunner
@@ -90,4 +90,5 @@ __all__ = [
     "preserved_state",
     "thread_local_graphs",
     "verify_parity",
+    "verify_segmented",
 ]
