@@ -125,7 +125,7 @@ def test_verify_segmented_passes_for_faithful_replays_and_names_a_stale_segment(
     a, b = torch.rand(1, 3, 8, 8), torch.rand(1, 3, 8, 8)
     with torch.no_grad():
         report = verify_segmented(runner, (a,), (b,))
-    assert report.ok and report.graphed and report.signature is not None and report.signature.count("|") == 2
+    assert report.ok and report.graphed and report.signature is not None and report.signature.count("; ") == 2
     cpu = SegmentedGraphRunner(net.segments(), watch=net, name="cpu")  # real runners: CPU inputs stay eager
     with torch.no_grad():
         refused = verify_segmented(cpu, (a,), (b,))

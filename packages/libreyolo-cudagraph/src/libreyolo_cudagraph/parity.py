@@ -245,7 +245,7 @@ def verify_segmented(
         reason = "; ".join(f"{i.name}: " + ("; ".join(i.fallbacks) or f"{i.eager_calls} of 3 calls ran eager")
                            for i in short) or "no segment is graphed"
         return ParityReport(runner.name, graphed=False, reason=reason, atol=atol)
-    signature = " | ".join(i.graphs[0].signature for i in infos if i.graphs)
+    signature = "; ".join(f"{i.name}: {i.graphs[0].signature}" for i in infos if i.graphs)
     leaves = _compare_leaves(eager_a, eager_b, runs, atol)
     if isinstance(leaves, str):
         return ParityReport(runner.name, graphed=True, signature=signature, reason=leaves, atol=atol)
