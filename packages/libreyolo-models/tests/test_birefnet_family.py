@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -262,3 +263,15 @@ def test_segmented_graphs_are_bit_identical_to_eager_on_the_gpu() -> None:
             assert bitwise_equal(runner(x), family.inference_forward(net, x))
     info = runner.info()
     assert len(info.graphs) == 6 and not info.fallbacks
+
+
+def test_an_official_training_file_with_wrapper_prefixes_loads(tmp_path: Path) -> None:
+    """The official training saves a bare state dict, from a compiled, DDP-wrapped model: keys
+    ``module._orig_mod.*`` (its check_state_dict strips both); family and size come from the keys."""
+    torch.manual_seed(1)
+    state = BiRefNet(ARCHS["t"], IMAGENET_MEAN, IMAGENET_STD).state_dict()
+    path = tmp_path / "BiRefNet_lite-epoch_1.pth"
+    torch.save({f"module._orig_mod.{k}": v for k, v in state.items()}, path)
+    model = LibreYOLO(str(path), family="birefnet")
+    assert (model.size, model.task, model.nc) == ("t", "matte", 1)
+    assert all(torch.equal(model.net.state_dict()[k], v) for k, v in state.items())

@@ -43,6 +43,17 @@ class BiRefNetFamily(Family):
         width = int(state[_EMBED_KEY].shape[0])
         return next((size for size, arch in ARCHS.items() if SWIN[arch.backbone].embed_dim == width), None)
 
+    @classmethod
+    def remap_state(cls, state: Mapping[str, Tensor]) -> dict[str, Tensor]:
+        """Official training files may carry DDP's ``module.`` and ``torch.compile``'s ``_orig_mod.``
+        prefixes (the official ``check_state_dict`` strips both, in that order): stripped here too."""
+        out = {}
+        for key, value in state.items():
+            for prefix in ("module.", "_orig_mod."):
+                key = key.removeprefix(prefix)
+            out[key] = value
+        return out
+
     # Graph seams -------------------------------------------------------------------------
     def inference_forward(self, net: nn.Module, images: Tensor) -> Tensor:
         """``[B, 3, S, S]`` in [0, 1] -> the alpha ``[B, S, S]`` in [0, 1] (sigmoid of the finest map)."""
