@@ -1,6 +1,7 @@
 """BiRefNet: the official checkpoint layout of both sizes (the key rules written down in
 docs/families/birefnet.md, rebuilt here from the official constructors' facts alone), the
-deformable convolution's eager numerics, the stage order of the segmented graph path (equal to
+official network's eval output on filled weights (data/upstream), the deformable convolution's
+eager numerics, the stage order of the segmented graph path (equal to
 eager with every graphable stage replayed, emulated on CPU; bit-identity on a GPU is a ``cuda``
 test), the refusals, and the loss."""
 
@@ -275,3 +276,19 @@ def test_an_official_training_file_with_wrapper_prefixes_loads(tmp_path: Path) -
     model = LibreYOLO(str(path), family="birefnet")
     assert (model.size, model.task, model.nc) == ("t", "matte", 1)
     assert all(torch.equal(model.net.state_dict()[k], v) for k, v in state.items())
+
+
+@pytest.mark.parametrize("variant, atol", [("hash", 1e-3), ("sine", 1e-6)])
+def test_outputs_match_the_official_network(variant: str, atol: float) -> None:
+    """The official BiRefNet_lite's eval output on the shared fill and input (data/upstream,
+    SOURCE-birefnet.md): equal within its attention kernel's rounding (1.9e-4 on logits of scale 16
+    measured for the hash fill)."""
+    import numpy as np
+    from upstream_fill import DATA, fill_weights, vector_input
+
+    ref = np.load(DATA / f"vectors-birefnet-t{'-hash' if variant == 'hash' else ''}.npz", allow_pickle=False)
+    net = BiRefNet(ARCHS["t"], IMAGENET_MEAN, IMAGENET_STD).eval()
+    fill_weights(net, variant)
+    with torch.no_grad():
+        got = net(vector_input(128))[-1]
+    torch.testing.assert_close(got, torch.from_numpy(ref["out0"]), rtol=0, atol=atol)
