@@ -59,10 +59,13 @@ class BiRefNetFamily(Family):
         """``[B, 3, S, S]`` in [0, 1] -> the alpha ``[B, S, S]`` in [0, 1] (sigmoid of the finest map)."""
         return _alpha(*net(images))
 
-    def inference_stages(self, net: nn.Module) -> list[tuple[Callable[..., Any], bool, str]]:
+    def inference_stages(self, net: nn.Module) -> list[tuple[Callable[..., Any], bool, str]] | None:
         """``inference_forward`` as stages for the segmented graph path: the network's plain stages
-        (graphable) around its deformable samplings (eager); the last also takes the sigmoid."""
-        stages = list(net.stages())  # type: ignore[operator]
+        (graphable) around its deformable samplings (eager); the last also takes the sigmoid. None
+        for a network that is not the plain BiRefNet (a wrapped or converted copy): one graph then."""
+        if not isinstance(net, BiRefNet):
+            return None
+        stages = list(net.stages())
         last, graphed, name = stages[-1]
         stages[-1] = (lambda *state: _alpha(*last(*state)), graphed, name)
         return stages
