@@ -176,9 +176,9 @@ def test_train_val_predict_and_checkpoint(tiny_matte: Path, tmp_path: Path) -> N
 @pytest.mark.learning
 def test_birefnet_lite_learns_shapes_matte(tmp_path: Path) -> None:
     """BiRefNet-T from scratch on the bundled set at 64 px: in 6 epochs (about 4 minutes on 2 CPU
-    cores) the S-measure goes from ~0.47 to ~0.81 and the MAE from ~0.44 to ~0.13 (measured once,
-    seed 0). Not ``ci``: too long for the CI budget."""
+    cores) the S-measure goes from ~0.49 (first epoch) to ~0.84 and the MAE from ~0.43 to ~0.12
+    (measured once, seed 0). Not ``ci``: too long for the CI budget."""
     model = LibreYOLO("LibreBiRefNett.yaml", imgsz=64)
     outcome = model.train(data="shapes-matte", epochs=6, batch=8, imgsz=64, device="cpu", workers=1,
                           project=str(tmp_path), name="learn", plots=False)
-    assert outcome.metrics["metrics/S-measure"] > 0.7 and outcome.metrics["metrics/MAE"] < 0.2
+    assert outcome.metrics["metrics/S-measure"] > 0.75 and outcome.metrics["metrics/MAE"] < 0.2
