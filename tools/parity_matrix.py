@@ -69,9 +69,10 @@ def _to_device(tree: Any, device: torch.device) -> Any:  # Any: targets of any t
 def certify_one(family: str, size: str, task: str, imgsz: int | None, train_batch: int) -> dict[str, Any]:
     import torch
 
-    from libreyolo_cudagraph import compare_train_step, contrasting_probes, verify_parity
+    from libreyolo_cudagraph import compare_train_step, contrasting_probes, verify_parity, verify_segmented
     from libreyolo_models import LibreYOLO, LossContext
     from libreyolo_models.contract.family import has_training_head
+    from libreyolo_models.graphs import segmented_runner
 
     device = torch.device("cuda")
     torch.backends.cudnn.benchmark = False
@@ -89,9 +90,17 @@ def certify_one(family: str, size: str, task: str, imgsz: int | None, train_batc
     for dtype_name, dtype in (("fp32", torch.float32), ("fp16", torch.float16)):
         model.net.to(dtype)
         probe_a, probe_b = contrasting_probes((1, 3, size_px, size_px), dtype=dtype, device=device)
+        stages = model.family.inference_stages(model.net)
         with torch.inference_mode():
-            parity = verify_parity(model.inference_forward, probe_a, probe_b, watch=model.net,
-                                   name=f"{family}-{size} {dtype_name}")
+            if stages:  # multi-seam: the graphable stages replayed, the others eager (what predict runs)
+                runner = segmented_runner(stages, "on", model.net, f"{family}-{size} {dtype_name}")
+                try:
+                    parity = verify_segmented(runner, probe_a, probe_b)
+                finally:
+                    runner.release()
+            else:
+                parity = verify_parity(model.inference_forward, probe_a, probe_b, watch=model.net,
+                                       name=f"{family}-{size} {dtype_name}")
         result[f"infer_{dtype_name}"] = {"ok": parity.ok, "summary": parity.summary()}
     del model
     torch.cuda.empty_cache()

@@ -203,3 +203,41 @@ def test_auto_mode_captures_on_second_sight_within_two_seconds():
         runner(x)
     (graph,) = runner.info().graphs
     assert graph.capture_ms < 2000, graph
+
+
+def _deformed_segments():
+    from test_cg_segments import Deformed
+
+    return Deformed().cuda()
+
+
+def test_segmented_runner_is_bit_identical_to_eager_with_eager_seams_between_graphs():
+    """Multi-seam capture on the GPU: three graphed segments, two eager sampling seams."""
+    from libreyolo_cudagraph import SegmentedGraphRunner
+
+    net = _deformed_segments()
+    runner = SegmentedGraphRunner(net.segments(), watch=net, name="deformed")
+    with torch.inference_mode():
+        for _ in range(3):
+            x = torch.rand(2, 3, 32, 32, device="cuda")
+            assert bitwise_equal(runner(x), net(x))
+    info = runner.info()
+    assert len(info.graphs) == 3 and info.replays >= 6 and not info.fallbacks
+
+
+def test_records_whether_deform_conv2d_captures_on_this_torch():
+    """Not a requirement (BiRefNet keeps deform_conv2d eager either way): records, in the test's
+    output, whether torchvision's deform_conv2d records into a CUDA graph and replays bit for bit
+    on this torch / torchvision, so the split can be narrowed later from a measured fact."""
+    deform_conv2d = pytest.importorskip("torchvision.ops").deform_conv2d
+    x = torch.rand(1, 4, 16, 16, device="cuda")
+    offset = torch.randn(1, 18, 16, 16, device="cuda")
+    weight = torch.randn(4, 4, 3, 3, device="cuda")
+    runner = GraphRunner(lambda a, o: deform_conv2d(a, o, weight, padding=(1, 1)), name="deform_conv2d")
+    with torch.inference_mode():
+        got = runner(x, offset)
+        expected = deform_conv2d(x, offset, weight, padding=(1, 1))
+    captured = bool(runner.info().graphs)
+    print(f"deform_conv2d capture on torch {torch.__version__}: captured={captured} "
+          f"bitwise={bitwise_equal(got, expected)} fallbacks={dict(runner.info().fallbacks)}")
+    assert torch.allclose(got, expected)

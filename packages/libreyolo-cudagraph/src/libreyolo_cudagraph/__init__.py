@@ -5,7 +5,7 @@ Three layers, each usable alone:
 - capture primitives: :data:`capture_lock`, :func:`thread_local_graphs`,
   :func:`graphed_callables`, :func:`preserved_state`;
 - runners: :class:`GraphRunner` (inference), :class:`SplitGraphRunner` (graph a prefix, run
-  the tail eagerly), :class:`GraphedTraining` (forward+backward once a shape repeats);
+  the tail eagerly), :class:`SegmentedGraphRunner` (graphed and eager segments in turn), :class:`GraphedTraining` (forward+backward once a shape repeats);
 - parity: :func:`verify_parity`, :func:`certify_in_subprocess`, :func:`compare_train_step`,
   :func:`compare_training_runs` (N steps, classed against eager's own noise).
 
@@ -37,8 +37,9 @@ from .errors import (
     StaleGraphError,
 )
 from .info import GraphInfo, RunnerInfo, TrainingInfo
-from .parity import LeafResult, ParityReport, contrasting_probes, verify_parity
+from .parity import LeafResult, ParityReport, contrasting_probes, verify_parity, verify_segmented
 from .runner import GraphRunner
+from .segments import Segment, SegmentedGraphRunner
 from .split import SplitGraphRunner
 from .state import preserved_state
 from .train_numerics import NumericsClass, NumericsReport, compare_training_runs
@@ -68,6 +69,8 @@ __all__ = [
     "ParityError",
     "ParityReport",
     "RunnerInfo",
+    "Segment",
+    "SegmentedGraphRunner",
     "SplitGraphRunner",
     "StaleGraphError",
     "TensorVerdict",
@@ -87,4 +90,5 @@ __all__ = [
     "preserved_state",
     "thread_local_graphs",
     "verify_parity",
+    "verify_segmented",
 ]

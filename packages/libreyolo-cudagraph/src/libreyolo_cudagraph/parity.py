@@ -26,6 +26,7 @@ from torch import Tensor, nn
 from .compare import bitwise_equal, max_abs_diff
 from .errors import ParityError
 from .runner import GraphRunner
+from .segments import SegmentedGraphRunner
 from .state import preserved_state
 from .tree import flatten, leaf_paths
 
@@ -210,6 +211,41 @@ def verify_with(
         reason = "; ".join(info.fallbacks) or f"{info.eager_calls} of 3 graphed calls ran eager"
         return ParityReport(runner.name, graphed=False, reason=reason, atol=atol)
     signature = info.graphs[0].signature if info.graphs else None
+    leaves = _compare_leaves(eager_a, eager_b, runs, atol)
+    if isinstance(leaves, str):
+        return ParityReport(runner.name, graphed=True, signature=signature, reason=leaves, atol=atol)
+    return ParityReport(runner.name, graphed=True, leaves=leaves, signature=signature, atol=atol)
+
+
+def verify_segmented(
+    runner: SegmentedGraphRunner, probe_a: Sequence[Tensor], probe_b: Sequence[Tensor], *, atol: float = 0.0
+) -> ParityReport:
+    """:func:`verify_parity` for a multi-seam runner: the segments called in order (eager) against
+    the runner (graphed segments replayed, eager ones run), on two probes and probe A again. Every
+    graphed segment must serve all three calls from its graph. The caller releases the runner."""
+    def eager(*inputs: Tensor) -> Any:
+        value: Any = inputs
+        for segment in runner.segments:
+            value = segment.fn(*(tuple(value) if isinstance(value, tuple | list) else (value,)))
+        return value
+
+    watch = runner.watch
+    with _grad_off():
+        with preserved_state(watch):
+            eager_a = eager(*probe_a)
+        with preserved_state(watch):
+            eager_b = eager(*probe_b)
+        runs = []
+        for probe in (probe_a, probe_b, probe_a):
+            with preserved_state(watch):
+                runs.append(runner(*probe))
+    infos = runner.segment_infos()
+    short = [i for i in infos if i.replays != 3 or i.eager_calls]
+    if not infos or short:
+        reason = "; ".join(f"{i.name}: " + ("; ".join(i.fallbacks) or f"{i.eager_calls} of 3 calls ran eager")
+                           for i in short) or "no segment is graphed"
+        return ParityReport(runner.name, graphed=False, reason=reason, atol=atol)
+    signature = "; ".join(f"{i.name}: {i.graphs[0].signature}" for i in infos if i.graphs)
     leaves = _compare_leaves(eager_a, eager_b, runs, atol)
     if isinstance(leaves, str):
         return ParityReport(runner.name, graphed=True, signature=signature, reason=leaves, atol=atol)

@@ -20,7 +20,7 @@ import torch
 from .errors import ConfigError
 
 if TYPE_CHECKING:
-    from libreyolo_cudagraph import GraphedTraining, GraphRunner
+    from libreyolo_cudagraph import GraphedTraining, GraphRunner, SegmentedGraphRunner
 
     from .compiled import CompiledForward
     from .handle import ModelHandle
@@ -58,15 +58,15 @@ class ModelGraphs:
 
     def __init__(self, model: ModelHandle) -> None:
         self._model = model
-        self.inference: GraphRunner | None = None
-        self.fused_inference: GraphRunner | None = None
+        self.inference: GraphRunner | SegmentedGraphRunner | None = None
+        self.fused_inference: GraphRunner | SegmentedGraphRunner | None = None
         self.training: GraphedTraining | None = None
         self.compiled: dict[tuple[int, str], CompiledForward] = {}  # (id(net), mode) -> compiled forward
         self._runner_compile: dict[bool, str | None] = {False: None, True: None}  # what each runner replays
         self.last_invalidation: str | None = None
 
     def inference_runner(self, mode: str, net: torch.nn.Module | None = None, compile: str | None = None
-                         ) -> GraphRunner:
+                         ) -> GraphRunner | SegmentedGraphRunner:
         """The runner of ``net``'s inference seam (``model.net`` by default, or its fused copy),
         created on first use, switched to ``mode``; ``compile``: a ``torch.compile`` mode whose
         kernels it captures (``compiled``), None for the eager ones."""
@@ -81,11 +81,13 @@ class ModelGraphs:
             runner = None
         if runner is None:
             target = net if fused and net is not None else model.net
-            forward = self.inference_forward(target, compile)
-            runner = GraphRunner(forward, mode=mode, max_graphs=MAX_GRAPHS,  # type: ignore[arg-type]
-                                 copy_outputs=True, watch=target,
-                                 name=f"{model.spec.name}-{model.size}{'-fused' if fused else ''}"
-                                      f"{f'-compiled-{compile}' if compile else ''}")
+            name = f"{model.spec.name}-{model.size}{'-fused' if fused else ''}{f'-compiled-{compile}' if compile else ''}"
+            stages = model.family.inference_stages(target) if compile is None else None
+            if stages:
+                runner = segmented_runner(stages, mode, target, name)
+            else:
+                runner = GraphRunner(self.inference_forward(target, compile), mode=mode,  # type: ignore[arg-type]
+                                     max_graphs=MAX_GRAPHS, copy_outputs=True, watch=target, name=name)
             self._runner_compile[fused] = compile
             if fused:
                 self.fused_inference = runner
@@ -186,6 +188,17 @@ class ModelGraphs:
                                 "pool_bytes": g.pool_bytes, "fused": fused} for g in runner_info.graphs]
             info["fallbacks"].update(runner_info.fallbacks)
         return info
+
+
+def segmented_runner(stages: list[tuple[Callable[..., Any], bool, str]], mode: str, net: torch.nn.Module,
+                     name: str) -> SegmentedGraphRunner:
+    """A multi-seam runner over a family's ``inference_stages`` (graphable stages replayed, the
+    others eager); it answers the same calls as a ``GraphRunner``. Its first stage receives the
+    images as predict hands them over (the families that declare stages take float images)."""
+    from libreyolo_cudagraph import Segment, SegmentedGraphRunner
+
+    segments = [Segment(fn, graphed, stage) for fn, graphed, stage in stages]
+    return SegmentedGraphRunner(segments, mode=mode, max_graphs=MAX_GRAPHS, copy_outputs=True, watch=net, name=name)
 
 
 def forward_for_predict(model: ModelHandle, request: GraphRequest, net: torch.nn.Module | None = None,

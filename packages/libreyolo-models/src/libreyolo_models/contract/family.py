@@ -134,6 +134,14 @@ class Family(abc.ABC):
     def training_forward(self, net: nn.Module, images: Tensor) -> TensorTree:
         """Training seam: images -> what ``compute_loss`` reads (the network half only)."""
 
+    def inference_stages(self, net: nn.Module) -> list[tuple[Callable[..., Any], bool, str]] | None:
+        """Multi-seam capture: ``inference_forward`` as ``(fn, graphable, name)`` stages, each fn
+        taking what the previous returned (a tuple is spread), the first the images; graph
+        capture then replays the graphable stages and runs the others eagerly (an op inside the
+        network that must stay eager, e.g. a deformable convolution). Default None: the whole
+        seam is one graph."""
+        return None
+
     def training_head(self, net: nn.Module, outputs: Any, targets: Any) -> Any:
         """Split capture: network work that depends on the targets, run eagerly after the captured
         ``training_forward`` and inside the same (DDP-wrapped) module, e.g. a DETR decoder whose

@@ -20,7 +20,8 @@ if TYPE_CHECKING:
 # Weight-file suffix per task, as upstream names its files (detect has none).
 TASK_SUFFIXES = {"detect": "", "segment": "-seg", "semantic": "-sem", "pose": "-pose",
                  "classify": "-cls", "obb": "-obb", "point": "-point", "restore": "-restore", "depth": "-depth",
-                 "prompt-segment": "-promptseg", "ocr": "-ocr"}
+                 "prompt-segment": "-promptseg", "ocr": "-ocr",
+                 "matte": "-matte"}
 
 # Recipe values counted in epochs, which ``TaskDecl.recipe_shares`` may cap to a share of the run.
 RUN_LENGTH_KEYS = ("warmup_epochs", "close_mosaic")

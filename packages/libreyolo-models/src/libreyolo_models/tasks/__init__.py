@@ -9,6 +9,7 @@ from .base import EvalSettings, Prepared, Task, TaskMetrics
 from .classify.task import ClassifyOptions, ClassifyTask
 from .depth.task import DepthTask
 from .detect.task import DetectOptions, DetectTask
+from .matte.task import MatteTask
 from .ocr.task import OcrTask
 from .point.task import PointOptions, PointTask
 from .pose.task import PoseTask
@@ -20,7 +21,7 @@ from .semantic.task import SemanticTask
 
 TASKS: dict[str, Task] = {task.name: task for task in (DetectTask(), SemanticTask(), ClassifyTask(), SegmentTask(),
                                                        PoseTask(), PointTask(), RestoreTask(), DepthTask(),
-                                                       PromptSegmentTask(), OcrTask())}
+                                                       PromptSegmentTask(), OcrTask(), MatteTask())}
 RESULTS_FIELDS.update(task.results_field for task in TASKS.values())
 
 _extra: dict[str, Task] = {}
@@ -61,5 +62,6 @@ def get_task(name: str) -> Task:
 
 
 __all__ = ["TASKS", "ClassifyOptions", "ClassifyTask", "DepthTask", "DetectOptions", "DetectTask", "EvalSettings",
-           "OcrTask", "PointOptions", "PointTask", "PoseTask", "Prepared", "PromptSegmentTask", "RestoreTask", "SegmentTask",
-           "SemanticTask", "Task", "TaskMetrics", "get_task", "register_task", "tasks", "unregister_task"]
+           "MatteTask", "OcrTask", "PointOptions", "PointTask", "PoseTask", "Prepared", "PromptSegmentTask",
+           "RestoreTask", "SegmentTask", "SemanticTask", "Task", "TaskMetrics", "get_task", "register_task", "tasks",
+           "unregister_task"]

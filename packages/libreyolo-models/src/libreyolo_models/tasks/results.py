@@ -290,11 +290,15 @@ class Results:
                                conf=conf, line_width=line_width, ids=ids, trails=self.trails)
 
     def save(self, filename: str | Path) -> Path:
-        """Write the annotated image (format from the suffix); returns the path."""
+        """Write the annotated image (format from the suffix); returns the path. A task content with
+        a ``save(path, image)`` of its own (a matte: the RGBA cut-out and the alpha) writes instead."""
         from PIL import Image
 
         path = Path(filename).expanduser()
         path.parent.mkdir(parents=True, exist_ok=True)
+        writer = getattr(self._content(), "save", None) if self.boxes is None else None
+        if callable(writer):
+            return Path(writer(path, self.orig_img))
         Image.fromarray(self.plot()).save(path)
         return path
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from ..config import suggest
 from ..contract.spec import TASK_SUFFIXES, FamilySpec
 from ..errors import ConfigError, UnknownFamilyError
+from ..families.birefnet.spec import SPEC as BIREFNET
 from ..families.convnext.spec import SPEC as CONVNEXT
 from ..families.damoyolo.spec import SPEC as DAMOYOLO
 from ..families.deim.spec import SPEC as DEIM
@@ -46,7 +47,7 @@ BUILTIN: dict[str, FamilySpec] = {spec.name: spec for spec in (YOLO9, YOLOX, RTM
                                                                 EFFICIENTNETV2, CONVNEXT, MOBILENETV4, YOLO9_E2E,
                                                                 DAMOYOLO, YOLO7, RFDETR, EC, DFINE, DEIM,
                                                                 RTDETRV4, RTDETRV2, DEIMV2, YOLONAS, PICODET,
-                                                                FOMO, NAFNET, DEPTHANYTHING, SAM, PPOCR)}
+                                                                FOMO, NAFNET, DEPTHANYTHING, SAM, PPOCR, BIREFNET)}
 
 _extra: dict[str, FamilySpec] = {}
 

@@ -1,0 +1,1 @@
+"""BiRefNet: bilateral-reference dichotomous segmentation / matting (Swin backbone, deformable decoder)."""
