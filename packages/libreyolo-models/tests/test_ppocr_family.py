@@ -118,16 +118,15 @@ def test_converted_angle_classifier_matches_onnxruntime_and_turns_upside_down_li
 
 
 def test_converted_model_reads_a_rendered_page(converted: tuple[PPOCRNet, Path], tmp_path: Path) -> None:
-    """The whole pipeline on real weights: boxes in reading order, each line read exactly."""
+    """The whole pipeline on real weights, converted by the user's command's function: boxes in
+    reading order, each line read exactly."""
     pytest.importorskip("cv2")
     from PIL import Image, ImageDraw
 
-    from libreyolo_models.families.ppocr.onnx_weights import convert
+    from libreyolo_models.convert import convert_ppocr
 
     _, folder = converted
-    model = LibreYOLO("LibrePPOCRm.yaml")
-    convert(folder / DET, folder / REC, folder / CLS, model.net)
-    saved = model.save(tmp_path / "LibrePPOCRm.pt")
+    saved = convert_ppocr(folder, tmp_path / "LibrePPOCRm.pt")
     page = Image.new("RGB", (480, 160), "white")
     draw = ImageDraw.Draw(page)
     font = text_font(28)
@@ -326,3 +325,21 @@ def test_onnx_parameter_selection_follows_the_exported_patterns(tmp_path: Path) 
     for got, name in zip(params, expected):
         np.testing.assert_array_equal(got.ravel(), consts[name].ravel())
     assert meta == {"character": "a\nb"}
+
+
+def test_missing_weights_name_the_converter(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from libreyolo_models.hub import WeightsNotFoundError
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(WeightsNotFoundError, match=r"nc=\.\.\.\)\. PP-OCR's weights are made from RapidOCR's ONNX files: "
+                                                   r"python -m libreyolo_models.convert ppocr"):
+        LibreYOLO("LibrePPOCRm.pt")
+
+
+def test_the_converter_command_names_missing_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from libreyolo_models.convert import main
+
+    assert main(["ppocr", "--models", str(tmp_path), "--out", str(tmp_path / "x.pt")]) == 2
+    err = capsys.readouterr().err
+    assert "ch_PP-OCRv4_det_infer.onnx" in err and "not found" in err and not (tmp_path / "x.pt").exists()

@@ -153,7 +153,7 @@ def resolve_weights(name: str | Path, *, entry: WeightsEntry | None, untrained_h
         f"weights {str(name)!r} not found; looked in: {'; '.join(looked)}. "
         f"Check the name or your network connection, put the file in {str(weights_dir())!r} "
         f"(or set ${WEIGHTS_DIR_ENV}), or build an untrained model of this architecture with "
-        f"{untrained_hint}.")
+        f"{untrained_hint.rstrip('.')}.")
 
 
 class HubDownloadError(OSError):

@@ -165,6 +165,8 @@ class FamilySpec:
             (imported on first use, so the declaration stays free of torch), or a class, or a
             function returning it (a family defined in a test or a plugin).
         summary: one line for ``libreyolo info`` listings.
+        weights_note: where weights come from when none are published in our format (an official
+            download to load by path, a converter), said when a weights file is not found.
     """
 
     name: str
@@ -181,6 +183,7 @@ class FamilySpec:
     sync_bn_default: bool = True
     weights: tuple[WeightsEntry, ...] = ()
     summary: str = ""
+    weights_note: str = ""
 
     def __post_init__(self) -> None:
         if self.default_size not in self.sizes:

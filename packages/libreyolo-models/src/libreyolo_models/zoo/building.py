@@ -139,7 +139,8 @@ def _from_weights(model: str | Path, wanted: FamilySpec | None, *, task: str | N
             raise  # a family's name with a size or task it does not have: say so, don't download
     family_hint = wanted or (guess.family if guess else None)
     entry = guess.family.weights_entry(guess.size, guess.task) if guess else None
-    path = resolve_weights(model, entry=entry, untrained_hint=_untrained_hint(guess, family_hint))
+    note = f". {family_hint.weights_note}" if family_hint is not None and family_hint.weights_note else ""
+    path = resolve_weights(model, entry=entry, untrained_hint=_untrained_hint(guess, family_hint) + note)
     ckpt = load_checkpoint(path)
     spec = _checkpoint_family(ckpt, family_hint, path)
     ckpt_task = str(ckpt.get("task") or task or (guess.task if guess and guess.family is spec else spec.default_task))

@@ -28,7 +28,7 @@ _DET_KEY = "det.backbone.stem.weight"
 _CLASSES_KEY = "rec.classifier.weight"
 _INFERENCE_ONLY = ("PP-OCR is pretrained-only here: training its detector (DB loss) and recogniser (CTC with "
                    "synthetic text) is not implemented; convert the published weights with "
-                   "tools/convert_ppocr.py and use predict")
+                   "python -m libreyolo_models.convert ppocr and use predict")
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ SPEC = FamilySpec(
             train_capture=False,
             exportable=False,
             export_note=("PP-OCR is two networks with eager work between them (DB boxes, perspective crops, "
-                         "CTC decoding); the published ONNX files are the export: tools/convert_ppocr.py reads them"),
+                         "CTC decoding); the published ONNX files are the export: python -m libreyolo_models.convert ppocr reads them"),
         ),
     },
     implementation="libreyolo_models.families.ppocr.family:PPOCRFamily",
@@ -28,4 +28,6 @@ SPEC = FamilySpec(
     ddp_autospawn=False,  # inference only
     sync_bn_default=False,
     summary="PP-OCRv4 mobile text detection (DB) and recognition (SVTR + CTC), converted from RapidOCR's ONNX files",
+    weights_note=("PP-OCR's weights are made from RapidOCR's ONNX files: python -m libreyolo_models.convert ppocr "
+                  "--models <rapidocr_onnxruntime/models> --out LibrePPOCRm.pt"),
 )

@@ -33,4 +33,7 @@ SPEC = FamilySpec(
     sync_bn_default=False,  # no BatchNorm
     summary="Segment Anything (ViT-B/L/H image encoder + prompt encoder + mask decoder; Meta's key layout; "
             "points/boxes prompts; inference only)",
+    weights_note=("SAM's weights are Meta's files (sam_vit_b_01ec64.pth, sam_vit_l_0b3195.pth, sam_vit_h_4b8939.pth "
+                  "from the segment-anything repository's README), loaded by path as they are: "
+                  "LibreYOLO('sam_vit_b_01ec64.pth', family='sam')"),
 )
