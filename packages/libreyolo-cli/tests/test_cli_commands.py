@@ -40,6 +40,7 @@ def test_info_without_a_model_lists_every_family(capsys: pytest.CaptureFixture[s
     assert main(["info"]) == EXIT_OK
     out = capsys.readouterr().out
     assert "yolo9" in out and "t,s,m,c" in out and "LibreYOLO9t.pt" in out
+    assert "prompt-segment  b,l,h" in out  # every column at least as wide as its longest entry
     assert main(["info", "--json"]) == EXIT_OK
     rows = json.loads(capsys.readouterr().out)
     yolo9 = next(r for r in rows if r["family"] == "yolo9")

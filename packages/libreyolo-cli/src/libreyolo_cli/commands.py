@@ -114,15 +114,16 @@ def _list_families(as_json: bool) -> int:
         print(json.dumps(rows, indent=2))
         return 0
     # Columns as wide as their longest entry (RT-DETR lists seven sizes, "efficientnetv2" is a
-    # long family name), at least the header's.
+    # long family name, "prompt-segment" a long task), at least the header's.
     fw = max(10, *(len(r["family"]) + 2 for r in rows))
+    tw = max(10, *(len(r["task"]) + 2 for r in rows))
     sw = max(22, *(len(",".join(r["sizes"])) + 2 for r in rows))
     ww = max(22, *(len(r["weights"]) + 2 for r in rows))
-    header = f"{'family':<{fw}}{'task':<10}{'sizes':<{sw}}{'example':<{ww}}{'imgsz':>6}  graphs(predict/train)  spawn"
+    header = f"{'family':<{fw}}{'task':<{tw}}{'sizes':<{sw}}{'example':<{ww}}{'imgsz':>6}  graphs(predict/train)  spawn"
     print(header)
     for r in rows:
         graphs = f"{'yes' if r['cuda_graph_predict'] else 'no'}/{'yes' if r['cuda_graph_train'] else 'no'}"
-        print(f"{r['family']:<{fw}}{r['task']:<10}{','.join(r['sizes']):<{sw}}{r['weights']:<{ww}}{r['imgsz']:>6}  "
+        print(f"{r['family']:<{fw}}{r['task']:<{tw}}{','.join(r['sizes']):<{sw}}{r['weights']:<{ww}}{r['imgsz']:>6}  "
               f"{graphs:<21}  {'yes' if r['multi_gpu_spawn'] else 'torchrun'}")
     print("\nlibreyolo info model=<weights or .yaml> describes one model.")
     return 0
