@@ -96,6 +96,20 @@ def test_each_logger_reports_a_run_through_its_package(cls, module, expected, st
         assert ("Task.set_offline", (), {"offline_mode": True}) in calls
 
 
+def test_an_online_comet_run_keeps_its_fallback_copy_in_the_run_folder(stand_in, tmp_path, monkeypatch) -> None:
+    """comet_ml writes an offline copy when the connection drops; without a folder it would go to
+    the working directory (``.cometml-runs``)."""
+    monkeypatch.setenv("COMET_API_KEY", "key")
+    monkeypatch.delenv("COMET_MODE", raising=False)
+    calls = stand_in("comet_ml")
+    logger = CometLogger(TrainConfig(data="shapes", comet=True))
+    for event in _events(tmp_path):
+        logger(event)
+    config = next(kw for name, _, kw in calls if name == "ExperimentConfig")
+    start = next(kw for name, _, kw in calls if name == "start")
+    assert start["online"] is True and config["offline_directory"] == str(tmp_path / "comet")
+
+
 def test_the_flags_switch_the_loggers_on() -> None:
     assert {"comet", "clearml", "dvclive"} <= set(LOGGERS)
     assert LOGGERS["comet"] is CometLogger and TrainConfig(data="shapes", dvclive=True).dvclive

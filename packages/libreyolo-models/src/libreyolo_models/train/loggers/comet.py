@@ -35,7 +35,9 @@ class CometLogger(ServiceLogger):
         online = comet_online()
         folder = os.environ.get("COMET_OFFLINE_DIRECTORY") or str(Path(event.run_dir) / "comet")
         project = os.environ.get("COMET_PROJECT_NAME") or Path(self.cfg.project).name or "libreyolo"
-        config = comet.ExperimentConfig(name=Path(event.run_dir).name, offline_directory=None if online else folder,
+        # An online run gets the folder too: when the connection drops, comet_ml's fallback
+        # streamer writes its offline copy there instead of into the working directory.
+        config = comet.ExperimentConfig(name=Path(event.run_dir).name, offline_directory=folder,
                                         log_code=False, log_graph=False, parse_args=False, auto_output_logging=False,
                                         auto_metric_logging=False, auto_param_logging=False, log_env_gpu=False,
                                         display_summary_level=0)
