@@ -10,57 +10,29 @@ reader or metric here implements; those verbs say so.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from ...errors import ConfigError
-from ..base import Batch, EvalSettings, Prepared, Task, TaskMetrics, TrainOptions
+from ..base import Prepared
+from ..predict_only import PredictOnlyTask
 from ..results import Results
 from .depth_map import DepthMap
 from .resize import depth_to_picture, network_size, resize_picture
-
-if TYPE_CHECKING:
-    from ...data.cache_store import CacheSetting
-    from ..base import ModelView
 
 _PREDICT_ONLY = ("the depth task predicts only: depth datasets, training and validation (scale-and-shift aligned "
                  "AbsRel / delta1) are not implemented yet; use model.predict(...)")
 
 
-def _refuse() -> NoReturn:
-    raise ConfigError(_PREDICT_ONLY)
-
-
-class DepthTask(Task):
+class DepthTask(PredictOnlyTask):
     name: ClassVar[str] = "depth"
-    fitness_name: ClassVar[str] = "none (inference only)"
     results_field: ClassVar[str] = "depth"
     reduced_decode: ClassVar[bool] = False  # resized from the full picture (cubic), as published
-
-    def load_data(self, data: Any) -> Any:
-        _refuse()
-
-    def load_split(self, data: Any, split: str) -> Any:
-        _refuse()
-
-    def train_pipeline(self, index: Any, *, imgsz: int, batch_size: int, device: torch.device,
-                       cfg: TrainOptions, workers: int) -> Any:
-        _refuse()
-
-    def val_pipeline(self, index: Any, *, imgsz: int, batch_size: int, device: torch.device, workers: int,
-                     cache: CacheSetting) -> Iterable[Batch]:
-        _refuse()
-
-    def evaluate(self, model: ModelView, forward: Callable[[Tensor], Any], pipeline: Iterable[Batch], *,
-                 settings: EvalSettings, progress: bool) -> TaskMetrics:
-        _refuse()
-
-    def empty_best(self) -> dict[str, float]:
-        return {}
+    predict_only: ClassVar[str] = _PREDICT_ONLY
 
     def postprocess_options(self, options: Mapping[str, Any]) -> None:
         if options.get("classes") is not None:

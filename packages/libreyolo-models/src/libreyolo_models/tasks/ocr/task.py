@@ -9,8 +9,8 @@ Datasets, training and validation are not part of this task yet (they say so).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -18,21 +18,14 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ...errors import ConfigError
-from ..base import Batch, EvalSettings, Prepared, Task, TaskMetrics, TrainOptions
+from ..base import Prepared
+from ..predict_only import PredictOnlyTask
 from ..results import Results
 from .text_lines import TextLines
-
-if TYPE_CHECKING:
-    from ...data.cache_store import CacheSetting
-    from ..base import ModelView
 
 _PREDICT_ONLY = ("the ocr task predicts only: text datasets, training and validation (word accuracy, detection "
                  "H-mean) are not implemented yet; use model.predict(...)")
 MULTIPLE = 32
-
-
-def _refuse() -> NoReturn:
-    raise ConfigError(_PREDICT_ONLY)
 
 
 def network_size(h: int, w: int, imgsz: int) -> tuple[int, int]:
@@ -51,32 +44,11 @@ def resize_picture(pixels: Tensor, size: tuple[int, int]) -> Tensor:
     return chw[0]
 
 
-class OcrTask(Task):
+class OcrTask(PredictOnlyTask):
     name: ClassVar[str] = "ocr"
-    fitness_name: ClassVar[str] = "none (inference only)"
     results_field: ClassVar[str] = "ocr"
     reduced_decode: ClassVar[bool] = False  # lines are cut from the full picture
-
-    def load_data(self, data: Any) -> Any:
-        _refuse()
-
-    def load_split(self, data: Any, split: str) -> Any:
-        _refuse()
-
-    def train_pipeline(self, index: Any, *, imgsz: int, batch_size: int, device: torch.device,
-                       cfg: TrainOptions, workers: int) -> Any:
-        _refuse()
-
-    def val_pipeline(self, index: Any, *, imgsz: int, batch_size: int, device: torch.device, workers: int,
-                     cache: CacheSetting) -> Iterable[Batch]:
-        _refuse()
-
-    def evaluate(self, model: ModelView, forward: Callable[[Tensor], Any], pipeline: Iterable[Batch], *,
-                 settings: EvalSettings, progress: bool) -> TaskMetrics:
-        _refuse()
-
-    def empty_best(self) -> dict[str, float]:
-        return {}
+    predict_only: ClassVar[str] = _PREDICT_ONLY
 
     def postprocess_options(self, options: Mapping[str, Any]) -> dict[str, float]:
         """``conf`` is the text confidence floor (default 0.5, as RapidOCR's ``text_score``)."""

@@ -9,8 +9,8 @@ Datasets, training and validation are not part of this task: those verbs say so.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -18,52 +18,24 @@ from torch import Tensor
 
 from ...contract.prompts import PromptPrediction, Prompts
 from ...errors import ConfigError
-from ..base import Batch, EvalSettings, Prepared, Task, TaskMetrics, TrainOptions
+from ..base import Prepared
+from ..predict_only import PredictOnlyTask
 from ..results import Results
 from .prompt_masks import PromptMasks
 from .prompt_options import parse_prompts
 from .resize import square_input
-
-if TYPE_CHECKING:
-    from ...data.cache_store import CacheSetting
-    from ..base import ModelView
 
 _PREDICT_ONLY = ("the prompt-segment task predicts only: a prompt-segment model (SAM) is pretrained-only here, so "
                  "datasets, training and validation are not implemented; use model.predict(source, points=[[x, y]]) "
                  "or boxes=[[x1, y1, x2, y2]]")
 
 
-def _refuse() -> NoReturn:
-    raise ConfigError(_PREDICT_ONLY)
-
-
-class PromptSegmentTask(Task):
+class PromptSegmentTask(PredictOnlyTask):
     name: ClassVar[str] = "prompt-segment"
-    fitness_name: ClassVar[str] = "none (inference only)"
     results_field: ClassVar[str] = "masks"
     reduced_decode: ClassVar[bool] = False  # resized from the full picture, as published
     prompted: ClassVar[bool] = True
-
-    def load_data(self, data: Any) -> Any:
-        _refuse()
-
-    def load_split(self, data: Any, split: str) -> Any:
-        _refuse()
-
-    def train_pipeline(self, index: Any, *, imgsz: int, batch_size: int, device: torch.device,
-                       cfg: TrainOptions, workers: int) -> Any:
-        _refuse()
-
-    def val_pipeline(self, index: Any, *, imgsz: int, batch_size: int, device: torch.device, workers: int,
-                     cache: CacheSetting) -> Iterable[Batch]:
-        _refuse()
-
-    def evaluate(self, model: ModelView, forward: Callable[[Tensor], Any], pipeline: Iterable[Batch], *,
-                 settings: EvalSettings, progress: bool) -> TaskMetrics:
-        _refuse()
-
-    def empty_best(self) -> dict[str, float]:
-        return {}
+    predict_only: ClassVar[str] = _PREDICT_ONLY
 
     def postprocess_options(self, options: Mapping[str, Any]) -> Prompts:
         if options.get("classes") is not None:
