@@ -38,7 +38,9 @@ def test_without_the_extension_the_package_loader_runs(monkeypatch: pytest.Monke
 
 
 def test_no_torchvision_on_the_path_means_no_direct_load(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(nms_kernel.importlib.util, "find_spec", lambda name: None)
+    from libreyolo_models.layers import torchvision_library
+
+    monkeypatch.setattr(torchvision_library.importlib.util, "find_spec", lambda name: None)
     assert nms_kernel._load_extension() is False
 
 

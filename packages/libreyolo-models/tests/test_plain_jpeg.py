@@ -87,6 +87,18 @@ def test_a_truncated_jpeg_is_still_reported(tmp_path: Path) -> None:
         read_image_file(path)
 
 
+def test_the_decoder_loads_without_importing_torchvision() -> None:
+    """Importing torchvision imports torch._dynamo (seconds of CPU); the decoder's library alone
+    does not (test_import_cost checks a whole CPU training run)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, numpy; from libreyolo_models.data import plain_jpeg; "
+            "print(plain_jpeg._decoder() is not None, 'torchvision' in sys.modules, 'torch._dynamo' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert done.stdout.split() == ["True", "False", "False"]
+
+
 def test_without_torchvisions_decoder_pil_decodes_the_same(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "p.jpg"
     photo().save(path, "JPEG", quality=90)

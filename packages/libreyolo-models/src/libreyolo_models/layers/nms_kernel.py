@@ -14,12 +14,12 @@ instead: slower, and it names the problem when torch and torchvision do not matc
 from __future__ import annotations
 
 import functools
-import importlib.machinery
-import importlib.util
 import logging
 
 import torch
 from torch import Tensor
+
+from .torchvision_library import load_torchvision_library
 
 log = logging.getLogger(__name__)
 
@@ -51,24 +51,11 @@ def _cuda_matches() -> bool:
 
 def _load_extension() -> bool:
     """Load torchvision's operator library directly; False when it is not there or will not load."""
-    spec = importlib.util.find_spec("torchvision")  # finds the package without importing it
-    if spec is None or not spec.submodule_search_locations:
+    origin = load_torchvision_library(_EXTENSIONS, _registered)
+    if origin is None:
         return False
-    folder = next(iter(spec.submodule_search_locations))
-    finder = importlib.machinery.FileFinder(
-        folder, (importlib.machinery.ExtensionFileLoader, importlib.machinery.EXTENSION_SUFFIXES))
-    for name in _EXTENSIONS:
-        found = finder.find_spec(name)
-        if found is None or not found.origin:
-            continue
-        try:
-            torch.ops.load_library(found.origin)
-        except OSError:
-            continue
-        if _registered():
-            log.debug("NMS: loaded torchvision's operators from %s", found.origin)
-            return _cuda_matches()
-    return False
+    log.debug("NMS: loaded torchvision's operators from %s", origin)
+    return _cuda_matches()
 
 
 @functools.cache
