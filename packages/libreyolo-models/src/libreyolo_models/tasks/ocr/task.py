@@ -19,6 +19,7 @@ from torch import Tensor
 
 from ...errors import ConfigError
 from ..base import Prepared
+from ..padded_batch import padded_batch
 from ..predict_only import PredictOnlyTask
 from ..results import Results
 from .text_lines import TextLines
@@ -67,17 +68,8 @@ class OcrTask(PredictOnlyTask):
                       orig_shapes: Sequence[tuple[int, int]] | None = None) -> tuple[Tensor, list[Any]]:
         """Each picture resized on ``device`` to its own size; pictures of different sizes in one
         batch are padded with zeros on the right and bottom to the largest (the map is cut back)."""
-        resized, infos = [], []
-        for image in images:
-            h, w = int(image.shape[0]), int(image.shape[1])
-            size = network_size(h, w, imgsz)
-            resized.append(resize_picture(image.to(device, non_blocking=True), size))
-            infos.append(((h, w), size))
-        hmax, wmax = max(r.shape[-2] for r in resized), max(r.shape[-1] for r in resized)
-        batch = torch.zeros((len(resized), 3, hmax, wmax), dtype=torch.float32, device=device)
-        for i, r in enumerate(resized):
-            batch[i, :, :r.shape[-2], :r.shape[-1]] = r
-        return batch.to(dtype), infos
+        batch, infos = padded_batch(images, imgsz, dtype, device, network_size=network_size, resize=resize_picture)
+        return batch, list(infos)
 
     def make_results(self, image: np.ndarray, name: str, names: dict[int, str], prediction: Any, info: Any,
                      speed: dict[str, float]) -> Results:
