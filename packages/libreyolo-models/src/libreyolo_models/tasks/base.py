@@ -147,6 +147,11 @@ class Task(abc.ABC):
     validation_losses: ClassVar[bool] = False
     # predict takes prompts (``points=``, ``labels=``, ``boxes=``, ``multimask_output=``): prompt-segment.
     prompted: ClassVar[bool] = False
+    # The model predicts no classes of its own and validation takes the dataset's (prompt-segment:
+    # one mask per ground-truth box), so ``val`` does not compare the class counts.
+    classes_from_data: ClassVar[bool] = False
+    # Why this task's models are not trained here (pretrained-only), said before any work; None: trainable.
+    training_refusal: ClassVar[str | None] = None
 
     # ------------------------------------------------------------------ data
     @abc.abstractmethod

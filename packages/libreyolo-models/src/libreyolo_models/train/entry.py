@@ -32,6 +32,8 @@ def train_model(model: ModelHandle, options: Mapping[str, Any]) -> tuple[TrainOu
     """Train ``model`` (see ``train.settings.TrainConfig``): the outcome, and the handle holding
     this process's trained network (``model`` itself when it trained in place or in workers)."""
     source = "train()"
+    if model.task_spec.training_refusal is not None:
+        raise ConfigError(model.task_spec.training_refusal)
     if model.quantization is not None:
         raise ConfigError(f"{source}: the model is quantized ({model.quantization.recipe!r}) for inference; call "
                           "model.dequantize() to train its fp32 weights")

@@ -39,7 +39,7 @@ def validate_model(model: ModelHandle, options: Mapping[str, Any]) -> TaskMetric
     # rect and single_cls as training reads them (train.fit_options)
     task = OptionedTask(model.task_spec, single_cls=cfg.single_cls, rect=cfg.rect, stride=model.stride)
     data = task.load_data(cfg.data)
-    if data.nc != model.nc:
+    if data.nc != model.nc and not task.classes_from_data:
         raise ConfigError(f"data={cfg.data!r} has {data.nc} classes but the model predicts {model.nc}; "
                           "validate on the dataset the model was trained for"
                           + (" (single_cls=True if it trained with one class)" if model.nc == 1 else ""))

@@ -1,6 +1,6 @@
 """SAM's implementation of the family contract: the image encoder is the inference seam (captured
 where graphs are allowed), its embeddings are cached per input (``cache``), and each call's
-prompts are decoded eagerly per picture (``predict_postprocess``). Inference only."""
+prompts are decoded eagerly per picture (``predict_postprocess``, which val also uses). Pretrained-only."""
 
 from __future__ import annotations
 

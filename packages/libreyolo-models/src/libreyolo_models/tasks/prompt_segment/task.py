@@ -4,38 +4,86 @@ picture's pixels), its masks at the original size and their predicted IoU (``Pro
 Each picture is resized so its longer side is ``imgsz`` (1024 for SAM) and padded to a square
 (``resize``); the family's encoder turns the batch into image embeddings (cached per input), and
 its ``predict_postprocess`` decodes the call's prompts per picture (``contract.prompts``).
-Datasets, training and validation are not part of this task: those verbs say so.
+Validation is the SAM paper's box-prompt evaluation on an instance-segmentation set, read as the
+``segment`` task reads it (YOLO polygons, COCO JSON, the bundled ``"shapes-inst"``): each object's
+box prompts one mask, scored by mask IoU at the picture's size (``box_validation``). Training is
+refused before any work: the models of this task are pretrained-only here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from ...contract.prompts import PromptPrediction, Prompts
+from ...data.errors import DataConfigError
 from ...errors import ConfigError
-from ..base import Prepared
-from ..predict_only import PredictOnlyTask
+from ..base import Batch, EvalSettings, Prepared, Task, TaskMetrics, TrainOptions
+from ..instances.task import DETECTION_BUNDLED
 from ..results import Results
+from ..segment.task import SegmentTask
+from .box_metrics import BoxPromptResult
+from .box_validation import BoxPromptPipeline, evaluate_box_prompts
 from .prompt_masks import PromptMasks
 from .prompt_options import parse_prompts
 from .resize import square_input
 
-_PREDICT_ONLY = ("the prompt-segment task predicts only: a prompt-segment model (SAM) is pretrained-only here, so "
-                 "datasets, training and validation are not implemented; use model.predict(source, points=[[x, y]]) "
-                 "or boxes=[[x1, y1, x2, y2]]")
+if TYPE_CHECKING:
+    from ...data.cache_store import CacheSetting
+    from ..base import ModelView
+
+_NO_TRAINING = ("the prompt-segment task is pretrained-only here: training a prompt-segment model (SAM) is not "
+                "implemented; use model.val(data=...) on an instance-segmentation set (box prompts, mIoU), or "
+                "model.predict(source, points=[[x, y]]) or boxes=[[x1, y1, x2, y2]]")
 
 
-class PromptSegmentTask(PredictOnlyTask):
+class PromptSegmentTask(Task):
     name: ClassVar[str] = "prompt-segment"
+    fitness_name: ClassVar[str] = "mIoU (box prompts)"
     results_field: ClassVar[str] = "masks"
     reduced_decode: ClassVar[bool] = False  # resized from the full picture, as published
     prompted: ClassVar[bool] = True
-    predict_only: ClassVar[str] = _PREDICT_ONLY
+    classes_from_data: ClassVar[bool] = True
+    training_refusal: ClassVar[str | None] = _NO_TRAINING
+
+    def __init__(self) -> None:
+        self.masks = SegmentTask()
+        """Reads the data (instance masks), as the segment task does."""
+
+    def load_data(self, data: Any) -> Any:
+        if isinstance(data, str | os.PathLike) and os.fspath(data) in DETECTION_BUNDLED and not Path(data).exists():
+            raise DataConfigError(f"data={os.fspath(data)!r} is the bundled detection set (boxes, no masks); "
+                                  "prompt-segment validation scores masks: use data='shapes-inst' or an instance-"
+                                  "segmentation set (YOLO polygons or COCO JSON)")
+        return self.masks.load_data(data)
+
+    def load_split(self, data: Any, split: str) -> Any:
+        return self.masks.load_split(data, split)
+
+    def train_pipeline(self, index: Any, *, imgsz: int, batch_size: int, device: torch.device,
+                       cfg: TrainOptions, workers: int) -> NoReturn:
+        raise ConfigError(_NO_TRAINING)
+
+    def val_pipeline(self, index: Any, *, imgsz: int, batch_size: int, device: torch.device, workers: int,
+                     cache: CacheSetting) -> Iterable[Batch]:
+        """Pictures read and prepared as predict prepares them (``workers`` and ``cache`` unused:
+        each picture is read once, at its full size)."""
+        return BoxPromptPipeline(index, imgsz=imgsz, batch_size=batch_size, device=device)
+
+    def evaluate(self, model: ModelView, forward: Callable[[Tensor], Any], pipeline: Iterable[Batch], *,
+                 settings: EvalSettings, progress: bool) -> TaskMetrics:
+        names = getattr(pipeline, "names", None) or model.names
+        return evaluate_box_prompts(model, forward, pipeline, names=names, half=settings.half,
+                                    progress=progress)
+
+    def empty_best(self) -> dict[str, float]:
+        return BoxPromptResult(0.0, 0.0, 0.0, 0, 0, {}, {}).best_fields()
 
     def postprocess_options(self, options: Mapping[str, Any]) -> Prompts:
         if options.get("classes") is not None:
