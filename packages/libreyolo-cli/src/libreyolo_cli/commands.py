@@ -74,7 +74,11 @@ def cmd_train(options: dict[str, object]) -> int:
 def cmd_val(options: dict[str, object]) -> int:
     model = _take_model(options, "val")
     metrics = model.val(**options)
-    print(metrics.table())
+    from libreyolo_models.config import coerce
+
+    verbose = coerce(options.get("verbose", True), bool, "verbose", "libreyolo val")
+    if not verbose:  # else validation has logged the table already
+        print(metrics.table())
     print(" ".join(f"{key.split('/')[-1]}={value:.4f}" for key, value in metrics.as_dict().items()))
     return 0
 
