@@ -45,6 +45,20 @@ class DetectOptions:
     agnostic: bool = False
 
 
+def detect_options(options: Mapping[str, Any]) -> DetectOptions:
+    """Predict's thresholds for any task whose objects have boxes (conf, iou, max_det, classes,
+    agnostic_nms): detect, and the instance tasks."""
+    return DetectOptions(conf=options.get("conf", 0.25), iou=options.get("iou", 0.45),
+                         max_det=options.get("max_det", 300), classes=options.get("classes"),
+                         agnostic=bool(options.get("agnostic_nms", False)))
+
+
+def letterbox_prepared(image: np.ndarray, imgsz: int) -> Prepared:
+    """One picture letterboxed to ``imgsz`` (predict's preprocessing for the box tasks)."""
+    tensor, info = letterbox(image, imgsz)
+    return Prepared(tensor, info)
+
+
 class DetectTask(Task):
     name: ClassVar[str] = "detect"
     fitness_name: ClassVar[str] = "0.1*mAP50 + 0.9*mAP50-95"
@@ -94,13 +108,10 @@ class DetectTask(Task):
         return {"mAP50": 0.0, "mAP50_95": 0.0}
 
     def postprocess_options(self, options: Mapping[str, Any]) -> DetectOptions:
-        return DetectOptions(conf=options.get("conf", 0.25), iou=options.get("iou", 0.45),
-                             max_det=options.get("max_det", 300), classes=options.get("classes"),
-                             agnostic=bool(options.get("agnostic_nms", False)))
+        return detect_options(options)
 
     def prepare(self, image: np.ndarray, imgsz: int) -> Prepared:
-        tensor, info = letterbox(image, imgsz)
-        return Prepared(tensor, info)
+        return letterbox_prepared(image, imgsz)
 
     def predictions_to_host(self, predictions: Any) -> Any:
         """Every image's ``[N, 6]`` detections in one device-to-host copy (one sync per batch)."""

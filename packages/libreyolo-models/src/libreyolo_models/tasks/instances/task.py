@@ -14,9 +14,8 @@ import numpy as np
 
 from ...data.augment_draws import AugmentConfig
 from ...data.errors import DataConfigError, EmptySplitError
-from ...data.letterbox_images import letterbox
 from ..base import Prepared, Task
-from ..detect.task import DetectOptions
+from ..detect.task import DetectOptions, detect_options, letterbox_prepared
 
 DETECTION_BUNDLED = ("shapes", "shapes.yaml")
 """The bundled detection set's names: boxes only, so an instance task names its own set instead."""
@@ -63,14 +62,10 @@ class InstanceTask(Task):
         return {"mAP50": 0.0, "mAP50_95": 0.0}
 
     def postprocess_options(self, options: Mapping[str, Any]) -> DetectOptions:
-        """Predict's thresholds (detection's: conf, iou, max_det, classes, agnostic_nms)."""
-        return DetectOptions(conf=options.get("conf", 0.25), iou=options.get("iou", 0.45),
-                             max_det=options.get("max_det", 300), classes=options.get("classes"),
-                             agnostic=bool(options.get("agnostic_nms", False)))
+        return detect_options(options)
 
     def prepare(self, image: np.ndarray, imgsz: int) -> Prepared:
-        tensor, info = letterbox(image, imgsz)
-        return Prepared(tensor, info)
+        return letterbox_prepared(image, imgsz)
 
     def predictions_to_host(self, predictions: Any) -> Any:
         """Every image's ``InstancePrediction`` on the CPU."""
