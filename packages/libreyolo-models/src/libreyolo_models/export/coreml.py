@@ -18,6 +18,7 @@ each with its removal condition:
 from __future__ import annotations
 
 import logging
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -78,5 +79,14 @@ def write_coreml(job: WriteJob) -> Path:
                                  f"{job.meta.nc} classes, {job.meta.imgsz} px")
     mlmodel.user_defined_metadata[METADATA_KEY] = job.meta.to_json()
     mlmodel.save(str(job.path))
+    _remove_temporary_package(mlmodel)
     log.info("CoreML model written; it runs on macOS (coremltools cannot run it on %s)", sys.platform)
     return job.path
+
+
+def _remove_temporary_package(mlmodel: Any) -> None:
+    """coremltools keeps a converted program in a temporary ``.mlpackage`` and removes it only at
+    interpreter exit, which a killed or forked worker never reaches; it is copied by now."""
+    package = getattr(mlmodel, "package_path", None)
+    if getattr(mlmodel, "is_temp_package", False) and package:
+        shutil.rmtree(package, ignore_errors=True)
