@@ -18,7 +18,7 @@ import torch
 
 from libreyolo_models import LibreYOLO
 from libreyolo_models.data.errors import DataConfigError
-from libreyolo_models.errors import RunFolderBusyError
+from libreyolo_models.errors import ConfigError, RunFolderBusyError
 from libreyolo_models.run_lock import LOCK_NAME, RunLock
 from libreyolo_models.rundir import claim_run_dir
 from libreyolo_models.train.run_folder import restore_missing_best
@@ -119,6 +119,21 @@ def test_resume_rewrites_best_pt_lost_to_a_kill_during_its_write(micro_shapes: P
     assert restored["best_epoch"] in (0, 1)
     if restored["best_epoch"] == 0:  # epoch 2 did not improve: the rewritten file is epoch 1's
         assert all(torch.equal(saved["model"][k], restored["model"][k]) for k in saved["model"])
+
+
+def test_best_pt_holds_the_deployable_weights_and_resume_from_it_points_at_last_pt(micro_shapes: Path,
+                                                                                   tmp_path: Path) -> None:
+    outcome = _train(micro_shapes, tmp_path)
+    best, last = outcome.run_dir / "weights" / "best.pt", outcome.last
+    saved, full = torch.load(best, weights_only=True), torch.load(last, weights_only=True)
+    assert not {"optimizer", "train_model", "ema", "scaler"} & saved.keys()  # only a resume reads them
+    assert saved["best_epoch"] == 0 and "certificate" in saved and "config" in saved
+    assert all(torch.equal(saved["model"][k], full["model"][k]) for k in full["model"])  # the EMA weights
+    assert best.stat().st_size < last.stat().st_size / 2.5  # AdamW: weights, raw weights and two moments
+    LibreYOLO(best).predict(torch.zeros(1, 3, 64, 64), verbose=False)  # deploys as before
+    with pytest.raises(ConfigError, match=r"holds the best epoch's weights only .*resume from the run's last.pt: "
+                                          r"LibreYOLO\('.*last\.pt'\)\.train\(resume=True\)"):
+        LibreYOLO(best).train(resume=True, epochs=2)
 
 
 def test_resume_starts_the_best_record_afresh_when_its_weights_are_in_no_file(

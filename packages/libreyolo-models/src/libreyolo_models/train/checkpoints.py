@@ -7,6 +7,10 @@ only a resume reads (``train_model``, ``optimizer``) are packed (``tensor_trees.
 tensor per dtype, which ``torch.save`` writes several times faster than thousands of small ones);
 a resume reads packed and older unpacked checkpoints alike. Each also carries the run's numerics
 certificate (``certificate.py``): environment, whether the steps ran graphed, the certified class.
+
+``best.pt`` holds the deployable part only (``best_weights``): the EMA weights with the metadata,
+record and certificate, without the raw weights and optimizer state that only a resume reads,
+which are three quarters of the file under Adam. ``last.pt`` and ``epoch{N}.pt`` keep everything.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from ..certificate import (
     today,
     training_precision,
 )
-from ..checkpoint import atomic_save_bytes, cpu_state_dict, serialized
+from ..checkpoint import atomic_save, atomic_save_bytes, cpu_state_dict, serialized
 from ..tensor_trees import pack_tensors
 from .fused_optim import AnyOptimizer
 
@@ -100,13 +104,21 @@ def run_certificate(model: ModelHandle, net: torch.nn.Module, *, amp: bool, glob
                        graphed=graphed, probe_hashes=hashes, date=today(), source="train")
 
 
+RESUME_ONLY_KEYS = ("train_model", "ema", "ema_updates", "optimizer", "optimizer_choice", "scaler")
+
+
+def best_weights(ckpt: Mapping[str, Any]) -> dict[str, Any]:
+    """What ``best.pt`` keeps of a training checkpoint: everything but what only a resume reads."""
+    return {k: v for k, v in ckpt.items() if k not in RESUME_ONLY_KEYS}
+
+
 def write_epoch_checkpoints(ckpt: dict[str, Any], weights_dir: Path, *, is_best: bool, epoch: int,
                             save_period: int) -> tuple[Path, Path | None]:
-    """``last.pt`` always, ``best.pt`` when improved, ``epoch{N}.pt`` every ``save_period`` epochs:
-    one serialization, written to each."""
+    """``last.pt`` always, ``epoch{N}.pt`` every ``save_period`` epochs (one serialization for
+    both), ``best.pt`` (``best_weights``) when improved."""
     data = serialized(ckpt)
     last = atomic_save_bytes(data, weights_dir / "last.pt")
-    best = atomic_save_bytes(data, weights_dir / "best.pt") if is_best else None
+    best = atomic_save(best_weights(ckpt), weights_dir / "best.pt") if is_best else None
     if save_period > 0 and (epoch + 1) % save_period == 0:
         atomic_save_bytes(data, weights_dir / f"epoch{epoch + 1}.pt")
     return last, best

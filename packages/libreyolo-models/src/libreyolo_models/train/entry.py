@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import libreyolo_ddp
@@ -41,6 +42,10 @@ def train_model(model: ModelHandle, options: Mapping[str, Any]) -> tuple[TrainOu
     callbacks = options.pop("callbacks", None)
     resume = None
     if options.get("resume"):
+        if not is_training_checkpoint(model.checkpoint) and "run_dir" in model.checkpoint:
+            last = Path(str(model.checkpoint["run_dir"])) / "weights" / "last.pt"
+            raise ConfigError(f"{source}: {model.ckpt_path} holds the best epoch's weights only (no optimizer "
+                              f"state); resume from the run's last.pt: LibreYOLO({str(last)!r}).train(resume=True)")
         if not is_training_checkpoint(model.checkpoint):
             raise ConfigError(f"{source}: resume=True needs a model loaded from a training checkpoint, e.g. "
                               "LibreYOLO('runs/train/exp/weights/last.pt').train(resume=True); "

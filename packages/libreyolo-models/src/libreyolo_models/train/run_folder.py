@@ -12,16 +12,16 @@ a file that does not exist.
 from __future__ import annotations
 
 import logging
-import shutil
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import libreyolo_ddp
 
-from ..checkpoint import atomic_save
+from ..checkpoint import atomic_save, load_checkpoint
 from ..run_lock import RunLock
 from ..rundir import claim_run_dir
+from .checkpoints import best_weights
 from .elastic import record_run_dir
 from .settings import TrainConfig
 
@@ -60,13 +60,13 @@ def restore_missing_best(weights_dir: Path, ckpt: Mapping[str, Any]) -> bool:
     if best_epoch < 0 or best.is_file():
         return False
     if best_epoch == epoch:  # the checkpoint resumed from is the best epoch's own
-        atomic_save(dict(ckpt), best)
+        atomic_save(best_weights(ckpt), best)
         log.warning("resume: %s was missing (an interrupted write?); written again from epoch %d's checkpoint, "
                     "which the record names as the best", best, best_epoch + 1)
         return False
     kept = weights_dir / f"epoch{best_epoch + 1}.pt"
     if kept.is_file():
-        shutil.copyfile(kept, best)
+        atomic_save(best_weights(load_checkpoint(kept)), best)
         log.warning("resume: %s was missing; copied from %s (the best epoch, kept by save_period)", best, kept)
         return False
     log.warning("resume: %s (epoch %d, %s %.4f) is missing and its weights are in no other file; the best is "
