@@ -124,7 +124,7 @@ def test_a_split_without_any_mask_is_one_clear_error(tmp_path: Path) -> None:
 
 
 def test_detection_data_and_too_many_classes_are_refused(tmp_path: Path) -> None:
-    with pytest.raises(DataConfigError, match="bundled detection set .* 'shapes-seg'"):
+    with pytest.raises(DataConfigError, match=r"bundled detect set \(boxes\); a semantic model cannot use it: use data=.shapes-seg."):
         TASK.load_data("shapes")
     _pair(tmp_path, "x")
     (tmp_path / "data.yaml").write_text(f"path: {tmp_path}\ntrain: images/train\nval: images/train\nnc: 300\n")

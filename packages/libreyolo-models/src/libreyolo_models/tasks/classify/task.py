@@ -22,6 +22,7 @@ import libreyolo_ddp
 
 from ...data.cache_store import CacheSetting
 from ..base import Batch, EvalSettings, Prepared, Task, TaskMetrics, TrainOptions
+from ..bundled_sets import refuse_foreign_bundle
 from ..results import Results
 from .augment import ClassifyAugment
 from .folder_config import load_folder_data
@@ -49,6 +50,7 @@ class ClassifyTask(Task):
     reduced_decode: ClassVar[bool] = False  # the centre crop is taken from the full picture
 
     def load_data(self, data: Any) -> Any:
+        refuse_foreign_bundle(data, self.name)
         return load_folder_data(data)
 
     def load_split(self, data: Any, split: str) -> Any:

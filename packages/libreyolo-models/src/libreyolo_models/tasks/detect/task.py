@@ -19,6 +19,7 @@ from ...data.augment_draws import AugmentConfig
 from ...data.letterbox_images import letterbox
 from ...layers.nms import scale_to_original
 from ..base import Batch, EvalSettings, Prepared, Task, TaskMetrics, TrainOptions
+from ..bundled_sets import refuse_foreign_bundle
 from ..loss_meter import LossMeter
 from ..results import Results
 from . import render_graph
@@ -71,6 +72,7 @@ class DetectTask(Task):
     validation_losses: ClassVar[bool] = True
 
     def load_data(self, data: Any) -> Any:
+        refuse_foreign_bundle(data, self.name)
         return resolve_dataset(data)
 
     def load_split(self, data: Any, split: str) -> Any:

@@ -13,12 +13,10 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ...data.augment_draws import AugmentConfig
-from ...data.errors import DataConfigError, EmptySplitError
+from ...data.errors import EmptySplitError
 from ..base import Prepared, Task
+from ..bundled_sets import refuse_foreign_bundle
 from ..detect.task import DetectOptions, detect_options, letterbox_prepared
-
-DETECTION_BUNDLED = ("shapes", "shapes.yaml")
-"""The bundled detection set's names: boxes only, so an instance task names its own set instead."""
 
 
 class InstanceTask(Task):
@@ -42,12 +40,9 @@ class InstanceTask(Task):
 
     def load_data(self, data: Any) -> Any:
         """A data.yaml path, a folder holding one, a dict, or one of ``bundled_names``."""
-        if isinstance(data, str | os.PathLike) and not Path(data).exists():
-            if os.fspath(data) in self.bundled_names:
-                data = self.ensure_bundled()
-            elif os.fspath(data) in DETECTION_BUNDLED:
-                raise DataConfigError(f"data={os.fspath(data)!r} is the bundled detection set (boxes, no {self.carries}); "
-                                      f"{self.name} models train on the bundled {self.bundled_names[0]!r}")
+        refuse_foreign_bundle(data, self.name)
+        if isinstance(data, str | os.PathLike) and not Path(data).exists() and os.fspath(data) in self.bundled_names:
+            data = self.ensure_bundled()
         return self.read_config(data)
 
     def checked_config(self, data: Any, split: str) -> Any:

@@ -25,6 +25,7 @@ from torch import Tensor
 
 from ...errors import ConfigError
 from ..base import Batch, EvalSettings, Prepared, Task, TaskMetrics, TrainOptions
+from ..bundled_sets import refuse_foreign_bundle
 from ..restore.reader import PairedData, PairSplit, load_paired_data, read_pair_split
 from ..results import Results
 from .alpha import AlphaMatte
@@ -52,9 +53,10 @@ class MatteTask(Task):
     def load_data(self, data: Any) -> PairedData:
         """A matte data.yaml (``input``: pictures, ``target``: alphas), a folder holding one, a dict,
         or the bundled ``"shapes-matte"``."""
+        refuse_foreign_bundle(data, self.name)
         if isinstance(data, str | os.PathLike) and not Path(data).exists() and os.fspath(data) in BUNDLED_NAMES:
             data = ensure_shapes_matte()
-        return load_paired_data(data)
+        return load_paired_data(data, bundled="shapes-matte")
 
     def load_split(self, data: Any, split: str) -> PairSplit:
         return read_pair_split(self.load_data(data), split)

@@ -24,6 +24,7 @@ from torch import Tensor
 from ...data.data_config import DataConfig, load_data_config
 from ...data.letterbox_images import letterbox
 from ..base import Batch, EvalSettings, Prepared, Task, TaskMetrics, TrainOptions
+from ..bundled_sets import refuse_foreign_bundle
 from ..results import Results
 from .pipeline import PointTrainPipeline, PointValPipeline
 from .points import Points
@@ -58,6 +59,7 @@ class PointTask(Task):
 
     def load_data(self, data: Any) -> DataConfig:
         """A data.yaml path, a folder holding one, a dict, ``"shapes-point"`` or ``"shapes"``."""
+        refuse_foreign_bundle(data, self.name, accepts=("detect",))  # box centres are points
         if isinstance(data, str | os.PathLike) and not Path(data).exists() and os.fspath(data) in BUNDLED_NAMES:
             data = ensure_shapes_point()
         return load_data_config(data)

@@ -12,9 +12,7 @@ refused before any work: the models of this task are pretrained-only here.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
 
 import numpy as np
@@ -22,10 +20,9 @@ import torch
 from torch import Tensor
 
 from ...contract.prompts import PromptPrediction, Prompts
-from ...data.errors import DataConfigError
 from ...errors import ConfigError
 from ..base import Batch, EvalSettings, Prepared, Task, TaskMetrics, TrainOptions
-from ..instances.task import DETECTION_BUNDLED
+from ..bundled_sets import refuse_foreign_bundle
 from ..results import Results
 from ..segment.task import SegmentTask
 from .box_metrics import BoxPromptResult
@@ -57,10 +54,8 @@ class PromptSegmentTask(Task):
         """Reads the data (instance masks), as the segment task does."""
 
     def load_data(self, data: Any) -> Any:
-        if isinstance(data, str | os.PathLike) and os.fspath(data) in DETECTION_BUNDLED and not Path(data).exists():
-            raise DataConfigError(f"data={os.fspath(data)!r} is the bundled detection set (boxes, no masks); "
-                                  "prompt-segment validation scores masks: use data='shapes-inst' or an instance-"
-                                  "segmentation set (YOLO polygons or COCO JSON)")
+        refuse_foreign_bundle(data, self.name, accepts=("segment",),
+                              purpose="prompt-segment validation (it scores instance masks)")
         return self.masks.load_data(data)
 
     def load_split(self, data: Any, split: str) -> Any:

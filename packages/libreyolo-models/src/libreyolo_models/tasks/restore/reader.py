@@ -88,8 +88,10 @@ class PairSplit:
         return len(self.inputs)
 
 
-def load_paired_data(data: str | os.PathLike[str] | Mapping[str, object] | PairedData) -> PairedData:
-    """Parse a paired dataset description (a yaml path, a folder holding ``data.yaml``, a dict).
+def load_paired_data(data: str | os.PathLike[str] | Mapping[str, object] | PairedData, *,
+                     bundled: str = "shapes-restore") -> PairedData:
+    """Parse a paired dataset description (a yaml path, a folder holding ``data.yaml``, a dict);
+    ``bundled``: the task's bundled set, which messages suggest.
 
     Raises:
         DataConfigError: a missing file, invalid YAML, no ``train`` split, or a split that is not
@@ -101,13 +103,13 @@ def load_paired_data(data: str | os.PathLike[str] | Mapping[str, object] | Paire
         return _from_mapping(data, Path.cwd(), "data dict")
     if not isinstance(data, str | os.PathLike):
         raise DataConfigError(f"data={data!r} is not a restoration dataset; pass a data.yaml path, a dict, or "
-                              "the bundled 'shapes-restore'")
+                              f"the bundled {bundled!r}")
     path = Path(data).expanduser()
     if path.is_dir():
         path = path / "data.yaml"
     if not path.is_file():
         raise DataConfigError(f"data={os.fspath(data)!r}: no such file; pass a data.yaml such as\n{_EXAMPLE}\n"
-                              "or the bundled 'shapes-restore'")
+                              f"or the bundled {bundled!r}")
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:

@@ -22,6 +22,7 @@ from torch import Tensor
 
 from ...errors import ConfigError
 from ..base import Batch, EvalSettings, Prepared, Task, TaskMetrics, TrainOptions
+from ..bundled_sets import refuse_foreign_bundle
 from ..results import Results
 from .image import RestoredImage
 from .pipeline import PairTrainPipeline, PairValPipeline
@@ -47,6 +48,7 @@ class RestoreTask(Task):
 
     def load_data(self, data: Any) -> PairedData:
         """A paired data.yaml path, a folder holding one, a dict, or the bundled ``"shapes-restore"``."""
+        refuse_foreign_bundle(data, self.name)
         if isinstance(data, str | os.PathLike) and not Path(data).exists() and os.fspath(data) in BUNDLED_NAMES:
             data = ensure_shapes_restore()
         return load_paired_data(data)

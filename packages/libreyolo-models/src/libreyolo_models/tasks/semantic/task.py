@@ -28,6 +28,7 @@ from ...data.errors import DataConfigError
 from ...data.letterbox_images import letterbox
 from ...errors import ConfigError
 from ..base import Batch, EvalSettings, Prepared, Task, TaskMetrics, TrainOptions
+from ..bundled_sets import refuse_foreign_bundle
 from ..plots import plot_confusion
 from ..results import Results
 from .augment import SEMANTIC_AUGMENTATIONS
@@ -44,7 +45,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_DETECTION_BUNDLED = ("shapes", "shapes.yaml")
 
 
 class SemanticTask(Task):
@@ -56,12 +56,9 @@ class SemanticTask(Task):
 
     def load_data(self, data: Any) -> DataConfig:
         """A data.yaml path, a folder holding one, a dict, or the bundled ``"shapes-seg"``."""
-        if isinstance(data, str | os.PathLike) and not Path(data).exists():
-            if os.fspath(data) in BUNDLED_NAMES:
-                data = ensure_shapes_seg()
-            elif os.fspath(data) in _DETECTION_BUNDLED:
-                raise DataConfigError(f"data={os.fspath(data)!r} is the bundled detection set (boxes, no masks); "
-                                      "semantic models train on the bundled 'shapes-seg'")
+        refuse_foreign_bundle(data, self.name)
+        if isinstance(data, str | os.PathLike) and not Path(data).exists() and os.fspath(data) in BUNDLED_NAMES:
+            data = ensure_shapes_seg()
         config = load_data_config(data)
         if config.nc >= IGNORE_INDEX:
             raise DataConfigError(f"{config.source}: {config.nc} classes; semantic masks hold ids 0..254 and "
