@@ -20,6 +20,7 @@ from libreyolo_models.families.ppocr.db_boxes import DBOptions, reading_order, t
 from libreyolo_models.families.ppocr.nn import PPOCRNet
 from libreyolo_models.families.ppocr.onnx_weights import _slots, call_order
 from libreyolo_models.families.ppocr.recognize import bucket_width
+from libreyolo_models.tasks import get_task
 from libreyolo_models.tasks.ocr.task import network_size
 from libreyolo_models.tasks.ocr.text_lines import TextLines
 
@@ -245,6 +246,8 @@ def test_refusals() -> None:
     model = LibreYOLO("LibrePPOCRm.yaml")
     with pytest.raises(ConfigError, match="pretrained-only|predicts only"):
         model.train(data="shapes", epochs=1)
+    # refused before any work (no plan, no data), as SAM is: both predict-only tasks say so up front
+    assert model.task_spec.training_refusal and get_task("depth").training_refusal
     with pytest.raises(ConfigError, match="predicts only"):
         model.val(data="shapes")
     with pytest.raises(NotImplementedError, match="PP-OCRv4"):

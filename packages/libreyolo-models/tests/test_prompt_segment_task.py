@@ -13,7 +13,13 @@ import torch
 from PIL import Image
 
 from libreyolo_models import LibreYOLO
-from libreyolo_models.contract.prompts import PromptImage, logits_to_picture, resized_shape, to_input_coords
+from libreyolo_models.contract.prompts import (
+    PromptImage,
+    logits_to_picture,
+    outside_picture,
+    resized_shape,
+    to_input_coords,
+)
 from libreyolo_models.errors import ConfigError
 from libreyolo_models.families.sam import nn as sam_nn
 from libreyolo_models.families.sam.nn import SamArch
@@ -110,6 +116,16 @@ def test_results_content(model: LibreYOLO, tmp_path: Path) -> None:
     assert best.shape == (2, 48, 80)
     as_numpy = res.numpy()
     assert isinstance(as_numpy.masks.data, np.ndarray) and isinstance(res.cpu().masks.data, torch.Tensor)
+
+
+def test_a_prompt_outside_the_picture_is_refused_with_its_size(model: LibreYOLO) -> None:
+    image = picture()  # 80 wide, 48 high
+    for options, named in [({"points": [[0.5, 0.5], [100, 20]]}, r"point \(100, 20\)"),
+                           ({"boxes": [[81, 0, 120, 40]]}, r"box \(81, 0, 120, 40\)")]:
+        with pytest.raises(ConfigError, match=named + r" lies outside the 80x48 picture; points= and boxes= are in "
+                                                      r"the picture's pixels"):
+            model(image, imgsz=64, **options)
+    assert outside_picture(parse_prompts({"points": [[80, 48]], "boxes": [[-5, -5, 2, 2]]}), (48, 80)) is None
 
 
 def test_prompts_are_refused_for_other_tasks_and_required_here(model: LibreYOLO) -> None:

@@ -65,6 +65,25 @@ class PromptPrediction:
     image: PromptImage
 
 
+def outside_picture(prompts: Prompts, orig_shape: tuple[int, int]) -> str | None:
+    """The first point outside an ``(H, W)`` picture, or box wholly outside it, as text; None when
+    every prompt touches the picture. (Coordinates in another scale, normalised or of the square
+    input, are the usual cause: the decoder would still answer, with a meaningless mask.)"""
+    h, w = orig_shape
+    if prompts.points is not None:
+        xy = prompts.points.reshape(-1, 2)
+        bad = (xy[:, 0] < 0) | (xy[:, 0] > w) | (xy[:, 1] < 0) | (xy[:, 1] > h)
+        if bool(bad.any()):
+            x, y = (float(v) for v in xy[int(bad.nonzero()[0])])
+            return f"point ({x:g}, {y:g})"
+    if prompts.boxes is not None:
+        b = prompts.boxes
+        bad = (b[:, 2] < 0) | (b[:, 0] > w) | (b[:, 3] < 0) | (b[:, 1] > h)
+        if bool(bad.any()):
+            return "box ({:g}, {:g}, {:g}, {:g})".format(*(float(v) for v in b[int(bad.nonzero()[0])]))
+    return None
+
+
 def resized_shape(h: int, w: int, side: int) -> tuple[int, int]:
     """``(h, w)`` with the longer side brought to ``side`` (upstream's ``get_preprocess_shape``)."""
     scale = side * 1.0 / max(h, w)

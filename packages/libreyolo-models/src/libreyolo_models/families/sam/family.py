@@ -17,6 +17,7 @@ from ...contract.prompts import (
     PromptPrediction,
     Prompts,
     logits_to_picture,
+    outside_picture,
     to_input_coords,
 )
 from ...errors import CheckpointError, ConfigError
@@ -70,6 +71,12 @@ class SamFamily(Family):
         """Each picture's prompts (original pixels) -> its masks at the original size (eager)."""
         if not isinstance(options, Prompts) or not options.count or not isinstance(net, Sam):
             raise ConfigError("SAM decodes masks from prompts: predict with points= and/or boxes=")
+        for info in infos:
+            outside = outside_picture(options, info.orig_shape)
+            if outside is not None:
+                height, width = info.orig_shape
+                raise ConfigError(f"prompt {outside} lies outside the {width}x{height} picture; points= and boxes= "
+                                  "are in the picture's pixels (x from 0 to its width, y to its height)")
         return [decode_prompts(net, outputs[i:i + 1], options, info) for i, info in enumerate(infos)]
 
     def postprocess(self, outputs: Tensor, options: Any) -> list[Tensor]:

@@ -34,6 +34,7 @@ class DepthTask(PredictOnlyTask):
     results_field: ClassVar[str] = "depth"
     reduced_decode: ClassVar[bool] = False  # resized from the full picture (cubic), as published
     predict_only: ClassVar[str] = _PREDICT_ONLY
+    training_refusal: ClassVar[str | None] = _PREDICT_ONLY
 
     def postprocess_options(self, options: Mapping[str, Any]) -> None:
         if options.get("classes") is not None:

@@ -50,6 +50,7 @@ class OcrTask(PredictOnlyTask):
     results_field: ClassVar[str] = "ocr"
     reduced_decode: ClassVar[bool] = False  # lines are cut from the full picture
     predict_only: ClassVar[str] = _PREDICT_ONLY
+    training_refusal: ClassVar[str | None] = _PREDICT_ONLY
 
     def postprocess_options(self, options: Mapping[str, Any]) -> dict[str, float]:
         """``conf`` is the text confidence floor (default 0.5, as RapidOCR's ``text_score``)."""
