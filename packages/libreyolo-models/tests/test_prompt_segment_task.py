@@ -128,14 +128,14 @@ def test_a_prompt_outside_the_picture_is_refused_with_its_size(model: LibreYOLO)
     assert outside_picture(parse_prompts({"points": [[80, 48]], "boxes": [[-5, -5, 2, 2]]}), (48, 80)) is None
 
 
-def test_prompts_are_refused_for_other_tasks_and_required_here(model: LibreYOLO) -> None:
-    with pytest.raises(ConfigError, match="and/or"):
-        model(picture(), imgsz=64)
+def test_prompts_are_refused_for_other_tasks(model: LibreYOLO) -> None:
     model.quantize("bf16")  # its check predicts without prompts: the encoder alone
     assert model(picture(), imgsz=64, points=[[1, 2]])[0].masks.data.shape == (1, 3, 48, 80)
     detector = LibreYOLO("LibreYOLO9t.yaml")
     with pytest.raises(ConfigError, match="prompt-segment"):
         detector(picture(), imgsz=64, points=[[1, 2]])
+    with pytest.raises(ConfigError, match=r"points_per_side= is an option of a promptable segmenter .*'detect'"):
+        detector(picture(), imgsz=64, points_per_side=8)
     assert get_task("prompt-segment").prompted and not get_task("detect").prompted
 
 
@@ -151,3 +151,6 @@ def test_cli_predict_with_points(model: LibreYOLO, tmp_path: Path) -> None:
     assert (tmp_path / "run" / "img.jpg").is_file()
     code = main(["predict", f"model={weights}", f"source={source}", "imgsz=64", "boxes=[[1,2,30,40]]"])
     assert code == 0
+    code = main(["predict", f"model={weights}", f"source={source}", "imgsz=64", "points_per_side=4",
+                 "pred_iou_thresh=0", "stability_score_thresh=0", "--save", f"project={tmp_path}", "name=auto"])
+    assert code == 0 and (tmp_path / "auto" / "img.jpg").is_file()  # no prompts: everything, drawn

@@ -102,6 +102,15 @@ class PredictConfig:
     labels: Any = None
     boxes: Any = None
     multimask_output: bool = True  # three masks per prompt with their scores; False: the single best
+    # A prompt-segment model given no prompts masks everything it finds, from a grid of point
+    # prompts (contract.prompts.AutoMasks; None: the published defaults 32, 64, 0.88, 0.95, 0.7;
+    # max_det caps the masks): points per grid side, points decoded at once, the predicted-IoU and
+    # stability-score floors, and the box NMS threshold between masks
+    points_per_side: int | None = None
+    points_per_batch: int | None = None
+    pred_iou_thresh: float | None = None
+    stability_score_thresh: float | None = None
+    box_nms_thresh: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "device", device_text(self.device))
@@ -116,6 +125,24 @@ class PredictConfig:
         compile_mode(self.compile, self.cuda_graph)  # an unknown mode, or one that clashes with cuda_graph
         check_positive_imgsz(self.imgsz)
         check_tiling(self.tile, self.tile_overlap, self.augment)
+        check_auto_masks(self)
+
+
+AUTO_MASK_OPTIONS = ("points_per_side", "points_per_batch", "pred_iou_thresh", "stability_score_thresh",
+                     "box_nms_thresh")
+"""Predict's options for a prompt-segment model's automatic masks (given no prompts)."""
+
+
+def check_auto_masks(cfg: PredictConfig) -> None:
+    for name in ("points_per_side", "points_per_batch"):
+        value = getattr(cfg, name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ConfigError(f"{name}={value!r} must be a whole number of at least 1 (the default is "
+                              f"{32 if name == 'points_per_side' else 64})")
+    for name in ("pred_iou_thresh", "stability_score_thresh", "box_nms_thresh"):
+        value = getattr(cfg, name)
+        if value is not None:
+            check_number(name, value, 0.0, 1.0, "a threshold")
 
 
 def check_tiling(tile: int | None, overlap: float, augment: bool) -> None:

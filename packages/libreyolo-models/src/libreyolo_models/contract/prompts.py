@@ -23,18 +23,39 @@ MASK_THRESHOLD = 0.0  # upstream's Sam.mask_threshold: logits above it are the m
 
 
 @dataclass(frozen=True)
+class AutoMasks:
+    """Settings of automatic whole-picture masks, with the defaults of Meta's
+    ``SamAutomaticMaskGenerator`` (one crop layer, no small-region clean-up): a grid of
+    ``points_per_side`` squared single-point prompts decoded ``points_per_batch`` at a time into
+    three masks each; a mask is kept when its predicted IoU exceeds ``pred_iou_thresh`` and its
+    stability score (the IoU of the mask thresholded at logit +offset and at -offset) exceeds
+    ``stability_score_thresh``; then box NMS at ``box_nms_thresh`` over the predicted IoU, and at
+    most ``max_masks`` (predict's ``max_det``), best first."""
+
+    points_per_side: int = 32
+    points_per_batch: int = 64
+    pred_iou_thresh: float = 0.88
+    stability_score_thresh: float = 0.95
+    stability_score_offset: float = 1.0
+    box_nms_thresh: float = 0.7
+    max_masks: int = 300
+
+
+@dataclass(frozen=True)
 class Prompts:
     """The prompts of one predict call, in ORIGINAL picture pixels, applied to every picture.
 
     ``points [P, N, 2]`` (x, y) with ``labels [P, N]`` (1 foreground, 0 background) and/or
     ``boxes [P, 4]`` (x1, y1, x2, y2): ``P`` prompts, each decoded into its own mask(s); a prompt
     may combine its points with its box. ``multimask``: three masks per prompt with their
-    predicted IoU (upstream's ``multimask_output``), else the single-mask output."""
+    predicted IoU (upstream's ``multimask_output``), else the single-mask output. ``automatic``
+    (with no points or boxes): masks of everything in the picture instead (``AutoMasks``)."""
 
     points: Tensor | None = None
     labels: Tensor | None = None
     boxes: Tensor | None = None
     multimask: bool = True
+    automatic: AutoMasks | None = None
 
     @property
     def count(self) -> int:
@@ -57,12 +78,15 @@ class PromptImage:
 class PromptPrediction:
     """One picture's masks: ``masks bool [P, C, H, W]`` at the original size, ``scores [P, C]``
     (predicted IoU), ``logits [P, C, 4 * side / 16, ...]`` (the decoder's low-resolution logits
-    over the square input, upstream's ``low_res_masks``), and the picture's geometry."""
+    over the square input, upstream's ``low_res_masks``), and the picture's geometry. Automatic
+    masks: ``P`` masks of one each (``C = 1``), best first, ``points [P, 2]`` the grid point
+    (original pixels) that gave each."""
 
     masks: Tensor
     scores: Tensor
     logits: Tensor
     image: PromptImage
+    points: Tensor | None = None
 
 
 def outside_picture(prompts: Prompts, orig_shape: tuple[int, int]) -> str | None:

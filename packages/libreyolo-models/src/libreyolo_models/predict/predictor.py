@@ -38,7 +38,7 @@ from ..devices import default_device, describe_device
 from ..errors import ConfigError, SourceError
 from ..graphs import forward_for_predict
 from ..rundir import next_run_dir
-from ..settings import PredictConfig
+from ..settings import AUTO_MASK_OPTIONS, PredictConfig
 from ..tasks.results import Results, ResultsList
 from ..tensor_trees import map_tensors
 from .detect_modes import DetectModes
@@ -142,14 +142,11 @@ class Predictor:
         self.model, self.cfg = model, cfg
         self.imgsz = imgsz
         self.task = model.task_spec
-        prompted = cfg.points is not None or cfg.boxes is not None
-        if prompted != self.task.prompted:
+        prompt_options = [name for name in ("points", "boxes", "labels", *AUTO_MASK_OPTIONS)
+                          if getattr(cfg, name) is not None]
+        if prompt_options and not self.task.prompted:
             raise ConfigError(
-                f"a {model.task} model ({model.spec.display_name}) segments what it is shown: pass points=[[x, y]] "
-                "and/or boxes=[[x1, y1, x2, y2]] in the picture's pixels (automatic whole-image masks are not "
-                "implemented)"
-                if self.task.prompted else
-                f"points= and boxes= are prompts for a promptable segmenter (task 'prompt-segment', e.g. "
+                f"{prompt_options[0]}= is an option of a promptable segmenter (task 'prompt-segment', e.g. "
                 f"LibreSAMb.pt); this {model.spec.name} model's task is {model.task!r}")
         self.options = self.task.postprocess_options(vars(cfg))
         if cfg.classes is not None:

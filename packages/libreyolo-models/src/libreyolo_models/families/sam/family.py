@@ -1,6 +1,7 @@
 """SAM's implementation of the family contract: the image encoder is the inference seam (captured
 where graphs are allowed), its embeddings are cached per input (``cache``), and each call's
-prompts are decoded eagerly per picture (``predict_postprocess``, which val also uses). Pretrained-only."""
+prompts are decoded eagerly per picture (``predict_postprocess``, which val also uses), or, with
+none, a grid of point prompts gives everything in the picture (``automatic``). Pretrained-only."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from ...contract.prompts import (
     to_input_coords,
 )
 from ...errors import CheckpointError, ConfigError
+from .automatic import generate_masks
 from .cache import EmbeddingCache
 from .nn import ARCHS, Sam
 
@@ -69,8 +71,10 @@ class SamFamily(Family):
     def predict_postprocess(self, net: nn.Module, outputs: Tensor, options: Any,
                             infos: Sequence[Any]) -> list[PromptPrediction]:
         """Each picture's prompts (original pixels) -> its masks at the original size (eager)."""
-        if not isinstance(options, Prompts) or not options.count or not isinstance(net, Sam):
+        if not isinstance(options, Prompts) or not isinstance(net, Sam) or not (options.count or options.automatic):
             raise ConfigError("SAM decodes masks from prompts: predict with points= and/or boxes=")
+        if options.automatic is not None:
+            return [generate_masks(net, outputs[i:i + 1], info, options.automatic) for i, info in enumerate(infos)]
         for info in infos:
             outside = outside_picture(options, info.orig_shape)
             if outside is not None:

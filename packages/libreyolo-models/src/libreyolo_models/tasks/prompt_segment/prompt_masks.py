@@ -26,16 +26,24 @@ class PromptMasks:
     over the original picture; ``scores``: ``float [P, C]``, the predicted IoU of each mask;
     ``logits``: ``float [P, C, 256, 256]`` (published size), the decoder's logits over the padded
     square input (upstream's ``low_res_masks``); ``full_logits()`` resizes them to the picture.
+    Automatic masks (predict without prompts): P masks of one each, best predicted IoU first, and
+    ``points``: ``float [P, 2]``, the grid point (original pixels) each came from; None otherwise.
     """
 
     csv_columns: tuple[str, ...] = ("prompt", "mask", "score", "area", "x1", "y1", "x2", "y2")
 
     def __init__(self, data: Tensor | np.ndarray, scores: Tensor | np.ndarray, logits: Tensor | np.ndarray,
-                 image: PromptImage) -> None:
+                 image: PromptImage, *, points: Tensor | np.ndarray | None = None) -> None:
         self.data = cast(Tensor, data)
         self.scores = cast(Tensor, scores)
         self.logits = cast(Tensor, logits)
         self.image = image
+        self.points = cast(Tensor | None, points)
+
+    @property
+    def automatic(self) -> bool:
+        """Masks of everything found (no prompts given), rather than one set per prompt."""
+        return self.points is not None
 
     @property
     def orig_shape(self) -> tuple[int, int]:
@@ -66,6 +74,8 @@ class PromptMasks:
         return out
 
     def summary(self, names: dict[int, str]) -> str:
+        if self.automatic:
+            return f"{len(self)} masks (automatic)" if len(self) else "no masks (automatic)"
         if not len(self):
             return "no prompts"
         scores = _numpy(self.scores)
@@ -73,9 +83,13 @@ class PromptMasks:
         return f"{len(self)} prompt(s), {per}, best scores " + ", ".join(f"{s:.2f}" for s in scores.max(axis=1))
 
     def plot(self, image: np.ndarray, names: dict[int, str], *, labels: bool, conf: bool) -> np.ndarray:
-        """``image`` with each prompt's best mask tinted in a colour of its own."""
+        """``image`` with each prompt's best mask tinted in a colour of its own (automatic masks:
+        the largest first, so that smaller ones stay visible on top)."""
         out = image.astype(np.float32)
-        for p, mask in enumerate(self.best()):
+        best = self.best()
+        order = np.argsort(-best.sum(axis=(1, 2)), kind="stable") if self.automatic else range(len(best))
+        for p in order:
+            mask = best[p]
             colour = np.asarray(class_color(p), dtype=np.float32)
             out[mask] = out[mask] * (1 - OVERLAY_ALPHA) + colour * OVERLAY_ALPHA
         return np.clip(out + 0.5, 0, 255).astype(np.uint8)
@@ -84,14 +98,18 @@ class PromptMasks:
         def move(t: Tensor | np.ndarray) -> Tensor:
             return torch.as_tensor(t).to(device)
 
-        return PromptMasks(move(self.data), move(self.scores), move(self.logits), self.image)
+        return PromptMasks(move(self.data), move(self.scores), move(self.logits), self.image,
+                           points=None if self.points is None else move(self.points))
 
     def cpu(self) -> PromptMasks:
         return self.to("cpu")
 
     def numpy(self) -> PromptMasks:
-        return PromptMasks(_numpy(self.data), _numpy(self.scores), _numpy(self.logits), self.image)
+        return PromptMasks(_numpy(self.data), _numpy(self.scores), _numpy(self.logits), self.image,
+                           points=None if self.points is None else _numpy(self.points))
 
     def __repr__(self) -> str:
         p, c, h, w = (int(s) for s in self.data.shape)
+        if self.automatic:
+            return f"PromptMasks(automatic, masks={p}, height={h}, width={w})"
         return f"PromptMasks(prompts={p}, masks_per_prompt={c}, height={h}, width={w})"

@@ -8,7 +8,8 @@ Forms (coordinates in the picture's pixels, as Meta's ``SamPredictor`` takes the
   prompt per group (groups of equal size);
 - ``labels``: 1 (foreground) or 0 (background) per point, same nesting; default all 1;
 - ``boxes=[x1, y1, x2, y2]`` or ``[[x1, y1, x2, y2], ...]``: one prompt per box; with points, the
-  box count must equal the point groups' (each group joins its box) or be 1 with one group.
+  box count must equal the point groups' (each group joins its box) or be 1 with one group;
+- none of them: automatic masks of the whole picture (``settings.AUTO_MASK_OPTIONS`` tune them).
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ...contract.prompts import Prompts
+from ...contract.prompts import AutoMasks, Prompts
 from ...errors import ConfigError
+from ...settings import AUTO_MASK_OPTIONS
 
 _POINTS_FORM = "points=[x, y], [[x, y], ...] or [[[x, y], ...], ...] (pixels of the picture)"
 _BOXES_FORM = "boxes=[x1, y1, x2, y2] or [[x1, y1, x2, y2], ...] (pixels of the picture)"
@@ -79,4 +81,12 @@ def parse_prompts(options: Mapping[str, Any]) -> Prompts:
         raise ConfigError(f"{points.shape[0]} point group(s) and {boxes.shape[0]} box(es): with both, each box joins "
                           "one group of points, so give as many groups as boxes (or one of each)")
     multimask = options.get("multimask_output", True)
+    tuned = {name: options[name] for name in AUTO_MASK_OPTIONS if options.get(name) is not None}
+    if points is None and boxes is None:
+        max_masks = options.get("max_det")
+        automatic = AutoMasks(**tuned, **({"max_masks": int(max_masks)} if max_masks is not None else {}))
+        return Prompts(multimask=bool(multimask), automatic=automatic)
+    if tuned:
+        raise ConfigError(f"{next(iter(tuned))}= tunes automatic masks, made when no points= or boxes= are given; "
+                          "drop it, or drop the prompts to mask everything in the picture")
     return Prompts(points=points, labels=labels, boxes=boxes, multimask=bool(multimask))

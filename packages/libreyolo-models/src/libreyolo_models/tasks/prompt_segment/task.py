@@ -97,9 +97,11 @@ class PromptSegmentTask(Task):
         return torch.stack([x for x, _ in pairs]), [info for _, info in pairs]
 
     def predictions_to_host(self, predictions: list[PromptPrediction]) -> list[PromptPrediction]:
-        return [PromptPrediction(p.masks.cpu(), p.scores.cpu(), p.logits.cpu(), p.image) for p in predictions]
+        return [PromptPrediction(p.masks.cpu(), p.scores.cpu(), p.logits.cpu(), p.image,
+                                 None if p.points is None else p.points.cpu()) for p in predictions]
 
     def make_results(self, image: np.ndarray, name: str, names: dict[int, str], prediction: PromptPrediction,
                      info: Any, speed: dict[str, float]) -> Results:
-        masks = PromptMasks(prediction.masks, prediction.scores, prediction.logits, prediction.image)
+        masks = PromptMasks(prediction.masks, prediction.scores, prediction.logits, prediction.image,
+                            points=prediction.points)
         return Results(image, name, names, speed=speed, masks=masks)
