@@ -70,6 +70,10 @@ class TaskDecl:
             TorchScript and OpenVINO; the family's ``postprocess`` (NMS, thresholds) always stays
             outside the exported graph and runs in Python on the runtime's outputs.
         export_note: why the task does not export, when ``exportable`` is False (shown to users).
+        export_formats: the formats it exports to, when not every one (an operator some converters
+            lack); None: all. ``export_formats_note`` says why the others are refused.
+        min_opset: the first ONNX opset with every operator the network needs (an export asking
+            for less is refused; without ``opset=`` it is used when above the default 17).
         dynamic_imgsz: ``export(dynamic=True)`` frees the image size as well as the batch: the
             seam computes everything size-dependent (anchor grids, position embeddings) from the
             input's shape, so a trace generalises. False where something is laid out for the
@@ -98,6 +102,9 @@ class TaskDecl:
     recipe_shares: Mapping[str, float] = field(default_factory=dict)
     exportable: bool = True
     export_note: str = ""
+    export_formats: tuple[str, ...] | None = None
+    export_formats_note: str = ""
+    min_opset: int | None = None
     dynamic_imgsz: bool = True
     dynamic_imgsz_note: str = ""
     default_nc: int = 80
@@ -109,6 +116,8 @@ class TaskDecl:
             raise ConfigError(f"stride={self.stride!r} must be a positive number of pixels (or None: the family's)")
         if not self.exportable and not self.export_note:
             raise ConfigError("a task declared exportable=False needs export_note saying why")
+        if self.export_formats is not None and not self.export_formats_note:
+            raise ConfigError("a task declaring export_formats needs export_formats_note saying why the others fail")
         if not self.dynamic_imgsz and not self.dynamic_imgsz_note:
             raise ConfigError("a task declared dynamic_imgsz=False needs dynamic_imgsz_note saying why")
         for key, share in self.recipe_shares.items():

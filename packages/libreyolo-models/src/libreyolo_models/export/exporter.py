@@ -12,6 +12,7 @@ import contextlib
 import copy
 import logging
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +29,7 @@ from .formats import write_onnx, write_torchscript
 from .int8 import calibration_batches, write_onnx_int8
 from .ncnn import write_ncnn
 from .openvino import write_openvino
-from .settings import ExportConfig
+from .settings import DEFAULT_OPSET, ExportConfig
 from .targets import get_target
 from .tensorrt import write_engine
 from .tflite import write_tflite
@@ -36,6 +37,7 @@ from .writing import WriteJob
 
 if TYPE_CHECKING:
     from ..contract.family import Family
+    from ..contract.spec import TaskDecl
     from ..handle import ModelHandle
 
 log = logging.getLogger(__name__)
@@ -89,11 +91,11 @@ def default_path(model: ModelHandle, fmt: str, int8: bool = False) -> Path:
 def _write_onnx(job: WriteJob) -> Path:
     if job.calibration is not None:
         return write_onnx_int8(job)
-    return write_onnx(job.seam, job.example, job.path, job.meta, opset=job.cfg.opset, simplify=job.cfg.simplify)
+    return write_onnx(job.seam, job.example, job.path, job.meta, opset=job.opset, simplify=job.cfg.simplify)
 
 
 def _write_openvino(job: WriteJob) -> Path:
-    return write_openvino(job.seam, job.example, job.path, job.meta, opset=job.cfg.opset, simplify=job.cfg.simplify,
+    return write_openvino(job.seam, job.example, job.path, job.meta, opset=job.opset, simplify=job.cfg.simplify,
                           calibration=job.calibration)
 
 
@@ -116,6 +118,7 @@ def export_model(model: ModelHandle, options: dict[str, Any]) -> Path:
     decl = model.spec.task(model.task)
     if not decl.exportable:
         raise ConfigError(f"{model.spec.display_name} ({model.task}) does not export: {decl.export_note}")
+    cfg = replace(cfg, opset=checked_opset(cfg, decl, model.spec.display_name))
     imgsz = model.resolve_imgsz(cfg.imgsz)
     dynamic_imgsz = cfg.dynamic and decl.dynamic_imgsz
     if cfg.dynamic and not decl.dynamic_imgsz:
@@ -172,6 +175,26 @@ def export_model(model: ModelHandle, options: dict[str, Any]) -> Path:
     log.info("exported %s-%s %s to %s (%s, %s, imgsz %d, %s)", model.spec.name, model.size, model.task, written,
              cfg.format, shape, imgsz, precision)
     return written
+
+
+def checked_opset(cfg: ExportConfig, decl: TaskDecl, name: str) -> int:
+    """The opset to write: the user's, or 17 raised to what the family needs; refuses a format or
+    an INT8 path the family's declaration leaves out, and an opset below what it needs."""
+    if decl.export_formats is not None:
+        shown = ", ".join(repr(f) for f in decl.export_formats)
+        if cfg.format not in decl.export_formats:
+            raise ConfigError(f"export(format={cfg.format!r}): {name} exports to {shown} only: "
+                              f"{decl.export_formats_note}")
+        if cfg.int8:
+            raise ConfigError(f"export(int8=True): INT8 is not checked for {name} (it exports to {shown} only, "
+                              f"{decl.export_formats_note}); export fp32, or half=True on a GPU")
+    need = decl.min_opset or 11
+    if cfg.opset is None:
+        return max(DEFAULT_OPSET, need)
+    if cfg.opset < need:
+        raise ConfigError(f"export(opset={cfg.opset}): {name} needs ONNX opset {need} or later (an operator of its "
+                          f"network has no form before it); pass opset={need}, or leave opset unset")
+    return cfg.opset
 
 
 def export_precision(model: ModelHandle, cfg: ExportConfig) -> tuple[str, bool]:

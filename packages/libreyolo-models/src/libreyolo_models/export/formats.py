@@ -14,6 +14,7 @@ from torch import nn
 
 from ..optional import require
 from ..runtime.metadata import METADATA_FILE, METADATA_KEY, ExportMetadata
+from .deform_conv_onnx import register_deform_conv
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,7 @@ def write_onnx_graph(module: nn.Module, example: torch.Tensor, path: Path, meta:
     opset 17 on the torch versions we support, where the torch.export path still rejects some)."""
     names = [f"output{i}" for i in range(meta.outputs)]
     axes = onnx_dynamic_axes(meta)
+    register_deform_conv()  # a rule for torchvision's operator (BiRefNet), used only where it appears
     with quiet_tracing():
         torch.onnx.export(module, (example,), str(path), dynamo=False, opset_version=opset,
                           input_names=["images"], output_names=names, dynamic_axes=axes, do_constant_folding=True)

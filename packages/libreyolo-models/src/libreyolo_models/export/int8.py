@@ -98,7 +98,7 @@ def write_onnx_int8(job: WriteJob) -> Path:
         raise ConfigError("export(format='onnx', int8=True) was given no calibration images")
     with tempfile.TemporaryDirectory() as tmp:
         fp32, prepared = Path(tmp) / "fp32.onnx", Path(tmp) / "prepared.onnx"
-        write_onnx_graph(job.seam, job.example, fp32, job.meta, opset=job.cfg.opset)
+        write_onnx_graph(job.seam, job.example, fp32, job.meta, opset=job.opset)
         quantization.quant_pre_process(str(fp32), str(prepared))  # shape inference the quantiser needs
         quantization.quantize_static(
             str(prepared), str(job.path), _Reader("images", job.calibration),

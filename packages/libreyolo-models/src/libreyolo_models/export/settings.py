@@ -10,6 +10,9 @@ from ..runtime.metadata import EXPORT_FORMATS
 from ..settings import check_positive_imgsz
 from .targets import TARGETS, get_target
 
+DEFAULT_OPSET = 17
+"""The opset written unless the user or the family asks for another: every runtime we test reads it."""
+
 
 @dataclass(frozen=True)
 class ExportConfig:
@@ -38,7 +41,8 @@ class ExportConfig:
         calib_images: how many images calibrate ``int8`` (the first of the split, in order).
         workspace: TensorRT builder memory in GiB (``engine`` only).
         simplify: run onnxslim over the ONNX graph (ONNX and OpenVINO).
-        opset: ONNX opset.
+        opset: ONNX opset; None: 17, or the first opset with an operator the family needs (19
+            for BiRefNet's ``DeformConv``).
         device: where the network is traced (default: the model's device). A TorchScript file
             runs on that device type only (the trace records where anchor grids are made).
         file: output path (default: next to the checkpoint, or the weights name in the working
@@ -51,7 +55,7 @@ class ExportConfig:
     dynamic: bool = False
     half: bool = False
     simplify: bool = False
-    opset: int = 17
+    opset: int | None = None
     device: str | None = None
     file: str | None = None
     int8: bool = False
@@ -65,7 +69,7 @@ class ExportConfig:
                               f"{', '.join(EXPORT_FORMATS)}" + suggest(self.format, EXPORT_FORMATS))
         if self.batch < 1:
             raise ConfigError(f"batch={self.batch} must be at least 1")
-        if not 11 <= self.opset <= 21:
+        if self.opset is not None and not 11 <= self.opset <= 21:
             raise ConfigError(f"opset={self.opset} must be between 11 and 21 (17 suits every runtime we test)")
         check_positive_imgsz(self.imgsz)
         target = get_target(self.format)

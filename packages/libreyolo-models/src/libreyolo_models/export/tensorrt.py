@@ -66,7 +66,7 @@ def write_engine(job: WriteJob) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         onnx_path = Path(tmp) / "model.onnx"
-        write_onnx_graph(job.seam, job.example, onnx_path, job.meta, opset=job.cfg.opset)
+        write_onnx_graph(job.seam, job.example, onnx_path, job.meta, opset=job.opset)
         engine = build_engine(trt, onnx_path, job)
     (folder / ENGINE_FILE).write_bytes(engine)
     (folder / METADATA_FILE).write_text(job.meta.to_json() + "\n")

@@ -45,7 +45,7 @@ def write_tflite(job: WriteJob) -> Path:
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         onnx_path = tmp / "model.onnx"
-        write_onnx_graph(job.seam, job.example, onnx_path, job.meta, opset=job.cfg.opset)
+        write_onnx_graph(job.seam, job.example, onnx_path, job.meta, opset=job.opset)
         slim_onnx(onnx_path, purpose)  # folds the anchor grids: onnx2tf fails on their Expand otherwise
         np.save(tmp / ONNX2TF_SAMPLE, np.random.default_rng(0).random((20, 128, 128, 3), dtype=np.float32))
         out = tmp / "tf"

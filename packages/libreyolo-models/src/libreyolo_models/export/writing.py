@@ -23,7 +23,7 @@ class WriteJob:
         example: an input of the exported shape and dtype, on that device.
         path: the file or folder to write (``Target.folder`` decides which).
         meta: the metadata to embed (``outputs`` already counted).
-        cfg: the export options.
+        cfg: the export options (``opset`` resolved: ``opset`` below is never None).
         calibration: ``int8`` only: float32 ``[batch, 3, S, S]`` arrays in [0, 1], as predict
             feeds the network (letterboxed), one per calibration step.
     """
@@ -34,3 +34,10 @@ class WriteJob:
     meta: ExportMetadata
     cfg: ExportConfig
     calibration: list[np.ndarray] | None = None
+
+    @property
+    def opset(self) -> int:
+        """The ONNX opset to write (the exporter resolved ``cfg.opset``)."""
+        if self.cfg.opset is None:
+            raise ValueError("WriteJob: cfg.opset must be resolved by the exporter (checked_opset)")
+        return self.cfg.opset

@@ -59,10 +59,17 @@ def _load_extension() -> bool:
 
 
 @functools.cache
-def _nms_op():  # noqa: ANN202 - a torch OpOverloadPacket
+def load_torchvision_ops() -> None:
+    """Register torchvision's operators (NMS, ``deform_conv2d``, ...), cheaply when possible: what
+    NMS needs, and what a TorchScript file calling them needs before ``torch.jit.load``."""
     if not _registered() and not _load_extension():
         log.debug("NMS: importing torchvision.ops to load its operators")
         import torchvision.ops  # noqa: F401 - the package's own loader registers the operator or says why not
+
+
+@functools.cache
+def _nms_op():  # noqa: ANN202 - a torch OpOverloadPacket
+    load_torchvision_ops()
     return torch.ops.torchvision.nms
 
 

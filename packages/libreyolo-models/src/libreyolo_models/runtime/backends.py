@@ -28,6 +28,7 @@ import torch
 from torch import Tensor
 
 from ..errors import CheckpointError, ConfigError
+from ..layers.nms_kernel import load_torchvision_ops
 from ..optional import require
 from .metadata import METADATA_FILE, METADATA_KEY, ExportMetadata
 from .mobile import CoreMLNetwork, NcnnNetwork, TFLiteNetwork, read_folder_metadata
@@ -123,6 +124,7 @@ class TorchScriptNetwork(RuntimeNetwork):
 
     def __init__(self, path: Path) -> None:
         files = {METADATA_FILE: ""}
+        load_torchvision_ops()  # a trace may call torchvision's operators (deform_conv2d, BiRefNet)
         try:
             with warnings.catch_warnings():  # torch.jit's deprecation notice is not the user's to act on
                 warnings.simplefilter("ignore", FutureWarning)

@@ -34,9 +34,16 @@ SPEC = FamilySpec(
             # deformable samplings eager) has no green parity row yet.
             inference_capture=False,
             train_capture=False,
-            exportable=False,
-            export_note=("every decoder block samples through torchvision's deform_conv2d, whose ONNX form "
-                         "(DeformConv, opset 19) has not been exported and checked against a runtime here"),
+            # Every decoder block samples through torchvision's deform_conv2d: ONNX's DeformConv
+            # (opset 19, export/deform_conv_onnx.py; onnxruntime runs it) and TorchScript carry it.
+            export_formats=("onnx", "torchscript"),
+            export_formats_note=("its decoder's deformable convolutions (torchvision's deform_conv2d, ONNX's "
+                                 "DeformConv) have no conversion in OpenVINO's ONNX reader, TensorRT's parser is "
+                                 "unchecked here, and the NCNN, TFLite and Core ML converters lack the operator"),
+            min_opset=19,
+            dynamic_imgsz=False,
+            dynamic_imgsz_note=("its Swin windows, shift masks and the decoder's patch grid are laid out for one "
+                                "input size"),
             recipe=RECIPE,
         ),
     },

@@ -60,13 +60,14 @@ def window_reverse(windows: Tensor, window: int, h: int, w: int) -> Tensor:
 def shift_mask(hp: int, wp: int, window: int, shift: int, device: torch.device, dtype: torch.dtype) -> Tensor:
     """``[nW, N, N]`` additive attention mask of shifted windows: -inf between tokens that came
     from different regions of the padded ``hp x wp`` map (the official nine-region labelling)."""
-    labels = torch.zeros((1, hp, wp, 1), device=device)
-    spans = (slice(0, -window), slice(-window, -shift), slice(-shift, None))
-    region = 0
-    for hs in spans:
-        for ws in spans:
-            labels[:, hs, ws, :] = region
-            region += 1
+    # Band of a row (column): 0 before the last window, 1 in it before the shift, 2 in the shift;
+    # region = 3 * row band + column band. Built without in-place writes, which the ONNX exporter
+    # mis-wires when a network computes two masks of different sizes (BiRefNet's two scales).
+    rows = torch.arange(hp, device=device)
+    cols = torch.arange(wp, device=device)
+    row_band = (rows >= hp - window).long() + (rows >= hp - shift).long()
+    col_band = (cols >= wp - window).long() + (cols >= wp - shift).long()
+    labels = (3 * row_band[:, None] + col_band[None, :]).float().view(1, hp, wp, 1)
     windows = window_partition(labels, window).squeeze(-1)
     diff = windows.unsqueeze(1) - windows.unsqueeze(2)
     return diff.masked_fill(diff != 0, float("-inf")).masked_fill(diff == 0, 0.0).to(dtype)
@@ -95,7 +96,8 @@ class WindowAttention(nn.Module):
         attn = (q * self.scale) @ k.transpose(-2, -1) + bias.permute(2, 0, 1).unsqueeze(0).to(q.dtype)
         if mask is not None:
             windows = mask.shape[0]
-            attn = (attn.view(bw // windows, windows, self.heads, n, n) + mask[None, :, None]).view(bw, self.heads, n, n)
+            # -1, not bw // windows: an ONNX trace keeps the batch free only where no size is computed
+            attn = (attn.view(-1, windows, self.heads, n, n) + mask[None, :, None]).view(-1, self.heads, n, n)
         return self.proj((attn.softmax(-1) @ v).transpose(1, 2).reshape(bw, n, c))
 
 
@@ -199,7 +201,9 @@ class SwinTransformer(nn.Module):
 
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         x = self.patch_embed(x)
-        h, w = x.shape[-2], x.shape[-1]
+        # Plain ints: the token grid is laid out per input size (windows, shift masks), so a trace
+        # (export) keeps it as constants rather than shape arithmetic the ONNX exporter mis-wires.
+        h, w = int(x.shape[-2]), int(x.shape[-1])
         x = x.flatten(2).transpose(1, 2)
         outs = []
         for i, stage in enumerate(self.layers):
