@@ -15,6 +15,7 @@ from PIL import Image
 from libreyolo_models import LibreYOLO
 from libreyolo_models.data.image_cache import open_image_cache
 from libreyolo_models.errors import ConfigError
+from libreyolo_models.tasks import get_task
 from libreyolo_models.tasks.detect.datasets import load_split
 from libreyolo_models.tasks.detect.rect import RectSamples, collate_rect, rect_order
 from libreyolo_models.train.callbacks import EpochEnd, TrainStart
@@ -94,8 +95,34 @@ def test_single_cls_and_fraction_change_what_the_task_reads(mixed_shapes) -> Non
     full = load_split(str(mixed_shapes), "train")
     assert take_fraction(full, 0.25, 0).images == train.images          # seeded: the same quarter
     assert take_fraction(full, 0.25, 1).images != train.images
-    with pytest.raises(ConfigError, match=r"single_cls= changes box batches.*'classify'"):
+    with pytest.raises(ConfigError, match=r"single_cls=True trains every object as one class; a 'classify' model"):
         OptionedTask(LibreYOLO("LibreMobileNetV4small.yaml").task_spec, single_cls=True)
+    with pytest.raises(ConfigError, match=r"rect= makes rectangular batches .* a 'segment' model"):
+        OptionedTask(get_task("segment"), rect=True)
+
+
+def test_fraction_keeps_classification_labels_an_array(tmp_path: Path) -> None:
+    """A classification split keeps its labels in one array: fraction= cuts it as such."""
+    from libreyolo_models.tasks.classify.shapes_cls import generate_shapes_cls
+
+    generate_shapes_cls(tmp_path, split_sizes={"train": 10, "val": 1})
+    task = OptionedTask(get_task("classify"), fraction=0.3, seed=0)
+    full = get_task("classify").load_split(task.load_data(str(tmp_path)), "train")
+    part = task.load_split(task.load_data(str(tmp_path)), "train")
+    assert isinstance(part.labels, np.ndarray) and len(part.labels) == len(part.images) < len(full.images)
+    position = {path: i for i, path in enumerate(full.images)}
+    assert [full.labels[position[p]] for p in part.images] == part.labels.tolist()  # each image keeps its class
+
+
+@pytest.mark.parametrize("task_name", ["segment", "pose"])
+def test_single_cls_merges_the_classes_of_an_instance_task(task_name: str) -> None:
+    task = OptionedTask(get_task(task_name), single_cls=True)
+    bundled = {"segment": "shapes-inst", "pose": "shapes-pose"}[task_name]
+    data = task.load_data(bundled)
+    assert data.nc == 1 and data.names == {0: "object"}
+    split = task.load_split(data, "val")
+    assert split.names == {0: "object"} and all((lab[:, 0] == 0).all() for lab in split.labels)
+    assert len(split.extras) == len(split.labels)  # masks / keypoints kept, object by object
 
 
 def test_fraction_keeps_each_image_with_its_mask(tmp_path) -> None:

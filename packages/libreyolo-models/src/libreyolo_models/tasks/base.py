@@ -139,9 +139,11 @@ class Task(abc.ABC):
     # predict may hand prepare_batch a reduced decode of a large picture, with the picture's size
     # in orig_shapes (data.image_files.read_image_for): true for the letterboxing tasks.
     reduced_decode: ClassVar[bool] = True
-    # train_pipeline / val_pipeline take ``rect=<stride>``: rectangular batches (``rect=True``),
-    # and box rows a single class can replace (``single_cls=True``): detect.
+    # train_pipeline / val_pipeline take ``rect=<stride>``: rectangular batches (``rect=True``): detect.
     supports_rect: ClassVar[bool] = False
+    # the split's ``labels`` are per-object (class, box) rows whose class ``single_cls=True`` can
+    # replace, and its config takes ``names`` (and ``nc``) anew: detect, segment, pose.
+    supports_single_cls: ClassVar[bool] = False
     # evaluate averages ``EvalSettings.loss`` over the batches (``tasks.loss_meter``): training's
     # validation then passes the family's loss (``train.val_loss``).
     validation_losses: ClassVar[bool] = False

@@ -23,6 +23,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import torch
 from torch import nn
 
 from ..errors import ConfigError
@@ -104,11 +105,12 @@ class OptionedTask:
         self._task, self._stride = task, stride
         self._single_cls, self._fraction, self._rect, self._seed = single_cls, fraction, rect, seed
         self._originals: dict[int, Any] = {}   # single_cls: id(one-class config) -> the dataset's own
-        boxes = bool(getattr(task, "supports_rect", False))
-        for option, on in (("single_cls", single_cls), ("rect", rect is not False)):
-            if on and not boxes:
-                raise ConfigError(f"{option}= changes box batches, and this model's task is {task.name!r}; it "
-                                  "works with detect models")
+        if single_cls and not task.supports_single_cls:
+            raise ConfigError(f"single_cls=True trains every object as one class; a {task.name!r} model has no "
+                              "per-object classes to merge (it works with detect, segment and pose models)")
+        if rect is not False and not task.supports_rect:
+            raise ConfigError(f"rect= makes rectangular batches of letterboxed pictures, which a {task.name!r} "
+                              "model's pipeline does not take (it works with detect models)")
 
     @classmethod
     def for_training(cls, task: Task, cfg: TrainConfig, stride: int) -> OptionedTask:
@@ -122,7 +124,8 @@ class OptionedTask:
         config = self._task.load_data(data)
         if not self._single_cls:
             return config
-        single = dataclasses.replace(config, names={0: SINGLE_CLASS_NAME}, nc=1)
+        fields = {f.name for f in dataclasses.fields(config)}
+        single = dataclasses.replace(config, names={0: SINGLE_CLASS_NAME}, **({"nc": 1} if "nc" in fields else {}))
         self._originals[id(single)] = config
         log.info("single_cls=True: the %d classes of %s train as one, %r", config.nc, config.source,
                  SINGLE_CLASS_NAME)
@@ -160,7 +163,14 @@ def take_fraction(index: Any, fraction: float, seed: int) -> Any:
     n = len(index)
     keep = max(1, math.ceil(n * fraction))
     chosen = np.sort(np.random.default_rng(seed).permutation(n)[:keep])
-    picked = {f.name: [getattr(index, f.name)[i] for i in chosen] for f in dataclasses.fields(index)
+    picked = {f.name: _take(getattr(index, f.name), chosen) for f in dataclasses.fields(index)
               if f.name in ITEM_FIELDS}
     log.info("fraction=%g: training on %d of the %d images", fraction, keep, n)
     return dataclasses.replace(index, **picked)
+
+
+def _take(values: Any, chosen: np.ndarray) -> Any:
+    """``values[chosen]`` for a per-item list or array (classification keeps its labels in one)."""
+    if isinstance(values, np.ndarray | torch.Tensor):
+        return values[torch.from_numpy(chosen) if isinstance(values, torch.Tensor) else chosen]
+    return [values[i] for i in chosen]

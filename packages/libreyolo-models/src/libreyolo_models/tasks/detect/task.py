@@ -69,6 +69,7 @@ class DetectTask(Task):
     rendering_bytes_per_pixel: ClassVar[int] = render_graph.BYTES_PER_PIXEL
     augmentations: ClassVar[frozenset[str]] = frozenset(AugmentConfig.__dataclass_fields__)
     supports_rect: ClassVar[bool] = True
+    supports_single_cls: ClassVar[bool] = True
     validation_losses: ClassVar[bool] = True
 
     def load_data(self, data: Any) -> Any:

@@ -25,6 +25,7 @@ class InstanceTask(Task):
     supports_multi_scale: ClassVar[bool] = False
     augmentations: ClassVar[frozenset[str]] = frozenset(AugmentConfig.__dataclass_fields__)
     validation_losses: ClassVar[bool] = True
+    supports_single_cls: ClassVar[bool] = True  # objects keep their masks / keypoints, one class
     carries: ClassVar[str]
     """What each object has besides its box, for messages ("masks", "keypoints")."""
     bundled_names: ClassVar[tuple[str, ...]]
