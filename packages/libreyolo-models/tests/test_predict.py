@@ -92,6 +92,13 @@ def test_save_option_writes_into_numbered_run_folders(model, tmp_path) -> None:
     model(SAMPLE_IMAGE, conf=0.3, save=True, project=str(tmp_path), name="exp")
     model(SAMPLE_IMAGE, conf=0.3, save=True, project=str(tmp_path), name="exp")
     assert (tmp_path / "exp" / "sample.jpg").is_file() and (tmp_path / "exp2" / "sample.jpg").is_file()
+    model(SAMPLE_IMAGE, conf=0.3, save=True, project=str(tmp_path), name="exp", exist_ok=True)  # into exp again
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["exp", "exp2"]
+    val_dir = tmp_path / "val"
+    for _ in range(2):
+        LibreYOLO9(size="t", nc=5).val(data="shapes", batch=8, imgsz=64, plots=True, project=str(val_dir), name="v",
+                                  exist_ok=True, verbose=False)
+    assert [p.name for p in val_dir.iterdir()] == ["v"]
 
 
 @pytest.mark.parametrize(("source", "match"), [

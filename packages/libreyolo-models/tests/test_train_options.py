@@ -185,6 +185,9 @@ def test_all_options_train_and_val_rect_runs(mixed_shapes, tmp_path, caplog) -> 
     square = model.val(data=str(mixed_shapes), imgsz=128, batch=4, workers=0, device="cpu", single_cls=True,
                        verbose=False)
     assert metrics.n_images == square.n_images == 8
+    with pytest.raises(ConfigError, match=r"val\(single_cls=True\) validates a model trained with single_cls=True "
+                                          r"\(one class\); this model predicts 80 classes"):
+        LibreYOLO("LibreYOLO9t.yaml").val(data=str(mixed_shapes), single_cls=True)
 
 
 def test_add_callback_names_the_events() -> None:

@@ -85,6 +85,7 @@ class PredictConfig:
     compile: bool | Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"] = False
     project: str = "runs/predict"
     name: str = "exp"
+    exist_ok: bool = False    # save into project/name as it is (True), not a new name2, name3, ...
     verbose: bool = False
     stream: bool = False      # True: a generator of Results (see predict.streams)
     vid_stride: int = 1       # keep every n-th frame of videos and streams

@@ -166,7 +166,7 @@ class Predictor:
         self.forward = model.family.predict_forward(self.net, forward_for_predict(model, cfg.cuda_graph, self.net,
                                                                                   compiling))
         self.detect_modes = DetectModes(model, cfg, self.forward, self.options, imgsz, pad_rows)  # tile=, augment=
-        self.save_dir = next_run_dir(cfg.project, cfg.name) if wants_run_dir(cfg) else None
+        self.save_dir = next_run_dir(cfg.project, cfg.name, exist_ok=cfg.exist_ok) if wants_run_dir(cfg) else None
         self.outputs = PredictOutputs(cfg, self.save_dir)  # labels, crops, windows (predict.outputs)
         self.names = dict(model.names)
         self._writers: dict[str, VideoWriter] = {}

@@ -56,7 +56,8 @@ def start_tracking(model: ModelHandle, source: object, *, tracker: str, previous
     if session is None or session.spec is not spec or session.config != config:
         session = TrackSession(spec, config)
     session.conf = user_conf   # this call's output filter, also on a continued session
-    save_dir = next_run_dir(cfg.project if "project" in options else "runs/track", cfg.name) if cfg.save else None
+    save_dir = next_run_dir(cfg.project if "project" in options else "runs/track", cfg.name,
+                                exist_ok=cfg.exist_ok) if cfg.save else None
     return session, _track(session, predict_stream(model, source, predict_options), save_dir)
 
 

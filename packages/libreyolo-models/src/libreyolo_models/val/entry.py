@@ -39,6 +39,9 @@ def validate_model(model: ModelHandle, options: Mapping[str, Any]) -> TaskMetric
     # rect and single_cls as training reads them (train.fit_options)
     task = OptionedTask(model.task_spec, single_cls=cfg.single_cls, rect=cfg.rect, stride=model.stride)
     data = task.load_data(cfg.data)
+    if cfg.single_cls and model.nc != 1 and not task.classes_from_data:
+        raise ConfigError(f"val(single_cls=True) validates a model trained with single_cls=True (one class); this "
+                          f"model predicts {model.nc} classes: validate it without single_cls")
     if data.nc != model.nc and not task.classes_from_data:
         raise ConfigError(f"data={cfg.data!r} has {data.nc} classes but the model predicts {model.nc}; "
                           "validate on the dataset the model was trained for"
@@ -57,7 +60,7 @@ def validate_model(model: ModelHandle, options: Mapping[str, Any]) -> TaskMetric
     net = model.inference_net(cfg.fuse)
     save_dir = None
     if cfg.plots or cfg.save_json:
-        save_dir = libreyolo_ddp.resolve_on_rank_zero(lambda: next_run_dir(cfg.project, cfg.name))
+        save_dir = libreyolo_ddp.resolve_on_rank_zero(lambda: next_run_dir(cfg.project, cfg.name, exist_ok=cfg.exist_ok))
     settings = EvalSettings(conf=cfg.conf, iou=cfg.iou, max_det=cfg.max_det, half=cfg.half, save_dir=save_dir,
                             plots=cfg.plots, save_json=cfg.save_json)
     forward = model.inference_forward if net is model.net else (lambda x: model.inference_forward(x, net=net))

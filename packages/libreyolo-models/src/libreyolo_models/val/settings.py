@@ -30,6 +30,7 @@ class ValConfig:
     single_cls: bool = False   # every box one class (detect; a model trained with single_cls=True)
     project: str = "runs/val"
     name: str = "exp"
+    exist_ok: bool = False     # write into project/name as it is (True), not a new name2, name3, ...
     verbose: bool = True
 
     def __post_init__(self) -> None:
