@@ -1,6 +1,6 @@
 """The point and restore tasks on two CPU ranks (Gloo): sharded validation equals one process (the
-counts and per-image sums add over ranks), and FOMO (SyncBatchNorm on by default) and NAFNet train
-an epoch through the spawned path."""
+counts and per-image sums add over ranks; the ocr task's line tallies too), and FOMO (SyncBatchNorm
+on by default) and NAFNet train an epoch through the spawned path."""
 
 from __future__ import annotations
 
@@ -45,17 +45,31 @@ def jobs(task_data: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -
             (_weights(root / "nafnet", "LibreNAFNett.yaml"), str(task_data["restore"]))]
 
 
+@pytest.fixture(scope="module")
+def ocr_job(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
+    """PP-OCR (random weights: boxes everywhere, so there is much to tally) on four printed pictures."""
+    pytest.importorskip("cv2")
+    from libreyolo_models import LibreYOLO
+    from libreyolo_models.tasks.ocr.shapes_ocr import generate_shapes_ocr
+
+    root = tmp_path_factory.mktemp("ddp-ocr")
+    generate_shapes_ocr(root, split_sizes={"train": 1, "val": 4})
+    torch.manual_seed(0)
+    return str(LibreYOLO("LibrePPOCRm.yaml").save(root / "w.pt")), str(root / "data.yaml")
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_sharded_validation_equals_single_process(jobs: list[tuple[str, str]]) -> None:
+def test_sharded_validation_equals_single_process(jobs: list[tuple[str, str]], ocr_job: tuple[str, str]) -> None:
     from libreyolo_ddp import DevicePlan, spawn
 
     sys.path.insert(0, str(HERE))
     import ddp_cpu_task_targets
 
+    jobs = [*jobs, ocr_job]
     single = ddp_cpu_task_targets.validate_all(jobs)
     sharded = spawn(ddp_cpu_task_targets.validate_all, (jobs,), devices=DevicePlan.cpu_workers(2), timeout_s=300)
-    assert [r["n_images"] for r in single] == [6, 3] and single[0]["metrics/F1"] >= 0
+    assert [r["n_images"] for r in single] == [6, 3, 4] and single[0]["metrics/F1"] >= 0
     for one, two in zip(single, sharded, strict=True):
         assert two.keys() == one.keys()
         for key, value in one.items():

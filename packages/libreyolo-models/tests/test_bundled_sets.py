@@ -13,6 +13,7 @@ from libreyolo_models.tasks import TASKS
 from libreyolo_models.tasks.bundled_sets import BUNDLED_SETS, WHAT_IT_HOLDS, bundled_owner
 from libreyolo_models.tasks.classify import folder_config
 from libreyolo_models.tasks.matte import shapes_matte
+from libreyolo_models.tasks.ocr import shapes_ocr
 from libreyolo_models.tasks.point import shapes_point
 from libreyolo_models.tasks.restore import shapes_restore
 from libreyolo_models.tasks.semantic import shapes_seg
@@ -22,7 +23,8 @@ def test_the_table_names_every_tasks_own_set() -> None:
     own = {"detect": data_config.BUNDLED_NAMES, "classify": folder_config.BUNDLED_NAMES,
            "semantic": shapes_seg.BUNDLED_NAMES, "segment": TASKS["segment"].bundled_names,  # type: ignore[attr-defined]
            "pose": TASKS["pose"].bundled_names, "point": shapes_point.BUNDLED_NAMES,  # type: ignore[attr-defined]
-           "restore": shapes_restore.BUNDLED_NAMES, "matte": shapes_matte.BUNDLED_NAMES}
+           "restore": shapes_restore.BUNDLED_NAMES, "matte": shapes_matte.BUNDLED_NAMES,
+           "ocr": shapes_ocr.BUNDLED_NAMES}
     assert {name: task for task, names in own.items() for name in names[:1]} == BUNDLED_SETS
     assert set(WHAT_IT_HOLDS) == set(BUNDLED_SETS.values()) and set(BUNDLED_SETS.values()) <= set(TASKS)
 

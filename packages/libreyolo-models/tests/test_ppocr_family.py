@@ -5,15 +5,16 @@ RapidOCR's ONNX files), the network layout the converter maps into, DB boxes, CT
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
+from ppocr_weights import CLS, DET, REC, converted_weights
 
 from libreyolo_models import LibreYOLO
+from libreyolo_models.data.errors import DataConfigError
 from libreyolo_models.errors import ConfigError
 from libreyolo_models.families.ppocr.ctc import characters, greedy_decode
 from libreyolo_models.families.ppocr.db_boxes import DBOptions, reading_order, text_boxes
@@ -24,36 +25,10 @@ from libreyolo_models.tasks import get_task
 from libreyolo_models.tasks.ocr.task import network_size
 from libreyolo_models.tasks.ocr.text_lines import TextLines
 
-DET, REC, CLS = "ch_PP-OCRv4_det_infer.onnx", "ch_PP-OCRv4_rec_infer.onnx", "ch_ppocr_mobile_v2.0_cls_infer.onnx"
-
-
-def _onnx_dir() -> Path | None:
-    """RapidOCR's model folder: ``PPOCR_ONNX_DIR``, or that of an installed ``rapidocr_onnxruntime``
-    (located, not imported: its own imports need pyclipper and shapely, which a ``--no-deps``
-    install for these files leaves out)."""
-    env = os.environ.get("PPOCR_ONNX_DIR")
-    if env:
-        return Path(env)
-    import importlib.util
-
-    spec = importlib.util.find_spec("rapidocr_onnxruntime")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(next(iter(spec.submodule_search_locations))) / "models"
-
 
 @pytest.fixture(scope="module")
 def converted() -> tuple[PPOCRNet, Path]:
-    folder = _onnx_dir()
-    if folder is None or not all((folder / f).is_file() for f in (DET, REC, CLS)):
-        pytest.skip("RapidOCR's PP-OCRv4 ONNX files are not here: set PPOCR_ONNX_DIR to rapidocr_onnxruntime/models "
-                    "(the rapidocr_onnxruntime wheel on PyPI ships them) to compare with onnxruntime")
-    pytest.importorskip("onnxruntime")
-    from libreyolo_models.families.ppocr.onnx_weights import convert
-
-    net = PPOCRNet(len(characters())).eval()
-    convert(folder / DET, folder / REC, folder / CLS, net)
-    return net, folder
+    return converted_weights()
 
 
 def test_converted_detector_matches_onnxruntime(converted: tuple[PPOCRNet, Path]) -> None:
@@ -246,9 +221,9 @@ def test_refusals() -> None:
     model = LibreYOLO("LibrePPOCRm.yaml")
     with pytest.raises(ConfigError, match="pretrained-only|predicts only"):
         model.train(data="shapes", epochs=1)
-    # refused before any work (no plan, no data), as SAM is: both predict-only tasks say so up front
+    # refused before any work (no plan, no data), as SAM and depth are
     assert model.task_spec.training_refusal and get_task("depth").training_refusal
-    with pytest.raises(ConfigError, match="predicts only"):
+    with pytest.raises(DataConfigError, match="'shapes' is the bundled detect set"):
         model.val(data="shapes")
     with pytest.raises(NotImplementedError, match="PP-OCRv4"):
         model.predict(np.zeros((32, 32, 3), np.uint8), cuda_graph=True)

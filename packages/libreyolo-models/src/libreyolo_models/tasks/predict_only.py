@@ -1,4 +1,4 @@
-"""The base of a task whose families are pretrained-only here (depth, ocr): every
+"""The base of a task whose families are pretrained-only here (depth): every
 data, training and validation verb refuses with the task's own message, so ``train``, ``val`` and
 the dataset check stop before any work with a line that says what to do instead."""
 

@@ -4,13 +4,17 @@ Each picture is resized as the published PP-OCR pipeline does (the short side br
 ``imgsz`` when smaller, both sides rounded to multiples of 32), not letterboxed; the family's
 ``inference_forward`` returns the text probability map at that size; its post-processing object
 finds the boxes, cuts each line from the original picture and recognises it (``make_results``).
-Datasets, training and validation are not part of this task yet (they say so).
+Validation reads text datasets in PaddleOCR's label format (``labels``; the bundled
+``shapes-ocr``) and scores detection and end-to-end reading (``metrics``, ``validation``).
+Training is not part of this task (it says so).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, NoReturn, cast
 
 import numpy as np
 import torch
@@ -18,14 +22,23 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ...errors import ConfigError
-from ..base import Prepared
+from ..base import Batch, EvalSettings, Prepared, Task, TrainOptions
+from ..bundled_sets import refuse_foreign_bundle
 from ..padded_batch import padded_batch
-from ..predict_only import PredictOnlyTask
 from ..results import Results
+from .labels import OcrData, OcrSplit, load_ocr_data, read_ocr_split
+from .metrics import OcrResult
+from .shapes_ocr import BUNDLED_NAMES, ensure_shapes_ocr
 from .text_lines import TextLines
+from .validation import OcrBatch, OcrValPipeline, evaluate_ocr
 
-_PREDICT_ONLY = ("the ocr task predicts only: text datasets, training and validation (word accuracy, detection "
-                 "H-mean) are not implemented yet; use model.predict(...)")
+if TYPE_CHECKING:
+    from ...data.cache_store import CacheSetting
+    from ..base import ModelView
+
+_NO_TRAINING = ("the ocr task is pretrained-only here: training PP-OCR (the DB detector's and the CTC "
+                "recogniser's losses) is not implemented; use model.predict(...), or model.val(data=...) on a "
+                "text dataset in PaddleOCR's label format (or the bundled 'shapes-ocr')")
 MULTIPLE = 32
 
 
@@ -45,12 +58,43 @@ def resize_picture(pixels: Tensor, size: tuple[int, int]) -> Tensor:
     return chw[0]
 
 
-class OcrTask(PredictOnlyTask):
+class OcrTask(Task):
     name: ClassVar[str] = "ocr"
+    fitness_name: ClassVar[str] = "end-to-end H-mean"
     results_field: ClassVar[str] = "ocr"
     reduced_decode: ClassVar[bool] = False  # lines are cut from the full picture
-    predict_only: ClassVar[str] = _PREDICT_ONLY
-    training_refusal: ClassVar[str | None] = _PREDICT_ONLY
+    training_refusal: ClassVar[str | None] = _NO_TRAINING
+
+    def load_data(self, data: Any) -> OcrData:
+        """A text data.yaml (PaddleOCR label files), a folder holding one, a dict, or ``"shapes-ocr"``."""
+        refuse_foreign_bundle(data, self.name)
+        if isinstance(data, str | os.PathLike) and not Path(data).exists() and os.fspath(data) in BUNDLED_NAMES:
+            data = ensure_shapes_ocr()
+        return load_ocr_data(data)
+
+    def load_split(self, data: Any, split: str) -> OcrSplit:
+        return read_ocr_split(self.load_data(data), split)
+
+    def has_split(self, data: Any, split: str) -> bool:
+        return split in self.load_data(data).splits
+
+    def train_pipeline(self, index: Any, *, imgsz: int, batch_size: int, device: torch.device,
+                       cfg: TrainOptions, workers: int) -> NoReturn:
+        raise ConfigError(_NO_TRAINING)
+
+    def val_pipeline(self, index: Any, *, imgsz: int, batch_size: int, device: torch.device, workers: int,
+                     cache: CacheSetting) -> Iterable[Batch]:
+        """Pictures read and sized as predict does (``workers`` and ``cache`` unused: each is read once)."""
+        return cast(Iterable[Batch], OcrValPipeline(index, imgsz=imgsz, batch_size=batch_size, device=device,
+                                                    network_size=network_size, resize=resize_picture))
+
+    def evaluate(self, model: ModelView, forward: Callable[[Tensor], Any], pipeline: Iterable[Batch], *,
+                 settings: EvalSettings, progress: bool) -> OcrResult:
+        return evaluate_ocr(model, forward, cast(Iterable[OcrBatch], pipeline), options=self.postprocess_options({}),
+                            half=settings.half, progress=progress)
+
+    def empty_best(self) -> dict[str, float]:
+        return {"e2e_hmean": 0.0, "hmean": 0.0}
 
     def postprocess_options(self, options: Mapping[str, Any]) -> dict[str, float]:
         """``conf`` is the text confidence floor (default 0.5, as RapidOCR's ``text_score``)."""
