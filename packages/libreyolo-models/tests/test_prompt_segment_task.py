@@ -128,6 +128,31 @@ def test_a_prompt_outside_the_picture_is_refused_with_its_size(model: LibreYOLO)
     assert outside_picture(parse_prompts({"points": [[80, 48]], "boxes": [[-5, -5, 2, 2]]}), (48, 80)) is None
 
 
+def test_a_previous_calls_logits_refine_as_a_mask_prompt(model: LibreYOLO) -> None:
+    image = picture()
+    first = model(image, imgsz=64, points=[[[10, 20]], [[40, 30]]])[0].masks
+    logits = first.best_logits()
+    assert logits.shape == (2, 1, 16, 16)
+    assert torch.equal(logits[1, 0], first.logits[1, int(first.scores[1].argmax())])
+    again = model(image, imgsz=64, points=[[[10, 20]], [[40, 30]]], mask_input=logits, multimask_output=False)[0].masks
+    plain = model(image, imgsz=64, points=[[[10, 20]], [[40, 30]]], multimask_output=False)[0].masks
+    assert again.data.shape == (2, 1, 48, 80) and not torch.equal(again.logits, plain.logits)  # the mask counts
+    alone = model(image, imgsz=64, mask_input=logits[0, 0])[0].masks  # a mask prompt by itself: one prompt
+    assert alone.data.shape == (1, 3, 48, 80) and not alone.automatic
+    encoder = model.net.prompt_encoder
+    _, dense = encoder(None, None, (64, 64), (4, 4), logits)
+    assert torch.equal(dense, encoder.mask_downscaling(logits))  # upstream's _embed_masks
+    for options, message in [({"mask_input": torch.zeros(1, 1, 32, 32)}, r"32x32 logits, but at imgsz=64 the "
+                                                                          r"decoder takes 16x16"),
+                             ({"points": [[[1, 2]], [[3, 4]]], "mask_input": torch.zeros(3, 16, 16)},
+                              r"3 masks for 2 prompts"),
+                             ({"mask_input": "[[0.5]]"}, r"command line cannot pass"),
+                             ({"mask_input": torch.zeros(2, 16, 8)}, r"not \[s, s\]"),
+                             ({"mask_input": torch.zeros(16, 16), "points_per_side": 4}, r"mask_input= is a prompt")]:
+        with pytest.raises(ConfigError, match=message):
+            model(image, imgsz=64, **options)
+
+
 def test_prompts_are_refused_for_other_tasks(model: LibreYOLO) -> None:
     model.quantize("bf16")  # its check predicts without prompts: the encoder alone
     assert model(picture(), imgsz=64, points=[[1, 2]])[0].masks.data.shape == (1, 3, 48, 80)

@@ -103,6 +103,7 @@ class PredictConfig:
     labels: Any = None
     boxes: Any = None
     multimask_output: bool = True  # three masks per prompt with their scores; False: the single best
+    mask_input: Any = None  # a previous call's low-res logits (Results.masks.best_logits()), to refine
     # A prompt-segment model given no prompts masks everything it finds, from a grid of point
     # prompts (contract.prompts.AutoMasks; None: the published defaults 32, 64, 0.88, 0.95, 0.7;
     # max_det caps the masks): points per grid side, points decoded at once, the predicted-IoU and

@@ -48,20 +48,26 @@ class Prompts:
     ``points [P, N, 2]`` (x, y) with ``labels [P, N]`` (1 foreground, 0 background) and/or
     ``boxes [P, 4]`` (x1, y1, x2, y2): ``P`` prompts, each decoded into its own mask(s); a prompt
     may combine its points with its box. ``multimask``: three masks per prompt with their
-    predicted IoU (upstream's ``multimask_output``), else the single-mask output. ``automatic``
-    (with no points or boxes): masks of everything in the picture instead (``AutoMasks``)."""
+    predicted IoU (upstream's ``multimask_output``), else the single-mask output. ``masks``
+    ``[P, 1, s, s]``: a mask prompt per prompt, low-resolution logits over the square input as a
+    previous call returned them (upstream's ``mask_input``; ``s`` = 256 at 1024 px), alone or with
+    points / boxes. ``automatic`` (with none of them): masks of everything in the picture instead
+    (``AutoMasks``)."""
 
     points: Tensor | None = None
     labels: Tensor | None = None
     boxes: Tensor | None = None
     multimask: bool = True
     automatic: AutoMasks | None = None
+    masks: Tensor | None = None
 
     @property
     def count(self) -> int:
         if self.points is not None:
             return int(self.points.shape[0])
-        return int(self.boxes.shape[0]) if self.boxes is not None else 0
+        if self.boxes is not None:
+            return int(self.boxes.shape[0])
+        return int(self.masks.shape[0]) if self.masks is not None else 0
 
 
 @dataclass(frozen=True)

@@ -142,7 +142,7 @@ class Predictor:
         self.model, self.cfg = model, cfg
         self.imgsz = imgsz
         self.task = model.task_spec
-        prompt_options = [name for name in ("points", "boxes", "labels", *AUTO_MASK_OPTIONS)
+        prompt_options = [name for name in ("points", "boxes", "labels", "mask_input", *AUTO_MASK_OPTIONS)
                           if getattr(cfg, name) is not None]
         if prompt_options and not self.task.prompted:
             raise ConfigError(

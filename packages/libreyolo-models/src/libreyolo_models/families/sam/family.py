@@ -110,6 +110,17 @@ def decode_prompts(net: Sam, embedding: Tensor, prompts: Prompts, image: PromptI
     if prompts.boxes is not None:
         corners = to_input_coords(prompts.boxes.to(device).reshape(-1, 2, 2), image)
         boxes = corners.reshape(-1, 4)
-    logits, scores = net.decode(embedding, points, boxes, (image.side, image.side), prompts.multimask)
+    mask_prompts = None
+    if prompts.masks is not None:
+        side = 4 * int(embedding.shape[-1])
+        if tuple(prompts.masks.shape[-2:]) != (side, side):
+            height, width = (int(v) for v in prompts.masks.shape[-2:])
+            raise ConfigError(f"mask_input holds {height}x{width} logits, but at imgsz={image.side} the decoder takes "
+                              f"{side}x{side}: pass the low-resolution logits a call at the same imgsz returned "
+                              "(Results.masks.best_logits())")
+        mask_prompts = prompts.masks.to(device)
+        if mask_prompts.shape[0] == 1 and prompts.count > 1:
+            mask_prompts = mask_prompts.expand(prompts.count, -1, -1, -1)
+    logits, scores = net.decode(embedding, points, boxes, (image.side, image.side), prompts.multimask, mask_prompts)
     masks = logits_to_picture(logits, image) > MASK_THRESHOLD
     return PromptPrediction(masks=masks, scores=scores.float(), logits=logits.float(), image=image)

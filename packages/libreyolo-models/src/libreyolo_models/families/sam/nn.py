@@ -54,11 +54,12 @@ class Sam(nn.Module):
         return self.image_encoder(self.normalize(images))
 
     def decode(self, embedding: Tensor, points: tuple[Tensor, Tensor] | None, boxes: Tensor | None,
-               input_hw: tuple[int, int], multimask: bool) -> tuple[Tensor, Tensor]:
-        """One picture's ``[1, 256, h, w]`` embedding and its prompts (input pixels) -> low-resolution
-        mask logits ``[P, C, 4h, 4w]`` and IoU predictions ``[P, C]``."""
+               input_hw: tuple[int, int], multimask: bool, masks: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """One picture's ``[1, 256, h, w]`` embedding and its prompts (input pixels; ``masks``:
+        ``[P, 1, 4h, 4w]`` low-resolution logits) -> low-resolution mask logits ``[P, C, 4h, 4w]``
+        and IoU predictions ``[P, C]``."""
         rows, cols = embedding.shape[-2], embedding.shape[-1]
-        sparse, dense = self.prompt_encoder(points, boxes, input_hw, (rows, cols))
+        sparse, dense = self.prompt_encoder(points, boxes, input_hw, (rows, cols), masks)
         image_pe = self.prompt_encoder.dense_positions(rows, cols).to(embedding.dtype)
         return self.mask_decoder(embedding, image_pe, sparse.to(embedding.dtype), dense.to(embedding.dtype),
                                  multimask)

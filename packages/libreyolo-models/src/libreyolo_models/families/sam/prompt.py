@@ -5,7 +5,7 @@ dense learned embedding.
 Layout facts from the official ``prompt_encoder.py``: ``pe_layer.positional_encoding_gaussian_matrix
 [2, 128]`` (a persistent buffer), ``point_embeddings.{0..3}.weight [1, 256]`` (negative point,
 positive point, box top-left, box bottom-right), ``not_a_point_embed``, ``no_mask_embed`` and the
-``mask_downscaling`` convolutions (kept for the layout; mask prompts are not offered yet).
+``mask_downscaling`` convolutions (a mask prompt: a previous call's low-resolution logits).
 Coordinates are in the encoder's input pixels (after the resize, before the pad) and are shifted
 by half a pixel to the pixel's centre before encoding, as upstream does.
 """
@@ -74,12 +74,15 @@ class PromptEncoder(nn.Module):
         return self.pe_layer.grid(rows, cols)[None]
 
     def forward(self, points: tuple[Tensor, Tensor] | None, boxes: Tensor | None, input_hw: tuple[int, int],
-                embedding_hw: tuple[int, int]) -> tuple[Tensor, Tensor]:
+                embedding_hw: tuple[int, int], masks: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """Prompts in input pixels -> sparse ``[P, N, 256]`` and dense ``[P, 256, h, w]`` embeddings.
 
         ``points``: coordinates ``[P, N, 2]`` and labels ``[P, N]`` (1 foreground, 0 background,
-        -1 padding); ``boxes``: ``[P, 4]`` xyxy. Without a box a padding point is appended (upstream)."""
-        count = points[0].shape[0] if points is not None else boxes.shape[0] if boxes is not None else 1
+        -1 padding); ``boxes``: ``[P, 4]`` xyxy; ``masks``: ``[P, 1, 4h, 4w]`` low-resolution mask
+        logits (upstream's ``mask_input``), embedded by ``mask_downscaling`` instead of
+        ``no_mask_embed``. Without a box a padding point is appended (upstream)."""
+        count = (points[0].shape[0] if points is not None else boxes.shape[0] if boxes is not None
+                 else masks.shape[0] if masks is not None else 1)
         weight = self.not_a_point_embed.weight
         tokens = [torch.empty((count, 0, EMBED), device=weight.device, dtype=weight.dtype)]
         if points is not None:
@@ -98,5 +101,8 @@ class PromptEncoder(nn.Module):
             corners = self.pe_layer.points((boxes + 0.5).reshape(-1, 2, 2), input_hw)
             corners = corners + torch.cat([self.kind(2), self.kind(3)])[None]
             tokens.append(corners.to(weight.dtype))
-        dense = self.no_mask_embed.weight.reshape(1, -1, 1, 1).expand(count, -1, *embedding_hw)
+        if masks is not None:
+            dense = self.mask_downscaling(masks.to(weight.dtype))
+        else:
+            dense = self.no_mask_embed.weight.reshape(1, -1, 1, 1).expand(count, -1, *embedding_hw)
         return torch.cat(tokens, dim=1), dense

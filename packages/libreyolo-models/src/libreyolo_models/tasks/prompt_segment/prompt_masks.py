@@ -57,6 +57,13 @@ class PromptMasks:
         data, scores = _numpy(self.data), _numpy(self.scores)
         return data[np.arange(len(self)), scores.argmax(axis=1)]
 
+    def best_logits(self) -> Tensor:
+        """``float [P, 1, 256, 256]``: each prompt's best mask's low-resolution logits, what
+        ``predict(mask_input=...)`` takes to refine it (upstream's ``logits[np.argmax(scores)]``)."""
+        logits, scores = torch.as_tensor(self.logits), torch.as_tensor(self.scores)
+        best = scores.argmax(dim=1)
+        return logits[torch.arange(len(best)), best][:, None]
+
     def full_logits(self) -> Tensor:
         """``float [P, C, H, W]`` logits over the original picture (the masks are these > 0)."""
         return logits_to_picture(torch.as_tensor(self.logits), self.image)

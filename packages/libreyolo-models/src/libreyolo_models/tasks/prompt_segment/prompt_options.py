@@ -9,6 +9,10 @@ Forms (coordinates in the picture's pixels, as Meta's ``SamPredictor`` takes the
 - ``labels``: 1 (foreground) or 0 (background) per point, same nesting; default all 1;
 - ``boxes=[x1, y1, x2, y2]`` or ``[[x1, y1, x2, y2], ...]``: one prompt per box; with points, the
   box count must equal the point groups' (each group joins its box) or be 1 with one group;
+- ``mask_input``: low-resolution mask logits from a previous call on the same picture and imgsz
+  (``Results.masks.best_logits()``: ``[P, 1, 256, 256]`` at 1024 px; also ``[256, 256]`` or
+  ``[P, 256, 256]``), one per prompt or one for all, alone or with points / boxes (upstream's
+  ``mask_input``, to refine a mask). Python only: the command line takes no arrays;
 - none of them: automatic masks of the whole picture (``settings.AUTO_MASK_OPTIONS`` tune them).
 """
 
@@ -81,7 +85,13 @@ def parse_prompts(options: Mapping[str, Any]) -> Prompts:
         raise ConfigError(f"{points.shape[0]} point group(s) and {boxes.shape[0]} box(es): with both, each box joins "
                           "one group of points, so give as many groups as boxes (or one of each)")
     multimask = options.get("multimask_output", True)
+    masks = _mask_prompts(options.get("mask_input"), points, boxes)
     tuned = {name: options[name] for name in AUTO_MASK_OPTIONS if options.get(name) is not None}
+    if tuned and masks is not None:
+        raise ConfigError(f"{next(iter(tuned))}= tunes automatic masks, made when no prompt is given; mask_input= "
+                          "is a prompt: drop one of them")
+    if masks is not None:
+        return Prompts(points=points, labels=labels, boxes=boxes, multimask=bool(multimask), masks=masks)
     if points is None and boxes is None:
         max_masks = options.get("max_det")
         automatic = AutoMasks(**tuned, **({"max_masks": int(max_masks)} if max_masks is not None else {}))
@@ -90,3 +100,25 @@ def parse_prompts(options: Mapping[str, Any]) -> Prompts:
         raise ConfigError(f"{next(iter(tuned))}= tunes automatic masks, made when no points= or boxes= are given; "
                           "drop it, or drop the prompts to mask everything in the picture")
     return Prompts(points=points, labels=labels, boxes=boxes, multimask=bool(multimask))
+
+
+def _mask_prompts(raw: Any, points: Tensor | None, boxes: Tensor | None) -> Tensor | None:
+    """``mask_input`` -> ``float32 [P, 1, s, s]`` (P: one per prompt, or 1 for all), or None."""
+    if raw is None:
+        return None
+    if isinstance(raw, str):
+        raise ConfigError("mask_input= takes an array (a previous result's Results.masks.best_logits()), which the "
+                          "command line cannot pass; use it from Python")
+    array = torch.as_tensor(_array(raw, "mask_input", "[s, s], [P, s, s] or [P, 1, s, s] logits"), dtype=torch.float32)
+    if array.ndim == 2:
+        array = array[None, None]
+    elif array.ndim == 3:
+        array = array[:, None]
+    if array.ndim != 4 or array.shape[1] != 1 or array.shape[-1] != array.shape[-2]:
+        raise ConfigError(f"mask_input: shape {list(np.shape(raw))} is not [s, s], [P, s, s] or [P, 1, s, s] square "
+                          "logits (Results.masks.best_logits() of a previous call)")
+    count = points.shape[0] if points is not None else boxes.shape[0] if boxes is not None else array.shape[0]
+    if array.shape[0] not in (1, count):
+        raise ConfigError(f"mask_input has {array.shape[0]} masks for {count} prompts: give one per prompt, or one "
+                          "for all")
+    return array
