@@ -12,6 +12,7 @@ from libreyolo_models.data.errors import DataConfigError
 from libreyolo_models.tasks import TASKS
 from libreyolo_models.tasks.bundled_sets import BUNDLED_SETS, WHAT_IT_HOLDS, bundled_owner
 from libreyolo_models.tasks.classify import folder_config
+from libreyolo_models.tasks.depth import shapes_depth
 from libreyolo_models.tasks.matte import shapes_matte
 from libreyolo_models.tasks.ocr import shapes_ocr
 from libreyolo_models.tasks.point import shapes_point
@@ -24,7 +25,7 @@ def test_the_table_names_every_tasks_own_set() -> None:
            "semantic": shapes_seg.BUNDLED_NAMES, "segment": TASKS["segment"].bundled_names,  # type: ignore[attr-defined]
            "pose": TASKS["pose"].bundled_names, "point": shapes_point.BUNDLED_NAMES,  # type: ignore[attr-defined]
            "restore": shapes_restore.BUNDLED_NAMES, "matte": shapes_matte.BUNDLED_NAMES,
-           "ocr": shapes_ocr.BUNDLED_NAMES}
+           "ocr": shapes_ocr.BUNDLED_NAMES, "depth": shapes_depth.BUNDLED_NAMES}
     assert {name: task for task, names in own.items() for name in names[:1]} == BUNDLED_SETS
     assert set(WHAT_IT_HOLDS) == set(BUNDLED_SETS.values()) and set(BUNDLED_SETS.values()) <= set(TASKS)
 

@@ -16,7 +16,7 @@ from ..data.errors import DataConfigError
 BUNDLED_SETS: dict[str, str] = {
     "shapes": "detect", "shapes-cls": "classify", "shapes-seg": "semantic", "shapes-inst": "segment",
     "shapes-pose": "pose", "shapes-point": "point", "shapes-restore": "restore", "shapes-matte": "matte",
-    "shapes-ocr": "ocr",
+    "shapes-ocr": "ocr", "shapes-depth": "depth",
 }
 """Bundled set -> the task whose data it is (also accepted with a ``.yaml`` suffix)."""
 
@@ -24,7 +24,7 @@ WHAT_IT_HOLDS: dict[str, str] = {
     "detect": "boxes", "classify": "one class per picture", "semantic": "class masks",
     "segment": "boxes with instance masks", "pose": "boxes with keypoints", "point": "object centres",
     "restore": "degraded pictures with clean targets", "matte": "pictures with alpha mattes",
-    "ocr": "printed words with their text",
+    "ocr": "printed words with their text", "depth": "pictures with metric depth maps",
 }
 
 

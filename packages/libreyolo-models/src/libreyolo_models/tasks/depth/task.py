@@ -3,38 +3,79 @@
 Each picture is resized keeping its aspect ratio (both sides at least ``imgsz``, multiples of the
 patch: ``tasks.depth.resize``), not letterboxed; the family's ``inference_forward`` returns
 ``float [B, h, w]`` depth at that resolution; ``postprocess`` splits it; ``Results.depth`` holds
-each map resized back to its picture. Datasets, training and validation are not part of this task
-yet: relative depth is scored after a per-picture scale-and-shift fit (AbsRel, delta1), which no
-reader or metric here implements; those verbs say so.
+each map resized back to its picture. Validation reads pictures paired with metric depth maps
+(``dataset``; the bundled ``shapes-depth``) and scores the relative depth after a per-picture
+scale-and-shift fit (``metrics``: AbsRel, delta1). Training is not part of this task (it says so).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, NoReturn, cast
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from ...errors import ConfigError
-from ..base import Prepared
+from ..base import Batch, EvalSettings, Prepared, Task, TrainOptions
+from ..bundled_sets import refuse_foreign_bundle
 from ..padded_batch import padded_batch
-from ..predict_only import PredictOnlyTask
 from ..results import Results
+from .dataset import DepthData, DepthSplit, load_depth_data, read_depth_split
 from .depth_map import DepthMap
+from .metrics import DepthResult
 from .resize import depth_to_picture, network_size, resize_picture
+from .shapes_depth import BUNDLED_NAMES, ensure_shapes_depth
+from .validation import DepthBatch, DepthValPipeline, evaluate_depth
 
-_PREDICT_ONLY = ("the depth task predicts only: depth datasets, training and validation (scale-and-shift aligned "
-                 "AbsRel / delta1) are not implemented yet; use model.predict(...)")
+if TYPE_CHECKING:
+    from ...data.cache_store import CacheSetting
+    from ..base import ModelView
+
+_NO_TRAINING = ("the depth task is pretrained-only here: training a depth model (scale-and-shift invariant "
+                "losses) is not implemented; use model.predict(...), or model.val(data=...) on pictures with "
+                "metric depth maps (or the bundled 'shapes-depth')")
 
 
-class DepthTask(PredictOnlyTask):
+class DepthTask(Task):
     name: ClassVar[str] = "depth"
+    fitness_name: ClassVar[str] = "delta1 (scale-and-shift aligned)"
     results_field: ClassVar[str] = "depth"
     reduced_decode: ClassVar[bool] = False  # resized from the full picture (cubic), as published
-    predict_only: ClassVar[str] = _PREDICT_ONLY
-    training_refusal: ClassVar[str | None] = _PREDICT_ONLY
+    training_refusal: ClassVar[str | None] = _NO_TRAINING
+
+    def load_data(self, data: Any) -> DepthData:
+        """A depth data.yaml (pictures and depth maps), a folder holding one, a dict, or ``"shapes-depth"``."""
+        refuse_foreign_bundle(data, self.name)
+        if isinstance(data, str | os.PathLike) and not Path(data).exists() and os.fspath(data) in BUNDLED_NAMES:
+            data = ensure_shapes_depth()
+        return load_depth_data(data)
+
+    def load_split(self, data: Any, split: str) -> DepthSplit:
+        return read_depth_split(self.load_data(data), split)
+
+    def has_split(self, data: Any, split: str) -> bool:
+        return split in self.load_data(data).splits
+
+    def train_pipeline(self, index: Any, *, imgsz: int, batch_size: int, device: torch.device,
+                       cfg: TrainOptions, workers: int) -> NoReturn:
+        raise ConfigError(_NO_TRAINING)
+
+    def val_pipeline(self, index: Any, *, imgsz: int, batch_size: int, device: torch.device, workers: int,
+                     cache: CacheSetting) -> Iterable[Batch]:
+        """Pictures read and sized as predict does (``workers`` and ``cache`` unused: each is read once)."""
+        return cast(Iterable[Batch], DepthValPipeline(index, imgsz=imgsz, batch_size=batch_size, device=device))
+
+    def evaluate(self, model: ModelView, forward: Callable[[Tensor], Any], pipeline: Iterable[Batch], *,
+                 settings: EvalSettings, progress: bool) -> DepthResult:
+        return evaluate_depth(model, forward, cast(Iterable[DepthBatch], pipeline), half=settings.half,
+                              progress=progress)
+
+    def empty_best(self) -> dict[str, float]:
+        return {"delta1": 0.0, "AbsRel": 0.0}
 
     def postprocess_options(self, options: Mapping[str, Any]) -> None:
         if options.get("classes") is not None:

@@ -91,13 +91,17 @@ def render_words(rng: np.random.Generator, h: int, w: int) -> tuple[Image.Image,
         left, top, right, bottom = draw.textbbox((x, y), word, font=font, anchor="lt")
         annotations.append({"transcription": word, "points": [[left, top], [right, top], [right, bottom],
                                                               [left, bottom]]})
-    if rng.random() < 1 / 3:  # a word too small to read: a region not to score
+    if rng.random() < 1 / 3:  # a word too small to read, clear of the others: a region not to score
         tiny, word = _font(6), str(WORDS[int(rng.integers(len(WORDS)))])
-        x, y = float(rng.uniform(4, w - 48)), float(rng.uniform(4, h - 12))
-        draw.text((x, y), word, fill=(60, 60, 60), font=tiny, anchor="lt")
-        left, top, right, bottom = draw.textbbox((x, y), word, font=tiny, anchor="lt")
-        annotations.append({"transcription": "###", "points": [[left, top], [right, top], [right, bottom],
-                                                               [left, bottom]]})
+        for _ in range(20):
+            x, y = float(rng.uniform(4, w - 48)), float(rng.uniform(4, h - 12))
+            left, top, right, bottom = draw.textbbox((x, y), word, font=tiny, anchor="lt")
+            if not any(left - 6 < q[1][0] and q[0][0] < right + 6 and top - 6 < q[2][1] and q[0][1] < bottom + 6
+                       for q in (entry["points"] for entry in annotations)):
+                draw.text((x, y), word, fill=(60, 60, 60), font=tiny, anchor="lt")
+                annotations.append({"transcription": "###", "points": [[left, top], [right, top], [right, bottom],
+                                                                       [left, bottom]]})
+                break
     return picture, annotations
 
 
