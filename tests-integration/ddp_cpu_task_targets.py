@@ -7,9 +7,9 @@ from __future__ import annotations
 from ddp_cpu_targets import train_two_ranks, validate_shard
 
 
-def validate_all(jobs: list[tuple[str, str]]) -> list[dict]:
-    """``validate_shard`` of each ``(weights, data)``."""
-    return [validate_shard(weights, data, 64, "val") for weights, data in jobs]
+def validate_all(jobs: list[tuple[str, ...]]) -> list[dict]:
+    """``validate_shard`` of each ``(weights, data)`` at 64 px, or ``(weights, data, imgsz)``."""
+    return [validate_shard(job[0], job[1], int(job[2]) if len(job) > 2 else 64, "val") for job in jobs]
 
 
 def train_all(jobs: list[tuple[str, str]], project: str) -> list[dict]:

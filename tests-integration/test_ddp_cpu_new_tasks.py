@@ -1,5 +1,6 @@
 """The point and restore tasks on two CPU ranks (Gloo): sharded validation equals one process (the
-counts and per-image sums add over ranks; the ocr task's line tallies too), and FOMO (SyncBatchNorm
+counts and per-image sums add over ranks; the ocr task's line tallies and depth's per-picture
+scores too), and FOMO (SyncBatchNorm
 on by default) and NAFNet train an epoch through the spawned path."""
 
 from __future__ import annotations
@@ -58,18 +59,32 @@ def ocr_job(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
     return str(LibreYOLO("LibrePPOCRm.yaml").save(root / "w.pt")), str(root / "data.yaml")
 
 
+@pytest.fixture(scope="module")
+def depth_job(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str, str]:
+    """Depth Anything V2-s (random weights) on four bundled-style rooms, at 70 px (its patch is 14)."""
+    from libreyolo_models import LibreYOLO
+    from libreyolo_models.tasks.depth.shapes_depth import generate_shapes_depth
+
+    root = tmp_path_factory.mktemp("ddp-depth")
+    generate_shapes_depth(root, split_sizes={"train": 1, "val": 4})
+    torch.manual_seed(0)
+    return str(LibreYOLO("LibreDepthAnythingV2s.yaml").save(root / "w.pt")), str(root / "data.yaml"), "70"
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_sharded_validation_equals_single_process(jobs: list[tuple[str, str]], ocr_job: tuple[str, str]) -> None:
+def test_sharded_validation_equals_single_process(jobs: list[tuple[str, str]], ocr_job: tuple[str, str],
+                                                  depth_job: tuple[str, str, str]) -> None:
     from libreyolo_ddp import DevicePlan, spawn
 
     sys.path.insert(0, str(HERE))
     import ddp_cpu_task_targets
 
-    jobs = [*jobs, ocr_job]
-    single = ddp_cpu_task_targets.validate_all(jobs)
-    sharded = spawn(ddp_cpu_task_targets.validate_all, (jobs,), devices=DevicePlan.cpu_workers(2), timeout_s=300)
-    assert [r["n_images"] for r in single] == [6, 3, 4] and single[0]["metrics/F1"] >= 0
+    everything: list[tuple[str, ...]] = [*jobs, ocr_job, depth_job]
+    single = ddp_cpu_task_targets.validate_all(everything)
+    sharded = spawn(ddp_cpu_task_targets.validate_all, (everything,), devices=DevicePlan.cpu_workers(2),
+                    timeout_s=300)
+    assert [r["n_images"] for r in single] == [6, 3, 4, 4] and single[0]["metrics/F1"] >= 0
     for one, two in zip(single, sharded, strict=True):
         assert two.keys() == one.keys()
         for key, value in one.items():
