@@ -55,7 +55,7 @@ def test_a_split_skips_what_it_cannot_use_and_names_it(tmp_path: Path, caplog: p
     assert split.images == [tmp_path / "a.png"] and split.lines == [[]]
     assert "no such file" in caplog.text and "line 3: expected a picture path, a tab" in caplog.text
     (tmp_path / "val.txt").write_text("broken\n", encoding="utf-8")
-    with pytest.raises(EmptySplitError, match=r"no usable line in .*val.txt.*all 1 were skipped"):
+    with pytest.raises(EmptySplitError, match=r"no usable picture in .*val.txt.*all 1 were skipped"):
         read_ocr_split(data, "val")
     with pytest.raises(DataConfigError, match=r"no 'train' split"):
         read_ocr_split(data, "train")
@@ -63,6 +63,26 @@ def test_a_split_skips_what_it_cannot_use_and_names_it(tmp_path: Path, caplog: p
         load_ocr_data({"path": str(tmp_path)})
     with pytest.raises(DataConfigError, match=r"(?s)no such file; pass a data.yaml .*or the bundled .shapes-ocr."):
         load_ocr_data(str(tmp_path / "nothing.yaml"))
+
+
+def test_icdar_2015_folders_read_as_downloaded(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    images, truth = tmp_path / "ch4_test_images", tmp_path / "Challenge4_Test_Task1_GT"
+    images.mkdir()
+    truth.mkdir()
+    for name in ("img_1", "img_2", "img_3"):
+        Image.new("RGB", (40, 30)).save(images / f"{name}.jpg")
+    (truth / "gt_img_1.txt").write_text("\ufeff377,117,463,117,465,130,378,130,Genaxis Theatre\r\n"
+                                       "374,155,409,155,409,170,374,170,###\r\n1,2,3,4,5,6,7,8,a,b\r\n",
+                                       encoding="utf-8")
+    (truth / "img_2.txt").write_text("1,2,3,x,5,6,7,8,bad\n", encoding="utf-8")
+    data = load_ocr_data({"path": str(tmp_path), "test": {"images": images.name, "labels": truth.name}})
+    with caplog.at_level(logging.WARNING):
+        split = read_ocr_split(data, "test")
+    assert [p.name for p in split.images] == ["img_1.jpg", "img_2.jpg"] and len(split.lines[1]) == 0
+    first = split.lines[0]
+    assert [(b.text, b.ignore) for b in first] == [("Genaxis Theatre", False), ("###", True), ("a,b", False)]
+    assert first[0].points.tolist() == [[377, 117], [463, 117], [465, 130], [378, 130]]
+    assert "no gt_img_3.txt or img_3.txt" in caplog.text and "first eight fields must be numbers" in caplog.text
 
 
 def test_the_bundled_set_labels_every_word_where_it_is_printed(text_set: Path) -> None:

@@ -15,6 +15,11 @@ Each line of a label file is a picture and its text lines, separated by a tab::
 of ``###`` or ``*`` marks a region not to score (unreadable text: a detection mostly inside it is
 neither right nor wrong). A line that cannot be read, or names a missing picture, is skipped with a
 warning that names it; a split with nothing usable is an error.
+
+ICDAR 2015's own layout reads as it is downloaded: a split given as ``{images: ch4_test_images,
+labels: Challenge4_Test_Task1_GT}`` pairs ``img_1.jpg`` with ``gt_img_1.txt`` (or ``img_1.txt``),
+whose lines are ``x1,y1,x2,y2,x3,y3,x4,y4,transcription`` (the text may hold commas; a UTF-8 BOM
+is dropped).
 """
 
 from __future__ import annotations
@@ -60,7 +65,7 @@ class OcrData:
     """A parsed description: the pictures' root and one label file per split."""
 
     root: Path
-    splits: dict[str, Path]
+    splits: dict[str, Path | tuple[Path, Path]]  # a label file, or ICDAR's (images, labels) folders
     source: str
     names: dict[int, str] = field(default_factory=lambda: dict(NAMES))
 
@@ -116,13 +121,17 @@ def load_ocr_data(data: str | os.PathLike[str] | Mapping[str, Any] | OcrData, *,
 def _from_mapping(raw: Mapping[str, Any], base: Path, source: str) -> OcrData:
     root_value = raw.get("path")
     root = base if root_value in (None, "") else Path(os.path.abspath(base / Path(str(root_value)).expanduser()))
-    splits = {}
+    splits: dict[str, Path | tuple[Path, Path]] = {}
     for split in ("train", "val", "test"):
         value = raw.get(split)
         if value in (None, ""):
             continue
+        if isinstance(value, Mapping) and set(value) == {"images", "labels"}:
+            splits[split] = (root / Path(str(value["images"])), root / Path(str(value["labels"])))
+            continue
         if not isinstance(value, str | os.PathLike):
-            raise DataConfigError(f"{source}: {split}={value!r} must be the name of a label file; e.g.\n{_EXAMPLE}")
+            raise DataConfigError(f"{source}: {split}={value!r} must be the name of a label file, or {{images: "
+                                  f"<folder>, labels: <folder of ICDAR gt_*.txt>}}; e.g.\n{_EXAMPLE}")
         splits[split] = root / Path(value)
     if not splits:
         raise DataConfigError(f"{source}: no split (train, val or test) names a label file; e.g.\n{_EXAMPLE}")
@@ -160,6 +169,44 @@ def parse_label_line(line: str) -> tuple[str, list[TextBox]]:
     return path.strip(), boxes
 
 
+def parse_icdar_line(line: str) -> TextBox:
+    """One ICDAR 2015 ground-truth line ``x1,y1,...,x4,y4,transcription`` -> its ``TextBox``.
+
+    Raises:
+        ValueError: saying what is wrong with the line.
+    """
+    fields = line.lstrip("\ufeff").rstrip("\r\n").split(",", 8)
+    if len(fields) < 9:
+        raise ValueError("expected x1,y1,x2,y2,x3,y3,x4,y4,transcription")
+    try:
+        points = np.asarray([float(v) for v in fields[:8]], dtype=np.float32).reshape(4, 2)
+    except ValueError:
+        raise ValueError("the first eight fields must be numbers (four corners)") from None
+    return TextBox(points, fields[8], fields[8] in IGNORED_TEXTS)
+
+
+def _icdar_entries(images: Path, labels: Path) -> tuple[list[tuple[Path, list[TextBox]]], list[DataProblem]]:
+    """ICDAR's folders -> (picture, its lines) for each picture with a ground-truth file."""
+    from ...data.decode import IMAGE_SUFFIXES
+
+    entries, problems = [], []
+    for image in sorted(p for p in images.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES):
+        truth = next((f for f in (labels / f"gt_{image.stem}.txt", labels / f"{image.stem}.txt") if f.is_file()), None)
+        if truth is None:
+            problems.append(DataProblem(image, f"no gt_{image.stem}.txt or {image.stem}.txt in {labels}"))
+            continue
+        boxes = []
+        for number, line in enumerate(truth.read_text(encoding="utf-8-sig").splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                boxes.append(parse_icdar_line(line))
+            except ValueError as err:
+                problems.append(DataProblem(truth, f"line {number}: {err} (the line is left out)", skipped=False))
+        entries.append((image, boxes))
+    return entries, problems
+
+
 def read_ocr_split(data: OcrData, split: str) -> OcrSplit:
     """Read and check one split's label file (problems logged, then a summary).
 
@@ -169,7 +216,15 @@ def read_ocr_split(data: OcrData, split: str) -> OcrSplit:
     """
     if split not in data.splits:
         raise DataConfigError(f"{data.source}: no {split!r} split (it has {', '.join(data.splits)})")
-    label_file = data.splits[split]
+    entry = data.splits[split]
+    if isinstance(entry, tuple):
+        for folder, what in zip(entry, ("images", "labels"), strict=True):
+            if not folder.is_dir():
+                raise EmptySplitError(f"{split}: the {what} folder {folder} does not exist (from {data.source})")
+        pairs, problems = _icdar_entries(*entry)
+        return _checked(OcrSplit(split, [p for p, _ in pairs], [b for _, b in pairs], problems, data.source),
+                        f"{entry[0]} and {entry[1]}")
+    label_file = entry
     if not label_file.is_file():
         raise EmptySplitError(f"{split}: the label file {label_file} does not exist (from {data.source})")
     images, lines, problems = [], [], []
@@ -187,12 +242,17 @@ def read_ocr_split(data: OcrData, split: str) -> OcrSplit:
             continue
         images.append(image)
         lines.append(boxes)
-    for problem in problems:
-        log.warning("%s: skipped %s: %s", split, problem.path, problem.reason)
-    found = OcrSplit(split, images, lines, problems, data.source)
-    log.info("%s: %d pictures with %d text lines, %d problems%s", split, len(found), sum(map(len, lines)),
-             len(problems), " (see above)" if problems else "")
-    if not images:
-        raise EmptySplitError(f"{split}: no usable line in {label_file} (from {data.source})"
-                              + (f": all {len(problems)} were skipped (reasons above)" if problems else ""))
+    return _checked(OcrSplit(split, images, lines, problems, data.source), str(label_file))
+
+
+def _checked(found: OcrSplit, where: str) -> OcrSplit:
+    """Log a split's problems and summary; refuse it when nothing is usable."""
+    for problem in found.problems:
+        log.warning("%s: %s %s: %s", found.name, "skipped" if problem.skipped else "used", problem.path,
+                    problem.reason)
+    log.info("%s: %d pictures with %d text lines, %d problems%s", found.name, len(found),
+             sum(map(len, found.lines)), len(found.problems), " (see above)" if found.problems else "")
+    if not found.images:
+        raise EmptySplitError(f"{found.name}: no usable picture in {where} (from {found.source})"
+                              + (f": all {len(found.problems)} were skipped (reasons above)" if found.problems else ""))
     return found
