@@ -40,6 +40,7 @@ def test_the_table_names_every_tasks_own_set() -> None:
     ("prompt-segment", "shapes", r"prompt-segment validation \(it scores instance masks\) cannot use it: "
                                  r"use data='shapes-inst'"),
     ("point", "shapes-cls", r"a point model cannot use it: use data='shapes-point'"),
+    ("ocr", "shapes-depth", r"an ocr model cannot use it: use data='shapes-ocr' or an ocr dataset"),
 ])
 def test_another_tasks_set_is_named_with_this_models_set(task: str, data: str, message: str) -> None:
     with pytest.raises(DataConfigError, match=message) as err:

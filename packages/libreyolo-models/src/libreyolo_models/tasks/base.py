@@ -154,6 +154,9 @@ class Task(abc.ABC):
     classes_from_data: ClassVar[bool] = False
     # Why this task's models are not trained here (pretrained-only), said before any work; None: trainable.
     training_refusal: ClassVar[str | None] = None
+    # What ``val(plots=True)`` / ``val(save_json=True)`` write for this task (``EvalSettings``); val
+    # says so for the others instead of making an empty run folder.
+    val_artefacts: ClassVar[frozenset[str]] = frozenset()
 
     # ------------------------------------------------------------------ data
     @abc.abstractmethod

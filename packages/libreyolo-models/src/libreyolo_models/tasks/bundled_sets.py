@@ -50,7 +50,8 @@ def refuse_foreign_bundle(data: Any, task: str, *, accepts: tuple[str, ...] = ()
         return
     own = next((name for name, holder in BUNDLED_SETS.items() if holder == task), None) or next(
         (name for name, holder in BUNDLED_SETS.items() if holder in accepts), None)
-    use = (f"use data={own!r} or a {task} dataset" if own is not None
-           else f"pass a {task} dataset (a data.yaml path, a folder or a dict)")
+    kind = f"{'an' if task[0] in 'aeio' else 'a'} {task}"  # "an ocr model", "a depth model"
+    use = (f"use data={own!r} or {kind} dataset" if own is not None
+           else f"pass {kind} dataset (a data.yaml path, a folder or a dict)")
     raise DataConfigError(f"data={os.fspath(data)!r} is the bundled {owner} set ({WHAT_IT_HOLDS[owner]}); "
-                          f"{purpose or f'a {task} model'} cannot use it: {use}")
+                          f"{purpose or f'{kind} model'} cannot use it: {use}")

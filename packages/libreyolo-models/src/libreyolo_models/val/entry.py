@@ -59,7 +59,12 @@ def validate_model(model: ModelHandle, options: Mapping[str, Any]) -> TaskMetric
     # validation of the EMA does; fuse=True runs the fused copy predict runs by default.
     net = model.inference_net(cfg.fuse)
     save_dir = None
-    if cfg.plots or cfg.save_json:
+    unwritten = [f"{name}=True" for name in ("plots", "save_json")
+                 if getattr(cfg, name) and name not in task.val_artefacts]
+    if unwritten:
+        log.warning("%s: the %s task writes nothing for %s yet; the metrics are computed as usual",
+                    " and ".join(unwritten), model.task, "it" if len(unwritten) == 1 else "them")
+    if any(getattr(cfg, name) and name in task.val_artefacts for name in ("plots", "save_json")):
         save_dir = libreyolo_ddp.resolve_on_rank_zero(lambda: next_run_dir(cfg.project, cfg.name, exist_ok=cfg.exist_ok))
     settings = EvalSettings(conf=cfg.conf, iou=cfg.iou, max_det=cfg.max_det, half=cfg.half, save_dir=save_dir,
                             plots=cfg.plots, save_json=cfg.save_json)

@@ -48,6 +48,7 @@ class ClassifyTask(Task):
     supports_multi_scale: ClassVar[bool] = False
     augmentations: ClassVar[frozenset[str]] = frozenset(ClassifyAugment.__dataclass_fields__) | {"label_smoothing"}
     reduced_decode: ClassVar[bool] = False  # the centre crop is taken from the full picture
+    val_artefacts: ClassVar[frozenset[str]] = frozenset({"plots"})  # the confusion matrix
 
     def load_data(self, data: Any) -> Any:
         refuse_foreign_bundle(data, self.name)

@@ -70,6 +70,7 @@ class DetectTask(Task):
     augmentations: ClassVar[frozenset[str]] = frozenset(AugmentConfig.__dataclass_fields__)
     supports_rect: ClassVar[bool] = True
     supports_single_cls: ClassVar[bool] = True
+    val_artefacts: ClassVar[frozenset[str]] = frozenset({"plots", "save_json"})
     validation_losses: ClassVar[bool] = True
 
     def load_data(self, data: Any) -> Any:

@@ -53,6 +53,7 @@ class SemanticTask(Task):
     results_field: ClassVar[str] = "masks"
     supports_multi_scale: ClassVar[bool] = False
     augmentations: ClassVar[frozenset[str]] = SEMANTIC_AUGMENTATIONS
+    val_artefacts: ClassVar[frozenset[str]] = frozenset({"plots"})  # the confusion matrix
 
     def load_data(self, data: Any) -> DataConfig:
         """A data.yaml path, a folder holding one, a dict, or the bundled ``"shapes-seg"``."""
