@@ -46,6 +46,10 @@ def validate_model(model: ModelHandle, options: Mapping[str, Any]) -> TaskMetric
         raise ConfigError(f"data={cfg.data!r} has {data.nc} classes but the model predicts {model.nc}; "
                           "validate on the dataset the model was trained for"
                           + (" (single_cls=True if it trained with one class)" if model.nc == 1 else ""))
+    data_keypoints = getattr(data, "keypoints", None)
+    if isinstance(data_keypoints, int) and model.keypoints is not None and data_keypoints != model.keypoints:
+        raise ConfigError(f"data={cfg.data!r} has {data_keypoints} keypoints per object but the model predicts "
+                          f"{model.keypoints}; validate on the dataset the model was trained for")
     index = task.load_split(data, cfg.split)
     workers = default_workers(cfg.workers, batch=cfg.batch)
     pipeline = task.val_pipeline(index, imgsz=imgsz, batch_size=cfg.batch, device=model.device, workers=workers,

@@ -14,9 +14,10 @@ import numpy as np
 
 from ...data.augment_draws import AugmentConfig
 from ...data.errors import EmptySplitError
-from ..base import Prepared, Task
+from ..base import EvalSettings, ModelView, Prepared, Task
 from ..bundled_sets import refuse_foreign_bundle
 from ..detect.task import DetectOptions, detect_options, letterbox_prepared
+from .artefacts import InstanceArtefacts
 
 
 class InstanceTask(Task):
@@ -26,6 +27,7 @@ class InstanceTask(Task):
     augmentations: ClassVar[frozenset[str]] = frozenset(AugmentConfig.__dataclass_fields__)
     validation_losses: ClassVar[bool] = True
     supports_single_cls: ClassVar[bool] = True  # objects keep their masks / keypoints, one class
+    val_artefacts: ClassVar[frozenset[str]] = frozenset({"plots", "save_json"})  # instances.artefacts
     carries: ClassVar[str]
     """What each object has besides its box, for messages ("masks", "keypoints")."""
     bundled_names: ClassVar[tuple[str, ...]]
@@ -45,6 +47,14 @@ class InstanceTask(Task):
         if isinstance(data, str | os.PathLike) and not Path(data).exists() and os.fspath(data) in self.bundled_names:
             data = self.ensure_bundled()
         return self.read_config(data)
+
+    @staticmethod
+    def artefacts(model: ModelView, settings: EvalSettings) -> InstanceArtefacts | None:
+        """What ``val(plots=True)`` / ``val(save_json=True)`` collect (``instances.artefacts``), or None."""
+        if settings.save_dir is None or not (settings.plots or settings.save_json):
+            return None
+        return InstanceArtefacts(model.nc, model.names, settings.save_dir, plots=settings.plots,
+                                 save_json=settings.save_json)
 
     def checked_config(self, data: Any, split: str) -> Any:
         """``load_data(data)``, after checking that every path of ``split`` exists."""

@@ -19,6 +19,7 @@ import libreyolo_ddp
 from ...contract.instances import InstancePrediction
 from ..detect.matching import ImageStats, match_image
 from ..loss_meter import LossMeter
+from .artefacts import InstanceArtefacts
 from .geometry import InstanceSample
 from .metrics import InstanceMetrics, InstanceResult
 from .pipeline import InstanceKind, training_targets
@@ -36,7 +37,7 @@ ScoreImage = Callable[[InstancePrediction, InstanceSample], ImageStats]
 def evaluate_instances(model: ModelView, forward: Callable[[Tensor], Any], pipeline: Iterable[Any], *,
                        options: Any, score: ScoreImage, tag: str, half: bool = False,
                        progress: bool = True, losses: LossMeter | None = None,
-                       kind: InstanceKind | None = None) -> InstanceResult:
+                       kind: InstanceKind | None = None, artefacts: InstanceArtefacts | None = None) -> InstanceResult:
     """Box and ``tag`` (mask / pose) mAP of ``forward`` over ``pipeline``'s split; the same result
     on every rank. ``losses``: also average the family's loss over the batches, whose ground
     truth becomes training's targets for ``kind`` (the pipeline's ``InstanceKind``)."""
@@ -56,7 +57,11 @@ def evaluate_instances(model: ModelView, forward: Callable[[Tensor], Any], pipel
             box = match_image(det[:, :4], det[:, 4], det[:, 5].long(), sample.boxes, sample.classes,
                               image_id=sample.index)
             metrics.update(box, score(prediction, sample))
+            if artefacts is not None:
+                artefacts.update(prediction, sample, int(images.shape[-1]))
     result = metrics.compute()
+    if artefacts is not None:
+        artefacts.finish()
     if losses is not None:
         result = dataclasses.replace(result, losses=losses.result())
     log.debug("validation of %d images in %.1f s", result.n_images, time.perf_counter() - started)

@@ -99,7 +99,7 @@ class PoseTask(InstanceTask):
         losses = LossMeter(settings.loss, settings.loss_names) if settings.loss is not None else None
         return evaluate_instances(model, forward, pipeline, options=options, score=score, tag="P",
                                   half=settings.half, progress=progress, losses=losses,
-                                  kind=getattr(pipeline, "kind", None))
+                                  kind=getattr(pipeline, "kind", None), artefacts=self.artefacts(model, settings))
 
     def make_results(self, image: np.ndarray, name: str, names: dict[int, str], prediction: Any, info: Any,
                      speed: dict[str, float]) -> Results:
