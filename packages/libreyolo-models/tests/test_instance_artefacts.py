@@ -107,8 +107,12 @@ def test_segment_predictions_json_scores_an_oracle_perfectly_in_pycocotools(
 def test_pose_predictions_json_carries_keypoints_in_picture_pixels(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"has 5 keypoints per object but the model predicts 17"):
         LibreYOLO("LibreECs-pose.yaml").val(data="shapes-pose", imgsz=64)  # COCO's 17 by default
-    model = LibreYOLO("LibreECs-pose.yaml", nc=len(get_task("pose").load_data("shapes-pose").names))
-    model._replace(model._model.rebuilt(keypoints=5), "shapes-pose's five keypoints")
+    model = LibreYOLO("LibreECs-pose.yaml", nc=len(get_task("pose").load_data("shapes-pose").names), keypoints=5)
+    assert model.keypoints == 5 and LibreYOLO("LibreECs-seg.yaml").keypoints is None
+    for options, message in [({"model": "LibreECs-seg.yaml", "keypoints": 5}, "sets a pose model's keypoints"),
+                             ({"model": "LibreECs-pose.yaml", "keypoints": 0}, "at least 1")]:
+        with pytest.raises(ConfigError, match=message):
+            LibreYOLO(**options)
     with torch.no_grad():
         for name, param in model.net.named_parameters():
             if name.endswith("bias"):

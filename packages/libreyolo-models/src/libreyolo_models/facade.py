@@ -66,7 +66,7 @@ class LibreYOLO:
     def __init__(self, model: str | Path | None = None, *, family: str | FamilySpec | None = None,
                  size: str | None = None, task: str | None = None, nc: int | None = None,
                  names: Mapping[int, str] | list[str] | None = None, imgsz: int | None = None,
-                 device: str | int | torch.device | None = None) -> None:
+                 device: str | int | torch.device | None = None, keypoints: int | None = None) -> None:
         self.metrics: Any = None
         """What the last ``val()`` returned (None before any)."""
         self.callbacks: list[Any] = []
@@ -76,13 +76,14 @@ class LibreYOLO:
         self._guard = JobGuard()  # one train() at a time, no other job during it (job_guard says why)
         try:
             if is_exported(model):
-                if size is not None or nc is not None or names is not None or task is not None:
+                if size is not None or nc is not None or names is not None or task is not None or keypoints is not None:
                     raise ConfigError(f"size/task/nc/names describe an untrained model; {str(model)!r} is an "
                                       "exported model whose metadata sets them")
                 self._model = ModelHandle.from_exported(Path(str(model)), family, imgsz)
             else:
                 self._model = ModelHandle.from_source(resolve_source(model, family=family, size=size, task=task,
-                                                                     nc=nc, names=names, imgsz=imgsz))
+                                                                     nc=nc, names=names, imgsz=imgsz,
+                                                                     keypoints=keypoints))
         except OSError as err:  # a name too long, a loop of links, no permission: not a missing model
             if isinstance(err, LibreYOLOError):
                 raise
@@ -137,6 +138,11 @@ class LibreYOLO:
     @property
     def names(self) -> dict[int, str]:
         return self._model.names
+
+    @property
+    def keypoints(self) -> int | None:
+        """Keypoints per object of a pose model (None for other tasks)."""
+        return self._model.keypoints
 
     @property
     def imgsz(self) -> int:

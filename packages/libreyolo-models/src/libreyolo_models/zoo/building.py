@@ -25,7 +25,7 @@ from ..errors import CheckpointError, ConfigError, LibreYOLOError, UnknownFamily
 from ..hub import resolve_weights
 from .registry import ParsedName, families, get_family, has_family_prefix, parse_model_name
 
-ARCH_KEYS = ("family", "size", "task", "nc", "names", "imgsz")
+ARCH_KEYS = ("family", "size", "task", "nc", "names", "imgsz", "keypoints")
 T = TypeVar("T")
 
 
@@ -51,7 +51,8 @@ def is_arch_spec(model: object) -> bool:
 
 def resolve_source(model: str | Path | None, *, family: str | FamilySpec | None = None, size: str | None = None,
                    task: str | None = None, nc: int | None = None,
-                   names: Mapping[int, str] | list[str] | None = None, imgsz: int | None = None) -> ModelSource:
+                   names: Mapping[int, str] | list[str] | None = None, imgsz: int | None = None,
+                   keypoints: int | None = None) -> ModelSource:
     """Decide what to build. Raises ConfigError / CheckpointError / WeightsNotFoundError with the fix."""
     wanted = get_family(family) if isinstance(family, str) else family
     if isinstance(model, str | Path):
@@ -63,7 +64,8 @@ def resolve_source(model: str | Path | None, *, family: str | FamilySpec | None 
         if wanted is None:
             raise ConfigError("LibreYOLO() needs a model: a checkpoint path, a weights name such as "
                               "'LibreYOLO9t.pt', an architecture such as 'LibreYOLO9t.yaml', or family= with size=")
-        return _untrained(wanted, size=size, task=task, nc=nc, names=names, imgsz=imgsz, source="arguments")
+        return _untrained(wanted, size=size, task=task, nc=nc, names=names, imgsz=imgsz, keypoints=keypoints,
+                          source="arguments")
     if is_arch_spec(model):
         arch = _read_arch_spec(Path(model), wanted)
         spec = arch.pop("spec")
@@ -73,15 +75,16 @@ def resolve_source(model: str | Path | None, *, family: str | FamilySpec | None 
                               f"task={task!r}))")
         return _untrained(spec, size=arch.get("size", size), task=arch.get("task", task),
                           nc=arch.get("nc", nc), names=arch.get("names", names), imgsz=arch.get("imgsz", imgsz),
-                          source=str(model))
-    if size is not None or nc is not None or names is not None:
-        raise ConfigError(f"size/nc/names describe an untrained model; {str(model)!r} is a weights file "
+                          keypoints=arch.get("keypoints", keypoints), source=str(model))
+    if size is not None or nc is not None or names is not None or keypoints is not None:
+        raise ConfigError(f"size/nc/names/keypoints describe an untrained model; {str(model)!r} is a weights file "
                           "whose checkpoint sets them")
     return _from_weights(model, wanted, task=task, imgsz=imgsz)
 
 
 def _untrained(spec: FamilySpec, *, size: str | None, task: str | None, nc: int | None,
-               names: Mapping[int, str] | list[str] | None, imgsz: int | None, source: str) -> ModelSource:
+               names: Mapping[int, str] | list[str] | None, imgsz: int | None, source: str,
+               keypoints: int | None = None) -> ModelSource:
     size = size or spec.default_size
     if size not in spec.sizes:
         raise ConfigError(f"{source}: {spec.display_name} has no size {size!r}; sizes: {', '.join(spec.sizes)}"
@@ -90,7 +93,14 @@ def _untrained(spec: FamilySpec, *, size: str | None, task: str | None, nc: int 
     spec.task(task)
     if nc is None:
         nc = len(names) if names is not None else spec.task(task).default_nc
-    return ModelSource(spec, size, task, nc, names, imgsz)
+    if keypoints is not None:
+        if spec.task(task).default_keypoints is None:
+            raise ConfigError(f"{source}: keypoints={keypoints!r} sets a pose model's keypoints per object; this "
+                              f"{spec.display_name} model's task is {task!r}")
+        if isinstance(keypoints, bool) or not isinstance(keypoints, int) or keypoints < 1:
+            raise ConfigError(f"{source}: keypoints={keypoints!r} must be a whole number of at least 1 (COCO's "
+                              f"person has {spec.task(task).default_keypoints})")
+    return ModelSource(spec, size, task, nc, names, imgsz, keypoints=keypoints)
 
 
 def _read_arch_spec(path: Path, wanted: FamilySpec | None) -> dict[str, Any]:
