@@ -1,5 +1,8 @@
-"""What an instance (segment, pose) validation writes besides its numbers: the boxes' confusion
-matrix (counts and normalised) with ``plots=True``, and ``predictions.json`` with ``save_json=True``:
+"""What an instance (segment, pose) validation writes besides its numbers: with ``plots=True`` the
+boxes' confusion matrix (counts and normalised) and the first batches as pictures
+(``val_batch0_labels.jpg`` with the ground truth's boxes and masks or skeletons,
+``val_batch0_pred.jpg`` with the predictions scoring 0.25 or more; batches 0-2, rank 0); with
+``save_json=True`` ``predictions.json``:
 COCO results (``bbox``, ``score``, and ``segmentation`` as compressed RLE over the original image,
 or ``keypoints`` as ``[x, y, confidence] * K`` in original pixels) that ``pycocotools``'
 ``COCO.loadRes`` reads for its ``segm`` and ``keypoints`` evaluations.
@@ -13,11 +16,14 @@ Rank 0 writes the files after gathering every rank's part. Nothing here changes 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
+from PIL import Image
 from torch import Tensor
 
 import libreyolo_ddp
@@ -25,10 +31,17 @@ import libreyolo_ddp
 from ...contract.instances import InstancePrediction
 from ..detect.artefacts import DetectArtefacts
 from ..detect.coco_results import coco_detections, write_json
+from ..detect.pictures import PREDICTION_CONF
+from ..drawing import draw_detections
+from ..pose.keypoints import Keypoints
 from ..segment.mask_shapes import RLEMask
+from ..segment.masks import InstanceMasks
 from .geometry import InstanceSample
 
 log = logging.getLogger(__name__)
+
+BATCH_PICTURES = 3   # val_batch0..2
+MAX_TILES = 16
 
 
 def to_original(xy: Tensor, sample: InstanceSample) -> Tensor:
@@ -50,6 +63,32 @@ def masks_to_picture(logits: Tensor, sample: InstanceSample, side: int) -> Tenso
     if inner.shape[-2:] != (h, w):
         inner = F.interpolate(inner, size=(h, w), mode="bilinear", align_corners=False)
     return inner[:, 0] > 0
+
+
+def draw_tile(sample: InstanceSample, det: Tensor, masks: Tensor | None, keypoints: Tensor | None,
+              names: dict[int, str], *, scores: bool) -> np.ndarray:
+    """The sample's input picture with objects drawn: masks (``bool [N, S, S]``) or skeletons
+    (``[N, K, 3]``), then boxes (``det [N, 6]``, input pixels)."""
+    tile = sample.image.permute(1, 2, 0).contiguous().numpy()
+    if masks is not None and len(masks):
+        tile = InstanceMasks(masks, det[:, 5].long()).plot(tile, names, labels=False, conf=False)
+    if keypoints is not None and len(keypoints):
+        side = int(sample.image.shape[-1])
+        tile = Keypoints(keypoints.float(), (side, side)).plot(tile, names, labels=False, conf=False)
+    return draw_detections(tile, det, names, conf=scores, line_width=1)
+
+
+def save_grid(tiles: Sequence[np.ndarray], path: Path) -> Path:
+    """Tiles of one size on a square-ish grid (grey where the grid has no tile)."""
+    h, w = tiles[0].shape[:2]
+    cols = math.ceil(math.sqrt(len(tiles)))
+    canvas = np.full((math.ceil(len(tiles) / cols) * h, cols * w, 3), 114, np.uint8)
+    for i, tile in enumerate(tiles):
+        r, c = divmod(i, cols)
+        canvas[r * h:(r + 1) * h, c * w:(c + 1) * w] = tile
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(canvas).save(path, quality=90)
+    return path
 
 
 class InstanceArtefacts:
@@ -83,6 +122,33 @@ class InstanceArtefacts:
                 row["keypoints"] = [round(float(v), 3) for triple in zip(kp_xy[:, 0], kp_xy[:, 1], conf)
                                     for v in triple]
         self.rows.extend(rows)
+
+    def batch_pictures(self, number: int, samples: Sequence[InstanceSample],
+                       predictions: Sequence[InstancePrediction]) -> None:
+        """Draw batch ``number`` (the first ``BATCH_PICTURES``, on rank 0, with ``plots``): labels and predictions."""
+        if not self.plots or number >= BATCH_PICTURES or libreyolo_ddp.dist_env().rank != 0 or not samples:
+            return
+        names = dict(self.boxes.names)
+        labels, preds = [], []
+        for sample, prediction in zip(samples[:MAX_TILES], predictions[:MAX_TILES], strict=False):
+            truth = torch.cat([sample.boxes.float(), torch.ones((len(sample.boxes), 1)),
+                               sample.classes.float()[:, None]], dim=1)
+            labels.append(draw_tile(sample, truth, sample.masks, sample.keypoints, names, scores=False))
+            det = prediction.det.float()
+            keep = det[:, 4] >= PREDICTION_CONF
+            masks = None
+            if prediction.masks is not None and keep.any():
+                side = int(sample.image.shape[-1])
+                masks = F.interpolate(prediction.masks[keep][:, None].float(), size=(side, side), mode="bilinear",
+                                      align_corners=False)[:, 0] > 0
+            kps = prediction.keypoints[keep] if prediction.keypoints is not None else None
+            preds.append(draw_tile(sample, det[keep], masks, kps, names, scores=True))
+        for name, tiles in (("labels", labels), ("pred", preds)):
+            path = self.save_dir / f"val_batch{number}_{name}.jpg"
+            try:
+                save_grid(tiles, path)
+            except Exception as err:  # noqa: BLE001 - a picture is never worth a validation
+                log.warning("could not draw %s: %s: %s", path.name, type(err).__name__, err)
 
     def finish(self) -> list[Path]:
         """Gather to rank 0 and write the files there. Every rank must call it; other ranks get ``[]``."""

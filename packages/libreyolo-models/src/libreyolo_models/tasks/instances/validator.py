@@ -46,13 +46,15 @@ def evaluate_instances(model: ModelView, forward: Callable[[Tensor], Any], pipel
     env = libreyolo_ddp.dist_env()
     metrics = InstanceMetrics(model.nc, model.names, tag)
     started = time.perf_counter()
-    for batch in tqdm(pipeline, desc="val", leave=False, disable=not progress or env.rank != 0):
+    for number, batch in enumerate(tqdm(pipeline, desc="val", leave=False, disable=not progress or env.rank != 0)):
         images = batch.images.half() if half else batch.images
         predictions = model.family.postprocess(forward(images), options)
         if losses is not None and kind is not None:
             losses.update(images, training_targets(batch.targets, int(images.shape[-1]), kind))
-        for prediction, sample in zip(predictions, batch.targets):
-            prediction = prediction.to("cpu")
+        host = [prediction.to("cpu") for prediction in predictions]
+        if artefacts is not None:
+            artefacts.batch_pictures(number, batch.targets, host)
+        for prediction, sample in zip(host, batch.targets):
             det = prediction.det.float()
             box = match_image(det[:, :4], det[:, 4], det[:, 5].long(), sample.boxes, sample.classes,
                               image_id=sample.index)
