@@ -86,6 +86,8 @@ def test_segment_predictions_json_scores_an_oracle_perfectly_in_pycocotools(
     assert (folder / "confusion_matrix.png").is_file() and (folder / "confusion_matrix_normalized.png").is_file()
     assert sorted(p.name for p in folder.glob("val_batch*")) == [f"val_batch{i}_{k}.jpg" for i in (0, 1)
                                                                 for k in ("labels", "pred")]  # 6 images, batch 4
+    assert {f"{k}{c}_curve.png" for k in ("Box", "Mask") for c in ("PR", "P", "R", "F1")} <= {
+        p.name for p in folder.iterdir()}
     rows = json.loads((folder / "predictions.json").read_text())
     assert {"image_id", "category_id", "bbox", "score", "segmentation"} <= set(rows[0])
     gt = COCO(str(inst_set.parent / "annotations" / "val.json"))
@@ -122,6 +124,7 @@ def test_pose_predictions_json_carries_keypoints_in_picture_pixels(tmp_path: Pat
     model.val(data="shapes-pose", imgsz=64, batch=8, conf=0.001, save_json=True, plots=True, project=str(tmp_path),
               name="p", verbose=False)
     assert (tmp_path / "p" / "val_batch0_labels.jpg").is_file() and (tmp_path / "p" / "val_batch2_pred.jpg").is_file()
+    assert (tmp_path / "p" / "PosePR_curve.png").is_file() and (tmp_path / "p" / "BoxF1_curve.png").is_file()
     rows = json.loads((tmp_path / "p" / "predictions.json").read_text())
     assert rows and all(len(row["keypoints"]) == 3 * 5 for row in rows)
     xy = np.asarray([row["keypoints"] for row in rows]).reshape(len(rows), -1, 3)

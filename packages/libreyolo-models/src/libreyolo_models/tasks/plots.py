@@ -62,9 +62,11 @@ def plot_confusion(matrix: np.ndarray, names: Mapping[int, str], path: Path, *, 
     return _save(fig, path)
 
 
-def plot_curves(curves: Mapping[int, ClassCurves], names: Mapping[int, str], out_dir: Path) -> list[Path]:
-    """``PR_curve.png``, ``P_curve.png``, ``R_curve.png`` and ``F1_curve.png``: one thin line per
-    class, the mean over classes thick (with its best point named)."""
+def plot_curves(curves: Mapping[int, ClassCurves], names: Mapping[int, str], out_dir: Path, *,
+                prefix: str = "") -> list[Path]:
+    """``PR_curve.png``, ``P_curve.png``, ``R_curve.png`` and ``F1_curve.png`` (after ``prefix``:
+    ``BoxPR_curve.png``, ``MaskPR_curve.png``): one thin line per class, the mean over classes thick
+    (with its best point named)."""
     paths = []
     panels = (("PR_curve.png", "recall", "precision", RECALL_POINTS, "pr"),
               ("P_curve.png", "confidence", "precision", THRESHOLDS, "precision"),
@@ -91,7 +93,7 @@ def plot_curves(curves: Mapping[int, ClassCurves], names: Mapping[int, str], out
         ax.set(xlim=(0, 1), ylim=(0, 1.02), xlabel=xlabel, ylabel=ylabel, title=f"{ylabel}-{xlabel} curve")
         ax.grid(alpha=0.3)
         fig.tight_layout()
-        paths.append(_save(fig, out_dir / filename))
+        paths.append(_save(fig, out_dir / f"{prefix}{filename}"))
     return paths
 
 

@@ -1,7 +1,9 @@
 """What an instance (segment, pose) validation writes besides its numbers: with ``plots=True`` the
 boxes' confusion matrix (counts and normalised) and the first batches as pictures
 (``val_batch0_labels.jpg`` with the ground truth's boxes and masks or skeletons,
-``val_batch0_pred.jpg`` with the predictions scoring 0.25 or more; batches 0-2, rank 0); with
+``val_batch0_pred.jpg`` with the predictions scoring 0.25 or more; batches 0-2, rank 0) and the
+P / R / F1 / PR curves of the boxes and of the masks or poses (``BoxPR_curve.png``,
+``MaskPR_curve.png`` / ``PosePR_curve.png``, ...); with
 ``save_json=True`` ``predictions.json``:
 COCO results (``bbox``, ``score``, and ``segmentation`` as compressed RLE over the original image,
 or ``keypoints`` as ``[x, y, confidence] * K`` in original pixels) that ``pycocotools``'
@@ -29,10 +31,13 @@ from torch import Tensor
 import libreyolo_ddp
 
 from ...contract.instances import InstancePrediction
+from ..curves import all_class_curves
 from ..detect.artefacts import DetectArtefacts
 from ..detect.coco_results import coco_detections, write_json
+from ..detect.metrics import DetectionMetrics
 from ..detect.pictures import PREDICTION_CONF
 from ..drawing import draw_detections
+from ..plots import plot_curves
 from ..pose.keypoints import Keypoints
 from ..segment.mask_shapes import RLEMask
 from ..segment.masks import InstanceMasks
@@ -94,8 +99,10 @@ def save_grid(tiles: Sequence[np.ndarray], path: Path) -> Path:
 class InstanceArtefacts:
     """Collects one validation's artefacts; ``plots`` and ``save_json`` say which to write."""
 
-    def __init__(self, nc: int, names: Mapping[int, str], save_dir: Path, *, plots: bool, save_json: bool) -> None:
+    def __init__(self, nc: int, names: Mapping[int, str], save_dir: Path, *, plots: bool, save_json: bool,
+                 kind: str = "Mask") -> None:
         self.boxes = DetectArtefacts(nc, names, save_dir, plots=plots, save_json=False)
+        self.kind = kind  # the curves' prefix for what each object carries: "Mask" or "Pose"
         self.save_dir, self.plots, self.save_json = Path(save_dir), plots, save_json
         self.rows: list[dict[str, object]] = []
 
@@ -150,8 +157,9 @@ class InstanceArtefacts:
             except Exception as err:  # noqa: BLE001 - a picture is never worth a validation
                 log.warning("could not draw %s: %s: %s", path.name, type(err).__name__, err)
 
-    def finish(self) -> list[Path]:
-        """Gather to rank 0 and write the files there. Every rank must call it; other ranks get ``[]``."""
+    def finish(self, merged: tuple[DetectionMetrics, DetectionMetrics] | None = None) -> list[Path]:
+        """Gather to rank 0 and write the files there (``merged``: rank 0's boxes and masks / poses
+        metrics over every rank, whose curves are drawn). Every rank must call it; others get ``[]``."""
         env = libreyolo_ddp.dist_env()
         written = self.boxes.finish(None) if self.plots else []  # on every rank: a gather when distributed
         if env.world_size > 1 and self.save_json:
@@ -159,6 +167,10 @@ class InstanceArtefacts:
             self.rows = [row for part in parts or [] for row in part]
         if env.rank != 0:
             return []
+        if self.plots and merged is not None:
+            names = dict(self.boxes.names)
+            for prefix, metrics in zip(("Box", self.kind), merged, strict=True):
+                written += plot_curves(all_class_curves(metrics.class_curves()), names, self.save_dir, prefix=prefix)
         if self.save_json:
             written.append(write_json(self.rows, self.save_dir / "predictions.json"))
             log.info("validation predictions written to %s", self.save_dir / "predictions.json")

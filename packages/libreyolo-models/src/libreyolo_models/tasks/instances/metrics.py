@@ -73,6 +73,8 @@ class InstanceMetrics:
         self.nc, self.names, self.tag = nc, dict(names), tag
         self.box = DetectionMetrics(nc, names)
         self.kind = DetectionMetrics(nc, names)
+        self.merged: tuple[DetectionMetrics, DetectionMetrics] | None = None
+        """After ``compute``, on rank 0: every rank's boxes and masks / poses (what curves are drawn from)."""
 
     def update(self, box: ImageStats, kind: ImageStats) -> None:
         self.box.update(box)
@@ -81,6 +83,7 @@ class InstanceMetrics:
     def compute(self) -> InstanceResult:
         env = libreyolo_ddp.dist_env()
         if env.world_size <= 1:
+            self.merged = (self.box, self.kind)
             return InstanceResult(self.box.compute(), self.kind.compute(), self.tag)
         gathered = libreyolo_ddp.gather_to_rank_zero((self.box.image_stats, self.kind.image_stats))
         result = None
@@ -90,4 +93,5 @@ class InstanceMetrics:
                 box.merge(box_part)
                 kind.merge(kind_part)
             result = InstanceResult(box.compute(), kind.compute(), self.tag)
+            self.merged = (box, kind)
         return libreyolo_ddp.broadcast_object(result, src=0)

@@ -48,13 +48,12 @@ class InstanceTask(Task):
             data = self.ensure_bundled()
         return self.read_config(data)
 
-    @staticmethod
-    def artefacts(model: ModelView, settings: EvalSettings) -> InstanceArtefacts | None:
+    def artefacts(self, model: ModelView, settings: EvalSettings) -> InstanceArtefacts | None:
         """What ``val(plots=True)`` / ``val(save_json=True)`` collect (``instances.artefacts``), or None."""
         if settings.save_dir is None or not (settings.plots or settings.save_json):
             return None
         return InstanceArtefacts(model.nc, model.names, settings.save_dir, plots=settings.plots,
-                                 save_json=settings.save_json)
+                                 save_json=settings.save_json, kind="Mask" if self.carries == "masks" else "Pose")
 
     def checked_config(self, data: Any, split: str) -> Any:
         """``load_data(data)``, after checking that every path of ``split`` exists."""

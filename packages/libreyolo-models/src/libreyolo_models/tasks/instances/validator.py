@@ -63,7 +63,7 @@ def evaluate_instances(model: ModelView, forward: Callable[[Tensor], Any], pipel
                 artefacts.update(prediction, sample, int(images.shape[-1]))
     result = metrics.compute()
     if artefacts is not None:
-        artefacts.finish()
+        artefacts.finish(metrics.merged)
     if losses is not None:
         result = dataclasses.replace(result, losses=losses.result())
     log.debug("validation of %d images in %.1f s", result.n_images, time.perf_counter() - started)
