@@ -49,6 +49,7 @@ class MatteTask(Task):
     results_field: ClassVar[str] = "masks"
     augmentations: ClassVar[frozenset[str]] = MATTE_AUGMENTATIONS
     reduced_decode: ClassVar[bool] = False  # resized from the full picture, and cut out at full size
+    val_artefacts: ClassVar[frozenset[str]] = frozenset({"plots"})  # val_batch*_pred.jpg: picture, alpha, truth
 
     def load_data(self, data: Any) -> PairedData:
         """A matte data.yaml (``input``: pictures, ``target``: alphas), a folder holding one, a dict,
@@ -77,7 +78,8 @@ class MatteTask(Task):
 
     def evaluate(self, model: ModelView, forward: Callable[[Tensor], Any], pipeline: Iterable[Batch], *,
                  settings: EvalSettings, progress: bool) -> TaskMetrics:
-        return evaluate_matte(model, forward, pipeline, half=settings.half, progress=progress)
+        return evaluate_matte(model, forward, pipeline, half=settings.half, progress=progress,
+                              pictures=settings.save_dir if settings.plots else None)
 
     def empty_best(self) -> dict[str, float]:
         return {"S-measure": 0.0, "MAE": 1.0, "maxF": 0.0}

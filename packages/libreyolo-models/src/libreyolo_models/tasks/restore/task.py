@@ -45,6 +45,7 @@ class RestoreTask(Task):
     results_field: ClassVar[str] = "image"
     augmentations: ClassVar[frozenset[str]] = RESTORE_AUGMENTATIONS
     reduced_decode: ClassVar[bool] = False  # the picture is restored at its own resolution
+    val_artefacts: ClassVar[frozenset[str]] = frozenset({"plots"})  # val_batch*_pred.jpg: degraded, restored, clean
 
     def load_data(self, data: Any) -> PairedData:
         """A paired data.yaml path, a folder holding one, a dict, or the bundled ``"shapes-restore"``."""
@@ -72,7 +73,8 @@ class RestoreTask(Task):
 
     def evaluate(self, model: ModelView, forward: Callable[[Tensor], Any], pipeline: Iterable[Batch], *,
                  settings: EvalSettings, progress: bool) -> TaskMetrics:
-        return evaluate_restoration(model, forward, pipeline, half=settings.half, progress=progress)
+        return evaluate_restoration(model, forward, pipeline, half=settings.half, progress=progress,
+                                    pictures=settings.save_dir if settings.plots else None)
 
     def empty_best(self) -> dict[str, float]:
         return {"PSNR": 0.0, "SSIM": 0.0}
