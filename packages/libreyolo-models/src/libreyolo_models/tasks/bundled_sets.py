@@ -8,6 +8,7 @@ their own folders and none should import another's to learn its names.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -55,3 +56,14 @@ def refuse_foreign_bundle(data: Any, task: str, *, accepts: tuple[str, ...] = ()
            else f"pass {kind} dataset (a data.yaml path, a folder or a dict)")
     raise DataConfigError(f"data={os.fspath(data)!r} is the bundled {owner} set ({WHAT_IT_HOLDS[owner]}); "
                           f"{purpose or f'{kind} model'} cannot use it: {use}")
+
+
+def resolve_bundled(data: Any, task: str, names: tuple[str, ...], ensure: Callable[[], Path], *,
+                    accepts: tuple[str, ...] = ()) -> Any:
+    """``data``, or the ``data.yaml`` of ``task``'s own bundled set (generated on first use by
+    ``ensure``) when it names one of ``names`` and no such path exists; another task's set is
+    refused (``refuse_foreign_bundle``)."""
+    refuse_foreign_bundle(data, task, accepts=accepts)
+    if isinstance(data, str | os.PathLike) and not Path(data).exists() and os.fspath(data) in names:
+        return ensure()
+    return data

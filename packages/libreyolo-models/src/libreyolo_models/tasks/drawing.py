@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import colorsys
+import math
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
@@ -71,3 +73,17 @@ def has_display() -> bool:
     if sys.platform in ("win32", "darwin"):
         return True
     return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+
+
+def save_grid(tiles: Sequence[np.ndarray], path: Path) -> Path:
+    """Tiles of one size on a square-ish grid (grey where the grid has no tile), as a JPEG: the
+    pictures of a batch (``train_batch*``, ``val_batch*``)."""
+    h, w = tiles[0].shape[:2]
+    cols = math.ceil(math.sqrt(len(tiles)))
+    canvas = np.full((math.ceil(len(tiles) / cols) * h, cols * w, 3), 114, np.uint8)
+    for i, tile in enumerate(tiles):
+        r, c = divmod(i, cols)
+        canvas[r * h:(r + 1) * h, c * w:(c + 1) * w] = tile
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(canvas).save(path, quality=90)
+    return path

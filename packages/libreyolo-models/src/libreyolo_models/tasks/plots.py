@@ -8,19 +8,17 @@ another library holds pyplot is safe, and no display is ever needed.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
-from PIL import Image
 from torch import Tensor
 
 from ..layers.boxes import xywh_to_xyxy
 from .curves import RECALL_POINTS, THRESHOLDS, ClassCurves
-from .drawing import draw_detections
+from .drawing import draw_detections, save_grid
 from .point.points import Points
 
 if TYPE_CHECKING:
@@ -127,9 +125,7 @@ def plot_batch(images: Tensor, targets: Tensor | None, names: Mapping[int, str],
     augmentation. ``targets`` of other kinds (masks, clean pictures) are skipped."""
     images = images[:max_images].detach().float().cpu()
     b, _, h, w = images.shape
-    cols = math.ceil(math.sqrt(b))
-    grid_rows = math.ceil(b / cols)
-    canvas = np.full((grid_rows * h, cols * w, 3), 114, np.uint8)
+    tiles = []
     rows = targets.detach().float().cpu() if isinstance(targets, Tensor) and targets.ndim == 2 else None
     boxes = rows if rows is not None and rows.shape[-1] == 6 else None
     points = rows if rows is not None and rows.shape[-1] == 4 else None
@@ -145,11 +141,8 @@ def plot_batch(images: Tensor, targets: Tensor | None, names: Mapping[int, str],
             xy = mine[:, 2:4] * torch.tensor([w, h], dtype=torch.float32)
             tile = Points(torch.cat((xy, mine[:, 1:2], torch.ones(len(mine), 1)), 1), (h, w)).plot(
                 tile, names, labels=True, conf=False)
-        r, c = divmod(i, cols)
-        canvas[r * h:(r + 1) * h, c * w:(c + 1) * w] = tile
-    path.parent.mkdir(parents=True, exist_ok=True)
-    Image.fromarray(canvas).save(path, quality=90)
-    return path
+        tiles.append(tile)
+    return save_grid(tiles, path)
 
 
 def _figure(**kwargs: Any) -> Figure:

@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 from PIL import Image
 
 from ...data.decode import IMAGE_SUFFIXES
+from ...data.description import description_root, read_description
 from ...data.errors import DataConfigError, EmptySplitError
 from ...data.split_index import DataProblem
 
@@ -102,24 +102,7 @@ def load_depth_data(data: str | os.PathLike[str] | Mapping[str, Any] | DepthData
     """
     if isinstance(data, DepthData):
         return data
-    if isinstance(data, Mapping):
-        return _from_mapping(data, Path.cwd(), "data dict")
-    if not isinstance(data, str | os.PathLike):
-        raise DataConfigError(f"data={data!r} is not a depth dataset; pass a data.yaml path, a dict, or the bundled "
-                              f"{bundled!r}")
-    path = Path(data).expanduser()
-    if path.is_dir():
-        path = path / "data.yaml"
-    if not path.is_file():
-        raise DataConfigError(f"data={os.fspath(data)!r}: no such file; pass a data.yaml such as\n{_EXAMPLE}\n"
-                              f"or the bundled {bundled!r}")
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
-        raise DataConfigError(f"{path}: cannot read it as YAML ({err}); e.g.\n{_EXAMPLE}") from err
-    if not isinstance(raw, Mapping):
-        raise DataConfigError(f"{path}: expected key: value pairs; e.g.\n{_EXAMPLE}")
-    return _from_mapping(raw, Path(os.path.abspath(path.parent)), os.fspath(path))
+    return _from_mapping(*read_description(data, example=_EXAMPLE, bundled=bundled, kind="a depth dataset"))
 
 
 def _number(raw: Mapping[str, Any], key: str, default: float, source: str) -> float:
@@ -130,8 +113,7 @@ def _number(raw: Mapping[str, Any], key: str, default: float, source: str) -> fl
 
 
 def _from_mapping(raw: Mapping[str, Any], base: Path, source: str) -> DepthData:
-    root_value = raw.get("path")
-    root = base if root_value in (None, "") else Path(os.path.abspath(base / Path(str(root_value)).expanduser()))
+    root = description_root(raw, base)
     splits = {}
     for split in ("train", "val", "test"):
         value = raw.get(split)

@@ -10,9 +10,7 @@ scale-and-shift fit (``metrics``: AbsRel, delta1). Training is not part of this 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, NoReturn, cast
 
 import numpy as np
@@ -21,7 +19,7 @@ from torch import Tensor
 
 from ...errors import ConfigError
 from ..base import Batch, EvalSettings, Prepared, Task, TrainOptions
-from ..bundled_sets import refuse_foreign_bundle
+from ..bundled_sets import resolve_bundled
 from ..padded_batch import padded_batch
 from ..results import Results
 from .dataset import DepthData, DepthSplit, load_depth_data, read_depth_split
@@ -49,9 +47,7 @@ class DepthTask(Task):
 
     def load_data(self, data: Any) -> DepthData:
         """A depth data.yaml (pictures and depth maps), a folder holding one, a dict, or ``"shapes-depth"``."""
-        refuse_foreign_bundle(data, self.name)
-        if isinstance(data, str | os.PathLike) and not Path(data).exists() and os.fspath(data) in BUNDLED_NAMES:
-            data = ensure_shapes_depth()
+        data = resolve_bundled(data, self.name, BUNDLED_NAMES, ensure_shapes_depth)
         return load_depth_data(data)
 
     def load_split(self, data: Any, split: str) -> DepthSplit:

@@ -18,6 +18,7 @@ import libreyolo_ddp
 
 from ...data.image_files import read_image
 from ..padded_batch import padded_batch
+from ..rank_sums import sum_over_ranks
 from .dataset import DepthSplit
 from .metrics import DepthResult, score_depth, total
 from .resize import depth_to_picture, network_size, resize_picture
@@ -77,8 +78,7 @@ def evaluate_depth(model: ModelView, forward: Callable[[Tensor], Any], pipeline:
             scored = score_depth(pred, truth, batch.max_depth)
             if scored is not None:
                 sums += (scored[0], scored[1], 1.0)
-    if env.world_size > 1:
-        sums = libreyolo_ddp.all_reduce_sum(torch.from_numpy(sums)).numpy()
-        n_images = int(libreyolo_ddp.all_reduce_sum(torch.tensor([n_images], dtype=torch.int64)).item())
+    summed, n_images = sum_over_ranks(torch.from_numpy(sums), n_images)
+    sums = summed.numpy()
     log.debug("depth validation of %d images in %.1f s", n_images, time.perf_counter() - started)
     return total(sums, n_images)

@@ -18,14 +18,12 @@ Rank 0 writes the files after gathering every rank's part. Nothing here changes 
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from PIL import Image
 from torch import Tensor
 
 import libreyolo_ddp
@@ -36,7 +34,7 @@ from ..detect.artefacts import DetectArtefacts
 from ..detect.coco_results import coco_detections, write_json
 from ..detect.metrics import DetectionMetrics
 from ..detect.pictures import PREDICTION_CONF
-from ..drawing import draw_detections
+from ..drawing import draw_detections, save_grid
 from ..plots import plot_curves
 from ..pose.keypoints import Keypoints
 from ..segment.mask_shapes import RLEMask
@@ -81,19 +79,6 @@ def draw_tile(sample: InstanceSample, det: Tensor, masks: Tensor | None, keypoin
         side = int(sample.image.shape[-1])
         tile = Keypoints(keypoints.float(), (side, side)).plot(tile, names, labels=False, conf=False)
     return draw_detections(tile, det, names, conf=scores, line_width=1)
-
-
-def save_grid(tiles: Sequence[np.ndarray], path: Path) -> Path:
-    """Tiles of one size on a square-ish grid (grey where the grid has no tile)."""
-    h, w = tiles[0].shape[:2]
-    cols = math.ceil(math.sqrt(len(tiles)))
-    canvas = np.full((math.ceil(len(tiles) / cols) * h, cols * w, 3), 114, np.uint8)
-    for i, tile in enumerate(tiles):
-        r, c = divmod(i, cols)
-        canvas[r * h:(r + 1) * h, c * w:(c + 1) * w] = tile
-    path.parent.mkdir(parents=True, exist_ok=True)
-    Image.fromarray(canvas).save(path, quality=90)
-    return path
 
 
 class InstanceArtefacts:

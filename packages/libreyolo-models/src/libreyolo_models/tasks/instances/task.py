@@ -4,7 +4,6 @@ options, letterbox and host copy. Each task declares its names and reads its own
 
 from __future__ import annotations
 
-import os
 from abc import abstractmethod
 from collections.abc import Mapping
 from pathlib import Path
@@ -15,7 +14,7 @@ import numpy as np
 from ...data.augment_draws import AugmentConfig
 from ...data.errors import EmptySplitError
 from ..base import EvalSettings, ModelView, Prepared, Task
-from ..bundled_sets import refuse_foreign_bundle
+from ..bundled_sets import resolve_bundled
 from ..detect.task import DetectOptions, detect_options, letterbox_prepared
 from .artefacts import InstanceArtefacts
 
@@ -43,9 +42,7 @@ class InstanceTask(Task):
 
     def load_data(self, data: Any) -> Any:
         """A data.yaml path, a folder holding one, a dict, or one of ``bundled_names``."""
-        refuse_foreign_bundle(data, self.name)
-        if isinstance(data, str | os.PathLike) and not Path(data).exists() and os.fspath(data) in self.bundled_names:
-            data = self.ensure_bundled()
+        data = resolve_bundled(data, self.name, self.bundled_names, self.ensure_bundled)
         return self.read_config(data)
 
     def artefacts(self, model: ModelView, settings: EvalSettings) -> InstanceArtefacts | None:

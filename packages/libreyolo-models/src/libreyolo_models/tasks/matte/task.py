@@ -14,9 +14,7 @@ S-measure.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -25,7 +23,7 @@ from torch import Tensor
 
 from ...errors import ConfigError
 from ..base import Batch, EvalSettings, Prepared, Task, TaskMetrics, TrainOptions
-from ..bundled_sets import refuse_foreign_bundle
+from ..bundled_sets import resolve_bundled
 from ..restore.reader import PairedData, PairSplit, load_paired_data, read_pair_split
 from ..results import Results
 from .alpha import AlphaMatte
@@ -54,9 +52,7 @@ class MatteTask(Task):
     def load_data(self, data: Any) -> PairedData:
         """A matte data.yaml (``input``: pictures, ``target``: alphas), a folder holding one, a dict,
         or the bundled ``"shapes-matte"``."""
-        refuse_foreign_bundle(data, self.name)
-        if isinstance(data, str | os.PathLike) and not Path(data).exists() and os.fspath(data) in BUNDLED_NAMES:
-            data = ensure_shapes_matte()
+        data = resolve_bundled(data, self.name, BUNDLED_NAMES, ensure_shapes_matte)
         return load_paired_data(data, bundled="shapes-matte")
 
     def load_split(self, data: Any, split: str) -> PairSplit:

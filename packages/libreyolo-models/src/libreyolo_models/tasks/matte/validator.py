@@ -18,6 +18,7 @@ from tqdm import tqdm
 import libreyolo_ddp
 
 from ..comparison_pictures import save_comparison
+from ..rank_sums import sum_over_ranks
 from .alpha import AlphaMatte
 from .metrics import MatteMetrics, MatteResult
 from .resize import alpha_to_picture
@@ -47,8 +48,6 @@ def evaluate_matte(model: ModelView, forward: Callable[[Tensor], Any], pipeline:
         save_comparison(pictures, number, [(image, alpha, truth) for image, alpha, truth
                                            in zip(batch.images, alphas, batch.alphas)])
     sums, n_images = torch.from_numpy(metrics.sums), metrics.n_images
-    if env.world_size > 1:
-        sums = libreyolo_ddp.all_reduce_sum(sums)
-        n_images = int(libreyolo_ddp.all_reduce_sum(torch.tensor([n_images], dtype=torch.int64)).item())
+    sums, n_images = sum_over_ranks(sums, n_images)
     log.debug("matte validation of %d images in %.1f s", n_images, time.perf_counter() - started)
     return metrics.result(sums.numpy(), n_images)

@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
+from ...data.description import description_root, read_description
 from ...data.errors import DataConfigError, EmptySplitError
 from ...data.split_index import DataProblem
 
@@ -98,29 +98,11 @@ def load_ocr_data(data: str | os.PathLike[str] | Mapping[str, Any] | OcrData, *,
     """
     if isinstance(data, OcrData):
         return data
-    if isinstance(data, Mapping):
-        return _from_mapping(data, Path.cwd(), "data dict")
-    if not isinstance(data, str | os.PathLike):
-        raise DataConfigError(f"data={data!r} is not a text dataset; pass a data.yaml path, a dict, or the bundled "
-                              f"{bundled!r}")
-    path = Path(data).expanduser()
-    if path.is_dir():
-        path = path / "data.yaml"
-    if not path.is_file():
-        raise DataConfigError(f"data={os.fspath(data)!r}: no such file; pass a data.yaml such as\n{_EXAMPLE}\n"
-                              f"or the bundled {bundled!r}")
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
-        raise DataConfigError(f"{path}: cannot read it as YAML ({err}); e.g.\n{_EXAMPLE}") from err
-    if not isinstance(raw, Mapping):
-        raise DataConfigError(f"{path}: expected key: value pairs; e.g.\n{_EXAMPLE}")
-    return _from_mapping(raw, Path(os.path.abspath(path.parent)), os.fspath(path))
+    return _from_mapping(*read_description(data, example=_EXAMPLE, bundled=bundled, kind="a text dataset"))
 
 
 def _from_mapping(raw: Mapping[str, Any], base: Path, source: str) -> OcrData:
-    root_value = raw.get("path")
-    root = base if root_value in (None, "") else Path(os.path.abspath(base / Path(str(root_value)).expanduser()))
+    root = description_root(raw, base)
     splits: dict[str, Path | tuple[Path, Path]] = {}
     for split in ("train", "val", "test"):
         value = raw.get(split)

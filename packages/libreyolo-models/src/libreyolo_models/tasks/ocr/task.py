@@ -11,9 +11,7 @@ Training is not part of this task (it says so).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, NoReturn, cast
 
 import numpy as np
@@ -23,7 +21,7 @@ from torch import Tensor
 
 from ...errors import ConfigError
 from ..base import Batch, EvalSettings, Prepared, Task, TrainOptions
-from ..bundled_sets import refuse_foreign_bundle
+from ..bundled_sets import resolve_bundled
 from ..padded_batch import padded_batch
 from ..results import Results
 from .labels import OcrData, OcrSplit, load_ocr_data, read_ocr_split
@@ -67,9 +65,7 @@ class OcrTask(Task):
 
     def load_data(self, data: Any) -> OcrData:
         """A text data.yaml (PaddleOCR label files), a folder holding one, a dict, or ``"shapes-ocr"``."""
-        refuse_foreign_bundle(data, self.name)
-        if isinstance(data, str | os.PathLike) and not Path(data).exists() and os.fspath(data) in BUNDLED_NAMES:
-            data = ensure_shapes_ocr()
+        data = resolve_bundled(data, self.name, BUNDLED_NAMES, ensure_shapes_ocr)
         return load_ocr_data(data)
 
     def load_split(self, data: Any, split: str) -> OcrSplit:

@@ -24,6 +24,7 @@ import libreyolo_ddp
 
 from ...data.image_files import read_image
 from ..padded_batch import padded_batch
+from ..rank_sums import sum_over_ranks
 from .labels import OcrSplit, TextBox
 from .metrics import OcrResult, PictureCounts, score_picture, total
 
@@ -83,8 +84,7 @@ def evaluate_ocr(model: ModelView, forward: Callable[[Tensor], Any], pipeline: I
             counts.append(score_picture(labels, list(np.asarray(lines["polygons"])), lines["texts"]))
     sums = np.asarray([[c.lines, c.detections, c.matches, c.read] for c in counts], dtype=np.int64).reshape(-1, 4)
     summed, n_images = sums.sum(0), len(counts)
-    if env.world_size > 1:
-        summed = libreyolo_ddp.all_reduce_sum(torch.from_numpy(summed)).numpy()
-        n_images = int(libreyolo_ddp.all_reduce_sum(torch.tensor([n_images], dtype=torch.int64)).item())
+    totals, n_images = sum_over_ranks(torch.from_numpy(summed), n_images)
+    summed = totals.numpy()
     log.debug("OCR validation of %d images in %.1f s", n_images, time.perf_counter() - started)
     return total(summed, n_images)

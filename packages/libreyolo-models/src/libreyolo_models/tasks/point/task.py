@@ -11,10 +11,8 @@ class id, score), at most ``max_det``, scores at least ``conf``. Fitness is F1 (
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -24,7 +22,7 @@ from torch import Tensor
 from ...data.data_config import DataConfig, load_data_config
 from ...data.letterbox_images import letterbox
 from ..base import Batch, EvalSettings, Prepared, Task, TaskMetrics, TrainOptions
-from ..bundled_sets import refuse_foreign_bundle
+from ..bundled_sets import resolve_bundled
 from ..results import Results
 from .pipeline import PointTrainPipeline, PointValPipeline
 from .points import Points
@@ -59,9 +57,7 @@ class PointTask(Task):
 
     def load_data(self, data: Any) -> DataConfig:
         """A data.yaml path, a folder holding one, a dict, ``"shapes-point"`` or ``"shapes"``."""
-        refuse_foreign_bundle(data, self.name, accepts=("detect",))  # box centres are points
-        if isinstance(data, str | os.PathLike) and not Path(data).exists() and os.fspath(data) in BUNDLED_NAMES:
-            data = ensure_shapes_point()
+        data = resolve_bundled(data, self.name, BUNDLED_NAMES, ensure_shapes_point, accepts=("detect",))  # box centres are points
         return load_data_config(data)
 
     def load_split(self, data: Any, split: str) -> PointSplit:

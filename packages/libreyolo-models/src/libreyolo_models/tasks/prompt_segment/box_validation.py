@@ -28,6 +28,7 @@ from ...contract.prompts import PromptImage, Prompts
 from ...data.image_files import read_image
 from ...errors import ConfigError
 from ..instances.split import InstanceSplit
+from ..rank_sums import sum_over_ranks
 from .box_metrics import BoxPromptMetrics, BoxPromptResult, paired_iou
 from .resize import square_input
 
@@ -128,8 +129,6 @@ def evaluate_box_prompts(model: ModelView, forward: Callable[[Tensor], Any], pip
             gt = torch.from_numpy(np.stack([np.asarray(m.rasterize(h, w), dtype=bool) for m in target.masks]))
             metrics.update(paired_iou(pred, gt), target.classes)
     sums, n_images = metrics.sums, metrics.n_images
-    if env.world_size > 1:
-        sums = libreyolo_ddp.all_reduce_sum(sums)
-        n_images = int(libreyolo_ddp.all_reduce_sum(torch.tensor([n_images], dtype=torch.int64)).item())
+    sums, n_images = sum_over_ranks(sums, n_images)
     log.debug("box-prompt validation of %d images in %.1f s", n_images, time.perf_counter() - started)
     return metrics.result(sums, n_images)

@@ -24,9 +24,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
 from ...data import image_check
+from ...data.description import description_root, read_description
 from ...data.errors import DataConfigError, EmptySplitError
 from ...data.split_index import DataProblem
 from ...data.yolo_reader import list_split_images
@@ -99,29 +98,11 @@ def load_paired_data(data: str | os.PathLike[str] | Mapping[str, object] | Paire
     """
     if isinstance(data, PairedData):
         return data
-    if isinstance(data, Mapping):
-        return _from_mapping(data, Path.cwd(), "data dict")
-    if not isinstance(data, str | os.PathLike):
-        raise DataConfigError(f"data={data!r} is not a restoration dataset; pass a data.yaml path, a dict, or "
-                              f"the bundled {bundled!r}")
-    path = Path(data).expanduser()
-    if path.is_dir():
-        path = path / "data.yaml"
-    if not path.is_file():
-        raise DataConfigError(f"data={os.fspath(data)!r}: no such file; pass a data.yaml such as\n{_EXAMPLE}\n"
-                              f"or the bundled {bundled!r}")
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
-        raise DataConfigError(f"{path}: cannot read it as YAML ({err}); e.g.\n{_EXAMPLE}") from err
-    if not isinstance(raw, Mapping):
-        raise DataConfigError(f"{path}: expected key: value pairs; e.g.\n{_EXAMPLE}")
-    return _from_mapping(raw, Path(os.path.abspath(path.parent)), os.fspath(path))
+    return _from_mapping(*read_description(data, example=_EXAMPLE, bundled=bundled, kind="a restoration dataset"))
 
 
 def _from_mapping(raw: Mapping[str, object], base: Path, source: str) -> PairedData:
-    root_value = raw.get("path")
-    root = base if root_value in (None, "") else Path(os.path.abspath(base / Path(str(root_value)).expanduser()))
+    root = description_root(raw, base)
     splits = {}
     for split in SPLITS:
         value = raw.get(split)

@@ -11,9 +11,7 @@ and splits them; ``Results.image`` holds each cut back to its picture. Fitness i
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -22,7 +20,7 @@ from torch import Tensor
 
 from ...errors import ConfigError
 from ..base import Batch, EvalSettings, Prepared, Task, TaskMetrics, TrainOptions
-from ..bundled_sets import refuse_foreign_bundle
+from ..bundled_sets import resolve_bundled
 from ..results import Results
 from .image import RestoredImage
 from .pipeline import PairTrainPipeline, PairValPipeline
@@ -49,9 +47,7 @@ class RestoreTask(Task):
 
     def load_data(self, data: Any) -> PairedData:
         """A paired data.yaml path, a folder holding one, a dict, or the bundled ``"shapes-restore"``."""
-        refuse_foreign_bundle(data, self.name)
-        if isinstance(data, str | os.PathLike) and not Path(data).exists() and os.fspath(data) in BUNDLED_NAMES:
-            data = ensure_shapes_restore()
+        data = resolve_bundled(data, self.name, BUNDLED_NAMES, ensure_shapes_restore)
         return load_paired_data(data)
 
     def load_split(self, data: Any, split: str) -> PairSplit:

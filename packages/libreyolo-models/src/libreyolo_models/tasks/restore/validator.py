@@ -17,6 +17,7 @@ from tqdm import tqdm
 import libreyolo_ddp
 
 from ..comparison_pictures import save_comparison
+from ..rank_sums import sum_over_ranks
 from .metrics import RestoreMetrics, RestoreResult
 
 if TYPE_CHECKING:
@@ -45,8 +46,6 @@ def evaluate_restoration(model: ModelView, forward: Callable[[Tensor], Any], pip
         save_comparison(pictures, number, [(given, out, clean) for out, clean, given
                                            in zip(restored, batch.targets, batch.images)])
     sums, n_images = metrics.sums, metrics.n_images
-    if env.world_size > 1:
-        sums = libreyolo_ddp.all_reduce_sum(sums)
-        n_images = int(libreyolo_ddp.all_reduce_sum(torch.tensor([n_images], dtype=torch.int64)).item())
+    sums, n_images = sum_over_ranks(sums, n_images)
     log.debug("restoration validation of %d images in %.1f s", n_images, time.perf_counter() - started)
     return metrics.result(sums, n_images)

@@ -11,9 +11,7 @@ carried back to its original image. Fitness is mIoU.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable, Iterable, Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -28,7 +26,7 @@ from ...data.errors import DataConfigError
 from ...data.letterbox_images import letterbox
 from ...errors import ConfigError
 from ..base import Batch, EvalSettings, Prepared, Task, TaskMetrics, TrainOptions
-from ..bundled_sets import refuse_foreign_bundle
+from ..bundled_sets import resolve_bundled
 from ..plots import plot_confusion
 from ..results import Results
 from .augment import SEMANTIC_AUGMENTATIONS
@@ -57,9 +55,7 @@ class SemanticTask(Task):
 
     def load_data(self, data: Any) -> DataConfig:
         """A data.yaml path, a folder holding one, a dict, or the bundled ``"shapes-seg"``."""
-        refuse_foreign_bundle(data, self.name)
-        if isinstance(data, str | os.PathLike) and not Path(data).exists() and os.fspath(data) in BUNDLED_NAMES:
-            data = ensure_shapes_seg()
+        data = resolve_bundled(data, self.name, BUNDLED_NAMES, ensure_shapes_seg)
         config = load_data_config(data)
         if config.nc >= IGNORE_INDEX:
             raise DataConfigError(f"{config.source}: {config.nc} classes; semantic masks hold ids 0..254 and "

@@ -19,6 +19,7 @@ from tqdm import tqdm
 
 import libreyolo_ddp
 
+from ..rank_sums import sum_over_ranks
 from .class_map import map_to_original
 from .metrics import SemanticMetrics, SemanticResult, semantic_result
 
@@ -44,9 +45,7 @@ def evaluate_semantic(model: ModelView, forward: Callable[[Tensor], Any], pipeli
         for class_map, mask, info in zip(model.family.postprocess(forward(images), None), batch.targets, batch.infos):
             metrics.update(map_to_original(class_map, info), mask)
     confusion, n_images = metrics.matrix(), metrics.n_images
-    if env.world_size > 1:
-        confusion = libreyolo_ddp.all_reduce_sum(confusion)
-        n_images = int(libreyolo_ddp.all_reduce_sum(torch.tensor([n_images], dtype=torch.int64)).item())
+    confusion, n_images = sum_over_ranks(confusion, n_images)
     result = semantic_result(confusion, n_images, model.names)
     log.debug("semantic validation of %d images in %.1f s", n_images, time.perf_counter() - started)
     return result
