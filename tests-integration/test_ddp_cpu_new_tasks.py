@@ -91,7 +91,11 @@ def test_sharded_validation_equals_single_process(jobs: list[tuple[str, str]], o
             # Counts add exactly over ranks. Per-image errors (MLE, PSNR) are the network's float
             # output, and a CPU kernel may round a batch of 3 differently from a batch of 6 (oneDNN
             # picks its algorithm by shape and CPU), so those agree to float32 rounding, not bits.
-            assert two[key] == pytest.approx(value, rel=1e-5, abs=1e-9), key
+            # delta1 is a share of pixels under a ratio threshold: that rounding can carry a pixel
+            # across it (CI's CPU flipped one of ~20,000 in one picture: 1.2e-5 of the mean), so
+            # it may differ by a few pixels' worth.
+            tolerance = 1e-4 if key.endswith("delta1") else 1e-9
+            assert two[key] == pytest.approx(value, rel=1e-5, abs=tolerance), key
 
 
 @pytest.mark.slow

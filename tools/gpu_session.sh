@@ -113,6 +113,8 @@ for what in "$@"; do
     infer_graph_vs_eager_classifiers) step infer_graph_vs_eager_classifiers 300 $PY tools/bench_infer_graphs.py --no-compile --models '' \
              --extra bench_models:resnet50_infer --extra bench_models:efficientnetv2b0_infer \
              --extra bench_models:convnexttiny_infer --extra bench_models:mobilenetv4small_infer --out "$OUT/bench-infer-cls.md" ;;
+    # The family-specific graph paths (BiRefNet split, PP-OCR per-shape, SAM encoder) against eager
+    special_graphs) step special_graphs ${SPECIAL_S:-300} $PY tools/bench_special_graphs.py --out "$OUT/bench-special.md" ;;
     export_latency) step export_latency ${BENCH_EXPORT_S:-240} $PY tools/bench_export.py ${BENCH_EXPORT_ARGS:-} --out "$OUT/bench-export.md" ;;
     # Predict end to end
     predict_vs_peer) step predict_vs_peer ${BENCH_PREDICT_S:-540} $PY tools/bench_predict.py ${BENCH_PREDICT_ARGS:-} --out "$OUT/bench-predict.md" ;;

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import datetime as dt
+import importlib
 import os
 import subprocess
 import sys
@@ -52,22 +54,58 @@ def parse_sets(values: list[str]) -> dict[str, dict[str, str]]:
     return out
 
 
+@dataclasses.dataclass(frozen=True)
+class TaskRun:
+    """What a run of one task trains on and how it is scored from ``results.csv``."""
+
+    data: str                 # the task's bundled set
+    ensure: str               # "module:function" generating it (once, before the runs race)
+    metric: str               # the results.csv column scored
+    target: float             # reached when the score is at least this
+    baseline: str = ""        # a column subtracted from the metric (restore: the input's PSNR)
+
+
+TASKS: dict[str, TaskRun] = {
+    "detect": TaskRun("shapes", "libreyolo_models.data.shapes:ensure_shapes", "metrics/mAP50", 0.5),
+    "segment": TaskRun("shapes-inst", "libreyolo_models.tasks.segment.shapes_inst:ensure_shapes_inst",
+                       "metrics/mAP50(M)", 0.5),
+    "pose": TaskRun("shapes-pose", "libreyolo_models.tasks.pose.shapes_pose:ensure_shapes_pose",
+                    "metrics/mAP50(P)", 0.5),
+    "point": TaskRun("shapes-point", "libreyolo_models.tasks.point.shapes_point:ensure_shapes_point",
+                     "metrics/F1", 0.8),
+    "restore": TaskRun("shapes-restore", "libreyolo_models.tasks.restore.shapes_restore:ensure_shapes_restore",
+                       "metrics/PSNR", 3.0, baseline="metrics/PSNR_input"),
+}
+"""The issues' learning targets per task: mAP50 0.5 of boxes, masks or poses; centroid F1 0.8;
+a PSNR gain of 3 dB over the degraded input."""
+
+
 def model_name(family: str, size: str) -> str:
     from libreyolo_models.zoo.registry import get_family
 
     return get_family(family).weight_name(size, suffix=".yaml")
 
 
-def read_curve(results: Path) -> list[float]:
+def read_curve(results: Path, run: TaskRun = TASKS["detect"]) -> list[float]:
+    """The scored metric of each validated epoch (less the baseline column where there is one)."""
     if not results.is_file():
         return []
     with results.open() as fh:
-        return [float(row["metrics/mAP50"]) for row in csv.DictReader(fh) if row.get("metrics/mAP50")]
+        rows = [row for row in csv.DictReader(fh) if row.get(run.metric)]
+    return [float(row[run.metric]) - (float(row[run.baseline]) if run.baseline else 0.0) for row in rows]
+
+
+def _parse_run(text: str) -> tuple[str, str, str]:
+    parts = text.split(":")
+    if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] not in TASKS):
+        raise SystemExit(f"--runs {text!r}: expected family:size or family:size:task, task one of {sorted(TASKS)}")
+    return parts[0], parts[1], parts[2] if len(parts) == 3 else "detect"
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", required=True, help="family:size,... (e.g. dfine:n,yolo7:tiny)")
+    parser.add_argument("--runs", required=True,
+                        help="family:size[:task],... (e.g. dfine:n,yolo7:tiny,ec:s:segment,fomo:035:point)")
     parser.add_argument("--epochs", type=int, default=40)
     parser.add_argument("--imgsz", type=int, default=320)
     parser.add_argument("--batch", type=int, default=16)
@@ -76,29 +114,33 @@ def main() -> int:
     parser.add_argument("--timeout-s", type=float, default=540, help="per run; a stopped run reports its epochs")
     parser.add_argument("--set", action="append", default=[], help="family=key=value,... overrides (repeatable)")
     parser.add_argument("--project", type=Path, default=Path("/tmp/learn-families"))
-    parser.add_argument("--target", type=float, default=0.5)
+    parser.add_argument("--target", type=float, default=None, help="default: each task's (TASKS)")
     parser.add_argument("--out", type=Path, default=None, help="also write the markdown table here")
     args = parser.parse_args()
     sets = parse_sets(args.set)
-    runs = [tuple(r.split(":", 1)) for r in args.runs.split(",") if r]
+    runs = [_parse_run(r) for r in args.runs.split(",") if r]
+    for task in dict.fromkeys(task for _, _, task in runs):  # each set generated once, not raced
+        module, _, function = TASKS[task].ensure.partition(":")
+        getattr(importlib.import_module(module), function)()
     procs = []
     start = time.monotonic()
-    for family, size in runs:
+    for family, size, task in runs:
         options = {"epochs": str(args.epochs), "imgsz": str(args.imgsz), "batch": str(args.batch),
                    "workers": str(args.workers), "device": args.device, **FROM_SCRATCH.get(family, {}),
                    **sets.get(family, {})}
-        name = f"{family}-{size}"
-        argv = ["train", f"model={model_name(family, size)}", "data=shapes", f"project={args.project}",
-                f"name={name}", "exist_ok=True", "plots=False", *(f"{k}={v}" for k, v in options.items())]
+        name = f"{family}-{size}" + ("" if task == "detect" else f"-{task}")
+        argv = ["train", f"model={model_name(family, size)}", f"task={task}", f"data={TASKS[task].data}",
+                f"project={args.project}", f"name={name}", "exist_ok=True", "plots=False",
+                *(f"{k}={v}" for k, v in options.items())]
         log = (args.project / f"{name}.log")
         log.parent.mkdir(parents=True, exist_ok=True)
         code = "import sys; from libreyolo_cli.main import main; sys.exit(main(sys.argv[1:]))"
         with log.open("w") as fh:
             proc = subprocess.Popen([sys.executable, "-c", code, *argv], stdout=fh, stderr=subprocess.STDOUT,
                                     env=os.environ.copy(), cwd=ROOT)
-        procs.append((name, argv, proc, log))
+        procs.append((name, task, argv, proc, log))
     rows = []
-    for name, argv, proc, log in procs:
+    for name, task, argv, proc, log in procs:
         left = max(1.0, args.timeout_s - (time.monotonic() - start))
         try:
             rc: int | str = proc.wait(timeout=left)
@@ -106,19 +148,23 @@ def main() -> int:
             proc.kill()
             proc.wait(timeout=30)
             rc = "stopped at the time limit"
-        curve = read_curve(args.project / name / "results.csv")
+        run = TASKS[task]
+        curve = read_curve(args.project / name / "results.csv", run)
         best = max(curve, default=float("nan"))
-        first = next((i + 1 for i, v in enumerate(curve) if v >= args.target), None)
+        target = run.target if args.target is None else args.target
+        first = next((i + 1 for i, v in enumerate(curve) if v >= target), None)
         tail = log.read_text(errors="replace").strip().splitlines()[-1:] if rc not in (0,) else []
-        rows.append((name, " ".join(argv), rc, len(curve), best, first, tail))
+        score = run.metric + (f" - {run.baseline}" if run.baseline else "")
+        rows.append((name, " ".join(argv), rc, len(curve), f"{score} {best:.3f}",
+                     f">= {target:g}: {first or 'not reached'}", tail))
     minutes = (time.monotonic() - start) / 60
     lines = [f"Trained side by side on one GPU, {dt.date.today()}, {minutes:.1f} min in all; "
              f"`python tools/learn_families.py --runs {args.runs} --epochs {args.epochs}`",
-             "", f"| run | epochs validated | best mAP50 | first epoch >= {args.target} | exit | command |",
+             "", "| run | epochs validated | best score | first epoch at the target | exit | command |",
              "|---|---|---|---|---|---|"]
-    for name, command, rc, epochs, best, first, tail in rows:
+    for name, command, rc, epochs, score_text, reached, tail in rows:
         note = f"{rc}" + (f" ({tail[0][:120]})" if tail else "")
-        lines.append(f"| {name} | {epochs} | {best:.3f} | {first or 'not reached'} | {note} | "
+        lines.append(f"| {name} | {epochs} | {score_text} | {reached} | {note} | "
                      f"`libreyolo {command}` |")
     text = "\n".join(lines)
     print(text)

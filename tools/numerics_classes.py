@@ -182,21 +182,30 @@ def main() -> int:
         data = measure_one(family, size, task, precision, args)
         print("RESULT " + json.dumps(data), flush=True)
         return 0
-    results = []
+    results: list[dict[str, Any]] = []
+    command = "python tools/numerics_classes.py" + (f" --device {args.device}" if args.device != "cuda" else "")
+    block = ""
     for family, size, task, precision in _jobs(args):
         print(f"measuring {family}-{size} {task} {precision} ...", file=sys.stderr, flush=True)
         result = _run_child(family, size, task, precision, args)
         results.append(result)
         print(f"  {result.get('summary') or 'ERROR: ' + result['error'][-800:]}", file=sys.stderr, flush=True)
+        block = _publish(results, args, command)  # after every row: a run stopped early keeps what it measured
+    print(block)
+    certs = [r["certificate"] for r in results if "certificate" in r]
+    return 0 if len(certs) == len(results) and all(c["numerics_class"] != "diverges" for c in certs) else 1
+
+
+def _publish(results: list[dict[str, Any]], args: argparse.Namespace, command: str) -> str:
+    """Write the rows measured so far: certificates merged, the block, the raw JSON."""
     certs = [r["certificate"] for r in results if "certificate" in r]
     errors = [r for r in results if "error" in r]
     shown = merge_certificates(args.certificates, certs) if args.certificates else sorted(certs, key=_key)
-    command = "python tools/numerics_classes.py" + (f" --device {args.device}" if args.device != "cuda" else "")
-    write_block(args.out, render_block(shown, errors, command))
+    block = render_block(shown, errors, command)
+    write_block(args.out, block)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
-    print(render_block(shown, errors, command))
-    return 0 if not errors and all(c["numerics_class"] != "diverges" for c in certs) else 1
+    return block
 
 
 if __name__ == "__main__":

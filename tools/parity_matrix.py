@@ -40,6 +40,8 @@ def _calibrate_batchnorm(net: torch.nn.Module, seam: Callable[[torch.Tensor], An
     import torch
 
     bns = [m for m in net.modules() if isinstance(m, torch.nn.BatchNorm2d)]
+    if not bns:
+        return
     saved = [m.momentum for m in bns]
     for m in bns:
         m.reset_running_stats()
@@ -86,7 +88,11 @@ def certify_one(family: str, size: str, task: str, imgsz: int | None, train_batc
     size_px = model.imgsz
     result: dict[str, Any] = {"family": family, "size": size, "task": task, "imgsz": size_px}
     model.net.to(device)
-    _calibrate_batchnorm(model.net, model.training_forward, size_px, device)
+    skip_training = training_not_applicable(model)
+    # A pretrained-only family has no training seam: its BatchNorm statistics come from the
+    # inference seam run in train mode (the statistics are all calibration needs).
+    _calibrate_batchnorm(model.net, model.inference_forward if skip_training else model.training_forward,
+                         size_px, device)
     for dtype_name, dtype in (("fp32", torch.float32), ("fp16", torch.float16)):
         model.net.to(dtype)
         probe_a, probe_b = contrasting_probes((1, 3, size_px, size_px), dtype=dtype, device=device)
@@ -104,6 +110,9 @@ def certify_one(family: str, size: str, task: str, imgsz: int | None, train_batc
         result[f"infer_{dtype_name}"] = {"ok": parity.ok, "summary": parity.summary()}
     del model
     torch.cuda.empty_cache()
+    if skip_training:
+        result["train_amp"] = {"ok": True, "not_applicable": skip_training, "summary": f"n/a: {skip_training}"}
+        return result
 
     # compute_loss is the family's eager remainder; it reads no weights. A split-capture family's
     # training_head (network work after the captured seam) runs on this copy's network, the same
@@ -134,6 +143,17 @@ def certify_one(family: str, size: str, task: str, imgsz: int | None, train_batc
     return result
 
 
+def training_not_applicable(model: Any) -> str | None:
+    """Why the training row does not apply to ``model``'s family and task, or None when it does:
+    a pretrained-only task has no loss to step, and a multi-seam family keeps an uncapturable
+    op inside its network, so training cannot be captured whole."""
+    if not model.spec.task(model.task).loss_names:
+        return "pretrained-only (no training here)"
+    if model.family.inference_stages(model.net):
+        return "an uncapturable op inside the network (inference runs split; training stays eager)"
+    return None
+
+
 def _run_child(family: str, size: str, task: str, args: argparse.Namespace) -> dict[str, Any]:
     cmd = [sys.executable, __file__, "--one", family, size, task, "--train-batch", str(args.train_batch)]
     if args.imgsz:
@@ -152,6 +172,8 @@ def _run_child(family: str, size: str, task: str, args: argparse.Namespace) -> d
 def _cell(entry: dict[str, Any] | None) -> str:
     if entry is None:
         return "not run"
+    if entry.get("not_applicable"):
+        return entry["summary"]
     text = entry["summary"].replace("\n", " ").replace("|", "/")
     for prefix in ("PASS: ", "FAIL "):  # inference summaries start with "<name>: PASS: ..."
         if prefix in text:
@@ -159,12 +181,57 @@ def _cell(entry: dict[str, Any] | None) -> str:
     return ("PASS" if entry["ok"] else "FAIL") + ": " + text
 
 
+TABLE_HEADER = "| family | size | task | inference fp32 | inference fp16 | training (AMP) | verdict |"
+
+
+def row_line(r: dict[str, Any]) -> str:
+    """One table row of a certified (or failed) family x size x task."""
+    if "error" in r:
+        return (f"| {r['family']} | {r['size']} | {r['task']} | error | error | error | FAIL: "
+                f"{r['error'].strip().splitlines()[-1] if r['error'].strip() else 'crashed'} |")
+    infer_ok = r["infer_fp32"]["ok"] and r["infer_fp16"]["ok"]
+    train_ok = r["train_amp"]["ok"]
+    train_word = "n/a" if r["train_amp"].get("not_applicable") else "green" if train_ok else "red"
+    verdict = ("green" if infer_ok and train_ok and train_word == "green" else
+               f"inference {'green' if infer_ok else 'red'}, training {train_word}")
+    return (f"| {r['family']} | {r['size']} | {r['task']} | {_cell(r['infer_fp32'])} | "
+            f"{_cell(r['infer_fp16'])} | {_cell(r['train_amp'])} | {verdict} |")
+
+
+def merge_rows(text: str, lines: list[str]) -> str | None:
+    """``text`` (an existing parity page) with its table's rows of the same family, size and task
+    replaced by ``lines`` and the others kept (new rows appended): a run of a few rows updates
+    the page rather than dropping every row it did not run, and the page's prose stays. None
+    when ``text`` has no table."""
+    page = text.splitlines()
+    if TABLE_HEADER not in page:
+        return None
+    first = page.index(TABLE_HEADER) + 2  # past the header and its |---| line
+    last = first
+    while last < len(page) and page[last].startswith("| "):
+        last += 1
+
+    def key(line: str) -> tuple[str, ...]:
+        return tuple(cell.strip() for cell in line.strip("|").split("|")[:3])
+
+    fresh = {key(line): line for line in lines}
+    kept = [fresh.pop(key(line), line) for line in page[first:last]]
+    return "\n".join(page[:first] + kept + list(fresh.values()) + page[last:]) + "\n"
+
+
 def write_markdown(rows: list[dict[str, Any]], out: Path, command: str, *, gpu: str | None = None,
                    torch_version: str | None = None, date: str | None = None) -> None:
+    """Write the table into ``out``: merged row by row into an existing page (``merge_rows``),
+    else a new page (the numerics block of ``tools/numerics_classes.py`` kept either way)."""
     import torch
 
+    lines = [row_line(r) for r in rows]
+    merged = merge_rows(out.read_text(), lines) if out.is_file() else None
+    if merged is not None:
+        out.write_text(merged)
+        return
     gpu = gpu or (torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU")
-    lines = [
+    page = [
         "# CUDA graph parity matrix",
         "",
         f"Generated {date or dt.date.today().isoformat()} on {gpu}, torch {torch_version or torch.__version__}, "
@@ -175,23 +242,13 @@ def write_markdown(rows: list[dict[str, Any]], out: Path, command: str, *, gpu: 
         "returns a stale result; batch 1. Training: one forward+backward under fp16 autocast at the given",
         "batch, graphed vs eager, with an eager-vs-eager control; counts of bit-identical tensors.",
         "",
-        "| family | size | task | inference fp32 | inference fp16 | training (AMP) | verdict |",
+        TABLE_HEADER,
         "|---|---|---|---|---|---|---|",
+        *lines,
     ]
-    for r in rows:
-        if "error" in r:
-            lines.append(f"| {r['family']} | {r['size']} | {r['task']} | error | error | error | FAIL: "
-                         f"{r['error'].strip().splitlines()[-1] if r['error'].strip() else 'crashed'} |")
-            continue
-        infer_ok = r["infer_fp32"]["ok"] and r["infer_fp16"]["ok"]
-        train_ok = r["train_amp"]["ok"]
-        verdict = ("green" if infer_ok and train_ok else
-                   f"inference {'green' if infer_ok else 'red'}, training {'green' if train_ok else 'red'}")
-        lines.append(f"| {r['family']} | {r['size']} | {r['task']} | {_cell(r['infer_fp32'])} | "
-                     f"{_cell(r['infer_fp16'])} | {_cell(r['train_amp'])} | {verdict} |")
     out.parent.mkdir(parents=True, exist_ok=True)
     kept = _numerics_block(out)
-    out.write_text("\n".join(lines) + "\n" + (f"\n{kept}\n" if kept else ""))
+    out.write_text("\n".join(page) + "\n" + (f"\n{kept}\n" if kept else ""))
 
 
 def _numerics_block(out: Path) -> str:
@@ -244,9 +301,10 @@ def main() -> int:
                 print(f"  {key}: {row[key]['summary']}", file=sys.stderr, flush=True)
         if "error" in row:
             print(f"  ERROR: {row['error'][-800:]}", file=sys.stderr, flush=True)
-    write_markdown(rows, args.out, "python tools/parity_matrix.py")
-    if args.json:
-        args.json.write_text(json.dumps(rows, indent=1, default=str))
+        # after every row (merged, so rewriting is harmless): a run stopped early keeps what it measured
+        write_markdown(rows, args.out, "python tools/parity_matrix.py")
+        if args.json:
+            args.json.write_text(json.dumps(rows, indent=1, default=str))
     print(args.out.read_text())
     return 0 if all("error" not in r and r["infer_fp32"]["ok"] and r["infer_fp16"]["ok"] and r["train_amp"]["ok"]
                     for r in rows) else 1

@@ -136,3 +136,19 @@ def test_pose_denoising_queries_copy_each_person_and_reach_its_embeddings() -> N
     assert out["dn_logits"].shape == (3, 2, 40, 2) and out["logits"].shape == (3, 2, 60, 2)
     (out["dn_logits"].sum() + out["logits"].sum()).backward()
     assert net.decoder.label_enc.weight.grad is not None and net.decoder.pose_enc.weight.grad is not None
+
+
+@pytest.mark.parametrize("task", ["detect", "segment", "pose"])
+def test_weights_of_another_image_size_load_keeping_this_networks_anchors(task: str) -> None:
+    """A run trained at 640 px and validated at 64 px (or the reverse) loads the other size's
+    weights: the anchor buffers are derived from the size, so each network keeps its own."""
+    torch.manual_seed(0)
+    make = (lambda size: ECPoseNet("s", imgsz=(size, size))) if task == "pose" else (
+        lambda size: ECNet("s", nc=3, imgsz=(size, size), task=task))
+    big, small = make(128), make(64)
+    own = small.decoder.anchors.clone()
+    small.load_state_dict(big.state_dict())
+    assert torch.equal(small.decoder.anchors, own) and small.decoder.anchors.shape != big.decoder.anchors.shape
+    big.load_state_dict(small.state_dict())
+    weight = next(k for k in big.state_dict() if k.endswith(".weight"))
+    assert torch.equal(big.state_dict()[weight], small.state_dict()[weight])

@@ -16,20 +16,18 @@ registered on this module and again (the same tensors) on ``decoder``, as upstre
 
 from __future__ import annotations
 
-import logging
 import math
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ...layers.detr.anchors import SizeBoundBuffers
 from ...layers.detr.denoising import DenoisingQueries
 from ...layers.query_masks import SegmentationHead
 from .attention import DeformableAttention
 from .fdr import distance2bbox, integral, weighting_function
 from .variants import DECODER_HEADS, DECODER_LAYERS, DECODER_POINTS, NUM_QUERIES, REG_MAX, REG_SCALE, STRIDES
-
-log = logging.getLogger(__name__)
 
 
 def inverse_sigmoid(x: Tensor, eps: float = 1e-5) -> Tensor:
@@ -138,7 +136,7 @@ def generate_anchors(shapes: list[tuple[int, int]], eps: float = 1e-2, device: t
     return torch.where(valid, torch.log(anchors / (1 - anchors)), torch.inf), valid
 
 
-class ECDecoder(nn.Module):
+class ECDecoder(SizeBoundBuffers):
     """Query selection, the decoder stack and every head (see the module docstring).
 
     Args:
@@ -186,18 +184,6 @@ class ECDecoder(nn.Module):
             nn.init.xavier_uniform_(layer.weight)  # type: ignore[arg-type]
         with torch.no_grad():
             nn.init.normal_(self.denoising_class_embed.weight[:-1])
-
-    def _load_from_state_dict(self, state_dict: dict[str, Tensor], prefix: str, *args: object, **kwargs: object) -> None:
-        """Anchors are derived data (upstream's are generated, never trained): a checkpoint built
-        for another image size brings anchors of another shape; this network keeps its own."""
-        for name in ("anchors", "valid_mask"):
-            key = prefix + name
-            own = getattr(self, name)
-            if key in state_dict and state_dict[key].shape != own.shape:
-                log.info("EC checkpoint anchors were built for another image size (%s rows, this network %s): "
-                         "using this network's", tuple(state_dict[key].shape), tuple(own.shape))
-                state_dict[key] = own
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     # ----------------------------------------------------------------- stages
     def flatten_memory(self, feats: list[Tensor]) -> tuple[Tensor, list[tuple[int, int]]]:

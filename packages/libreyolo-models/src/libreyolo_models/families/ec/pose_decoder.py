@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ...layers.detr.anchors import SizeBoundBuffers
 from .decoder import MLP, Gate, inverse_sigmoid
 from .fdr import integral, weighting_function
 from .pose_denoising import PoseDenoising
@@ -166,7 +167,7 @@ class PoseDecoderStack(nn.Module):
         return torch.cat((embed(points[..., 1:2]), embed(points[..., 0:1])), dim=3)
 
 
-class ECPoseDecoder(nn.Module):
+class ECPoseDecoder(SizeBoundBuffers):
     """The pose decoder (see the module docstring); ``imgsz`` is the build size of ``anchors``."""
 
     anchors: Tensor

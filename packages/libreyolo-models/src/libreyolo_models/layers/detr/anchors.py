@@ -54,7 +54,23 @@ def encoder_anchors(shapes: Shapes, *, device: torch.device | None = None) -> tu
     return torch.where(valid, logits, torch.inf), valid
 
 
-class AnchorBuffers(nn.Module):
+class SizeBoundBuffers(nn.Module):
+    """Mixin for a module whose ``anchors`` and ``valid_mask`` buffers are a function of the input
+    size it was built for (derived data, never trained): a checkpoint built for another size
+    brings buffers of another shape, and this module keeps its own on load (a model trained at
+    320 px and loaded for 640 px, or the reverse; the final validation of a run at another size)."""
+
+    def _load_from_state_dict(self, state_dict: dict[str, Tensor], prefix: str, *args: object,
+                              **kwargs: object) -> None:
+        for name in ("anchors", "valid_mask"):
+            key = prefix + name
+            own = getattr(self, name, None)
+            if isinstance(own, Tensor) and key in state_dict and state_dict[key].shape != own.shape:
+                state_dict[key] = own.detach().clone()
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+
+class AnchorBuffers(SizeBoundBuffers):
     """Mixin for a decoder that keeps ``anchors [1, S, 4]`` and ``valid_mask [1, S, 1]`` buffers
     built for one input size (``built_shapes``), as upstream's checkpoints carry them.
 
@@ -62,7 +78,7 @@ class AnchorBuffers(nn.Module):
     changed them, like the compatibility fills, are honoured) and anchors generated for ``shapes``
     otherwise: training or predicting at another size never reads another size's anchors. Loading a
     checkpoint built for another size keeps this model's buffers (they are a function of the size,
-    not learned), see :meth:`_load_from_state_dict`.
+    not learned; ``SizeBoundBuffers``).
     """
 
     anchors: Tensor
@@ -79,10 +95,3 @@ class AnchorBuffers(nn.Module):
         if list(shapes) == self.built_shapes:
             return self.anchors, self.valid_mask
         return encoder_anchors(shapes, device=device)
-
-    def _load_from_state_dict(self, state_dict: dict[str, Tensor], prefix: str, *args: object) -> None:
-        for name in ("anchors", "valid_mask"):
-            key = prefix + name
-            if key in state_dict and state_dict[key].shape != getattr(self, name).shape:
-                state_dict[key] = getattr(self, name).detach().clone()  # another size's grid
-        super()._load_from_state_dict(state_dict, prefix, *args)

@@ -1,0 +1,52 @@
+"""Graphed predict equals eager for the tasks of the third wave (segment, pose, point, restore,
+depth), on a real GPU: every field of ``Results`` bit for bit, random weights at a low confidence
+so there is something to compare. The declaration is switched on for the test where a family's
+parity row has not yet made it so, as the SAM and BiRefNet tests do; what the declarations say
+comes from ``docs/parity-matrix.md``."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from libreyolo_models import SAMPLE_IMAGE, LibreYOLO
+
+pytestmark = pytest.mark.cuda
+
+ROWS = [("fomo", "035", "point"), ("nafnet", "t", "restore"), ("depthanything", "s", "depth"),
+        ("ec", "s", "segment"), ("ec", "s", "pose"), ("rfdetr", "n", "segment"), ("rfdetr", "n", "pose")]
+FIELDS = ("boxes", "masks", "keypoints", "points", "image", "depth", "probs")
+
+
+def _payload(result: Any) -> dict[str, torch.Tensor]:
+    out = {}
+    for name in FIELDS:
+        value = getattr(result, name, None)
+        if value is None:
+            continue
+        data = getattr(value, "data", value)
+        out[name] = torch.as_tensor(np.asarray(data.cpu() if isinstance(data, torch.Tensor) else data))
+    return out
+
+
+@pytest.mark.parametrize(("family", "size", "task"), ROWS, ids=[f"{f}-{s}-{t}" for f, s, t in ROWS])
+def test_graphed_predict_equals_eager(family: str, size: str, task: str) -> None:
+    torch.manual_seed(0)
+    model = LibreYOLO(family=family, size=size, task=task, device=0)
+    decl = dataclasses.replace(model.spec.task(task), inference_capture=True)
+    model.spec = dataclasses.replace(model.spec, tasks={**model.spec.tasks, task: decl})
+    options = {"conf": 0.01} if task in ("segment", "pose", "point") else {}
+    eager = _payload(model(SAMPLE_IMAGE, **options)[0])
+    graphed = _payload(model(SAMPLE_IMAGE, cuda_graph=True, **options)[0])
+    assert model.graph_info()["graphs"], "nothing was captured"
+    again = _payload(model(SAMPLE_IMAGE, cuda_graph=True, **options)[0])  # a replay, not a capture
+    assert eager.keys() == graphed.keys() == again.keys() and eager
+    for name, tensor in eager.items():
+        assert torch.equal(tensor, graphed[name]), f"{name} differs from eager"
+        assert torch.equal(tensor, again[name]), f"{name} differs from eager on a replay"
+    if task in ("segment", "pose", "point"):
+        assert any(t.numel() for t in eager.values()), "nothing predicted: the comparison would be empty"
