@@ -94,7 +94,7 @@ for what in "$@"; do
     learn_families) $PY -c "from libreyolo_models.data.shapes import ensure_shapes; ensure_shapes()"  # once, not raced
              step learn_families ${LEARN_S:-540} $PY tools/learn_families.py --runs ${RUNS:?RUNS=family:size,...} \
                --epochs ${EPOCHS:-40} --timeout-s $(( ${LEARN_S:-540} - 25 )) --project /tmp/learn-families \
-               --out "$OUT/learn-families.md" ;;
+               --out "$OUT/learn-families.md" ${LEARN_ARGS:-} ;;
     # Graph parity (writes parity-matrix.md into $OUT)
     parity) step parity ${PARITY_S:-200} $PY tools/parity_matrix.py ${ROWS:+--rows $ROWS} --out "$OUT/parity-matrix.md" --json "$OUT/parity.json" ;;
     # Training numerics classes (two eager runs and one graphed, NUMERICS_STEPS steps): the block of

@@ -8,6 +8,7 @@ limit still reports the epochs it validated (``results.csv`` is written every ep
 
     python tools/learn_families.py --runs dfine:n,yolo7:tiny --epochs 40 --out /tmp/learn.md
     python tools/learn_families.py --runs yolonas:s --set yolonas=lr0=0.002,mosaic=1.0
+    python tools/learn_families.py --runs rfdetr:n:segment --set rfdetr-n-segment=imgsz=312   # stride 24
 
 Recipes: each family trains with its own recipe, plus ``FROM_SCRATCH`` (what training without
 pretrained weights needs, measured in earlier runs) and the ``--set`` overrides.
@@ -112,7 +113,8 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--device", default="0")
     parser.add_argument("--timeout-s", type=float, default=540, help="per run; a stopped run reports its epochs")
-    parser.add_argument("--set", action="append", default=[], help="family=key=value,... overrides (repeatable)")
+    parser.add_argument("--set", action="append", default=[],
+                        help="family=key=value,... or run=key=value,... (run: e.g. rfdetr-n-segment) overrides")
     parser.add_argument("--project", type=Path, default=Path("/tmp/learn-families"))
     parser.add_argument("--target", type=float, default=None, help="default: each task's (TASKS)")
     parser.add_argument("--out", type=Path, default=None, help="also write the markdown table here")
@@ -125,10 +127,10 @@ def main() -> int:
     procs = []
     start = time.monotonic()
     for family, size, task in runs:
+        name = f"{family}-{size}" + ("" if task == "detect" else f"-{task}")
         options = {"epochs": str(args.epochs), "imgsz": str(args.imgsz), "batch": str(args.batch),
                    "workers": str(args.workers), "device": args.device, **FROM_SCRATCH.get(family, {}),
-                   **sets.get(family, {})}
-        name = f"{family}-{size}" + ("" if task == "detect" else f"-{task}")
+                   **sets.get(family, {}), **sets.get(name, {})}
         argv = ["train", f"model={model_name(family, size)}", f"task={task}", f"data={TASKS[task].data}",
                 f"project={args.project}", f"name={name}", "exist_ok=True", "plots=False",
                 *(f"{k}={v}" for k, v in options.items())]
