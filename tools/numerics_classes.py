@@ -148,12 +148,13 @@ def _jobs(args: argparse.Namespace) -> list[tuple[str, str, str, str]]:
     else:
         chosen = args.families.split(",") if args.families else sorted(table)
 
-        def sizes(family: str) -> tuple[str, ...]:
+        def sizes(family: str, task: str) -> tuple[str, ...]:
+            own = table[family].sizes_for(task)
             if args.smallest:
-                return table[family].sizes[:1]
-            return tuple(args.sizes.split(",")) if args.sizes else table[family].sizes
+                return own[:1]
+            return tuple(s for s in args.sizes.split(",") if s in own) if args.sizes else own
 
-        rows = [(f, s, t) for f in chosen for t in table[f].tasks for s in sizes(f) if s in table[f].sizes]
+        rows = [(f, s, t) for f in chosen for t in table[f].tasks for s in sizes(f, t)]
     return [(f, s, t, p) for f, s, t in rows for p in precisions]
 
 

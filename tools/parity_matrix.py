@@ -287,11 +287,11 @@ def main() -> int:
     chosen = args.families.split(",") if args.families else sorted(families())
     rows = []
     jobs = [(family, size, task) for family in chosen for task in families()[family].tasks
-            for size in (args.sizes.split(",") if args.sizes else families()[family].sizes)]
+            for size in (args.sizes.split(",") if args.sizes else families()[family].sizes_for(task))]
     if args.rows:
         parts = [row.split(":") for row in args.rows.split(",")]
         jobs = [(p[0], p[1], p[2] if len(p) > 2 else families()[p[0]].default_task) for p in parts]
-    for family, size, task in (job for job in jobs if job[1] in families()[job[0]].sizes):
+    for family, size, task in (job for job in jobs if job[1] in families()[job[0]].sizes_for(job[2])):
         print(f"certifying {family}-{size} {task} ...", file=sys.stderr, flush=True)
         row = _run_child(family, size, task, args)
         rows.append(row)

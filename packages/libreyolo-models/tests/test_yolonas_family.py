@@ -38,7 +38,7 @@ def test_names_resolve_to_the_family_at_upstreams_image_size(model: LibreYOLO) -
     parsed = parse_model_name("LibreYOLONASm.pt")
     assert (parsed.family.name, parsed.size, parsed.task) == ("yolonas", "m", "detect")
     assert parse_model_name("LibreYOLONASl.yaml").family is model.spec
-    assert [model.spec.default_imgsz(size, "detect") for size in model.spec.sizes] == [640, 640, 640]
+    assert [model.spec.default_imgsz(size, "detect") for size in model.spec.sizes_for("detect")] == [640, 640, 640]
     assert model.spec.default_size == "s"
 
 

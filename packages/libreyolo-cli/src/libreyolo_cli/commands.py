@@ -108,7 +108,7 @@ def _list_families(as_json: bool) -> int:
     rows: list[dict[str, Any]] = []
     for spec in families().values():
         for task, decl in spec.tasks.items():
-            rows.append({"family": spec.name, "name": spec.display_name, "task": task, "sizes": list(spec.sizes),
+            rows.append({"family": spec.name, "name": spec.display_name, "task": task, "sizes": list(spec.sizes_for(task)),
                          "weights": spec.weight_name(spec.default_size, task),
                          "imgsz": spec.default_imgsz(spec.default_size, task),
                          "cuda_graph_predict": decl.inference_capture, "cuda_graph_train": decl.train_capture,

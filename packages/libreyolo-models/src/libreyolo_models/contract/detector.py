@@ -29,7 +29,7 @@ from torch import Tensor, nn
 from ..errors import CheckpointError
 from ..layers.nms import nms_per_image
 from ..layers.targets import random_box_targets
-from .family import Family, LossContext, LossResult
+from .family import Family, LossContext, LossResult, TensorTree
 
 LossFn = Callable[..., Any]
 """A family's loss object: called by its ``compute_loss`` with the outputs and targets."""
@@ -74,7 +74,7 @@ class DetectorFamily(Family):
         loss reads: epoch, ``normalizer_sum``, world size)."""
 
     # ------------------------------------------------------------------ seams and outputs
-    def inference_forward(self, net: nn.Module, images: Tensor) -> Tensor:
+    def inference_forward(self, net: nn.Module, images: Tensor) -> TensorTree:
         """``[B, 3, H, W]`` -> ``predictions [B, 4 + nc, A]`` (all NMS needs)."""
         return net(images)["predictions"]
 

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ..config import suggest
 from ..errors import ConfigError
 
 if TYPE_CHECKING:
@@ -88,6 +89,8 @@ class TaskDecl:
             segment: 12-pixel patches in 2 x 2 windows, so multiples of 24).
         default_keypoints: keypoints per instance of an untrained pose model when the data does
             not say otherwise (17: COCO's person); None for tasks without keypoints.
+        sizes: the sizes this task builds when not all of the family's (YOLO-NAS: its pose network
+            comes in n, s, m and l, its detector in s, m and l); None: every size.
     """
 
     loss_names: tuple[str, ...]
@@ -110,6 +113,7 @@ class TaskDecl:
     default_nc: int = 80
     stride: int | None = None
     default_keypoints: int | None = None
+    sizes: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.stride is not None and (isinstance(self.stride, bool) or self.stride < 1):
@@ -199,8 +203,12 @@ class FamilySpec:
             raise ConfigError(f"{self.name}: default_size {self.default_size!r} is not one of {self.sizes}")
         if not self.tasks:
             raise ConfigError(f"{self.name}: a family declares at least one task")
+        for task, decl in self.tasks.items():
+            if decl.sizes is not None and (not decl.sizes or set(decl.sizes) - set(self.sizes)):
+                raise ConfigError(f"{self.name}: task {task!r} declares sizes {decl.sizes}, which must be some of "
+                                  f"the family's {self.sizes}")
         for entry in self.weights:
-            if entry.size not in self.sizes or entry.task not in self.tasks:
+            if entry.task not in self.tasks or entry.size not in self.sizes_for(entry.task):
                 raise ConfigError(f"{self.name}: weights entry {entry.file} names size {entry.size!r} / task "
                                   f"{entry.task!r}, which the family does not declare")
 
@@ -226,6 +234,22 @@ class FamilySpec:
         if task not in self.tasks:
             raise ConfigError(f"{self.display_name} has no task {task!r}; tasks: {', '.join(self.tasks)}")
         return self.tasks[task]
+
+    def sizes_for(self, task: str) -> tuple[str, ...]:
+        """The sizes ``task`` builds: its declared ``sizes``, else every size of the family."""
+        return self.task(task).sizes or self.sizes
+
+    def check_size(self, size: str, task: str, source: str) -> None:
+        """Raise ConfigError (naming ``source``) unless ``task`` builds ``size``."""
+        sizes = self.sizes_for(task)
+        if size in sizes:
+            return
+        if size in self.sizes:
+            others = [t for t in self.tasks if size in self.sizes_for(t)]
+            raise ConfigError(f"{source}: {self.display_name} {task} comes in sizes {', '.join(sizes)}; size "
+                              f"{size!r} is {' and '.join(others)} only (task={others[0]!r})")
+        raise ConfigError(f"{source}: {self.display_name} has no size {size!r}; sizes: {', '.join(self.sizes)}"
+                          + suggest(str(size), self.sizes))
 
     def default_imgsz(self, size: str, task: str) -> int:
         decl = self.task(task)

@@ -114,7 +114,8 @@ class TaskAlignedAssigner:
 
     @torch.no_grad()
     def __call__(self, pred_scores: Tensor, pred_boxes: Tensor, anchor_points: Tensor,
-                 gt_labels: Tensor, gt_boxes: Tensor, gt_mask: Tensor) -> Assignment:
+                 gt_labels: Tensor, gt_boxes: Tensor, gt_mask: Tensor,
+                 align_factor: Tensor | None = None) -> Assignment:
         """Assign padded ground truths to the anchors of a batch.
 
         Args:
@@ -124,6 +125,9 @@ class TaskAlignedAssigner:
             gt_labels: ``[B, G]`` integer classes in [0, C) (padding columns may hold any valid class).
             gt_boxes: ``[B, G, 4]`` xyxy ground-truth boxes.
             gt_mask: ``[B, G]`` bool, False on padding columns.
+            align_factor: ``[B, G, A]`` in [0, 1] multiplying the alignment metric, or None
+                (YOLO-NAS-Pose: the OKS of each anchor's predicted pose with the ground truth's,
+                so candidates are chosen and weighted by their keypoints too).
 
         Returns:
             The :class:`Assignment`; units of ``boxes`` follow ``gt_boxes``.
@@ -141,6 +145,8 @@ class TaskAlignedAssigner:
         iou = aligned_iou(gt_boxes[:, :, None], pred_boxes[:, None]) * inside
         class_score = pred_scores.gather(2, labels[:, None, :].expand(b, a, labels.shape[1])).transpose(1, 2)
         align = class_score.pow(self.alpha) * iou.pow(self.beta) * inside  # mask again: 0**0 == 1
+        if align_factor is not None:
+            align = align * align_factor
         candidates = self._top_candidates(align, inside)
         gt_index, foreground = self._resolve_conflicts(candidates, iou)
         columns = torch.arange(labels.shape[1], device=labels.device)[None, :, None]

@@ -31,6 +31,20 @@ def varifocal_loss(logits: Tensor, target: Tensor, positive: Tensor, *, alpha: f
     return F.binary_cross_entropy_with_logits(logits, target, reduction="none") * weight
 
 
+def quality_focal_loss(logits: Tensor, target: Tensor, *, gamma: float = 2.0) -> Tensor:
+    """Quality focal loss (GFL, Li et al. 2020), element-wise: binary cross-entropy against a soft
+    target in [0, 1], weighted ``|p - target| ** gamma`` for every element alike, so elements
+    already near their target fade out (focal loss's modulating factor, for soft targets).
+
+    Args:
+        logits: logits, any shape.
+        target: targets in [0, 1], broadcastable to ``logits`` (a hard 0/1 target gives focal loss
+            without its alpha balance).
+    """
+    weight = (logits.sigmoid() - target).abs().pow(gamma)
+    return F.binary_cross_entropy_with_logits(logits, target.expand_as(logits), reduction="none") * weight
+
+
 def distribution_focal_loss(logits: Tensor, target: Tensor) -> Tensor:
     """Distribution focal loss (GFL, Li et al. 2020): ``[..., bins]`` logits and ``[...]`` continuous
     targets in bin units -> ``[...]``.

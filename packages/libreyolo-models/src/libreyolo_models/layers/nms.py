@@ -39,6 +39,16 @@ def nms_per_image(predictions: Tensor, *, conf: float, iou: float, max_det: int,
     Returns:
         Per image, ``float [N, 6]``: x1, y1, x2, y2, score, class id; sorted by score.
     """
+    return [rows for rows, _ in nms_with_anchors(predictions, conf=conf, iou=iou, max_det=max_det, classes=classes,
+                                                 agnostic=agnostic, max_candidates=max_candidates)]
+
+
+def nms_with_anchors(predictions: Tensor, *, conf: float, iou: float, max_det: int,
+                     classes: list[int] | None = None, agnostic: bool = False,
+                     max_candidates: int = MAX_NMS_CANDIDATES) -> list[tuple[Tensor, Tensor]]:
+    """``nms_per_image`` (see there), each image's detections with the anchor each came from
+    (``int64 [N]``, columns of ``predictions``): what a head's other per-anchor outputs (a pose
+    model's keypoints) are gathered by."""
     batch, anchors = predictions.shape[0], predictions.shape[2]
     scores, cls = predictions[:, 4:].max(1)                      # [B, A]
     keep = scores > conf
@@ -56,10 +66,10 @@ def nms_per_image(predictions: Tensor, *, conf: float, iou: float, max_det: int,
     # Rows [B, A, 6] = box, score, class; the kept ones, image-major, in one gather.
     rows = torch.cat((predictions[:, :4].transpose(1, 2), scores[..., None], cls[..., None].to(scores.dtype)), 2)
     picked = rows.reshape(batch * anchors, 6)[flat].float()
-    out: list[Tensor] = []
-    for image_rows in picked.split(counts):
+    out: list[tuple[Tensor, Tensor]] = []
+    for image_rows, image_flat in zip(picked.split(counts), (flat % anchors).split(counts)):
         if image_rows.shape[0] == 0:
-            out.append(image_rows)
+            out.append((image_rows, image_flat))
             continue
         # float64 for the class offsets batched_nms adds: float32 would round shifted coordinates
         # (80 classes x 640 px) by ~0.004 px and could flip a borderline suppression.
@@ -68,7 +78,7 @@ def nms_per_image(predictions: Tensor, *, conf: float, iou: float, max_det: int,
             kept = nms(boxes, score, iou)
         else:
             kept = batched_nms(boxes, score, image_rows[:, 5], iou)
-        out.append(image_rows[kept[:max_det]])
+        out.append((image_rows[kept[:max_det]], image_flat[kept[:max_det]]))
     return out
 
 

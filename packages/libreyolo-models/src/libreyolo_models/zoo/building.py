@@ -86,11 +86,8 @@ def _untrained(spec: FamilySpec, *, size: str | None, task: str | None, nc: int 
                names: Mapping[int, str] | list[str] | None, imgsz: int | None, source: str,
                keypoints: int | None = None) -> ModelSource:
     size = size or spec.default_size
-    if size not in spec.sizes:
-        raise ConfigError(f"{source}: {spec.display_name} has no size {size!r}; sizes: {', '.join(spec.sizes)}"
-                          + suggest(str(size), spec.sizes))
     task = task or spec.default_task
-    spec.task(task)
+    spec.check_size(str(size), task, source)
     if nc is None:
         nc = len(names) if names is not None else spec.task(task).default_nc
     if keypoints is not None:
@@ -166,8 +163,9 @@ def _from_weights(model: str | Path, wanted: FamilySpec | None, *, task: str | N
             or (guess.size if guess else None))
     if size is None:
         raise foreign_state_error(spec, ckpt_task, state, path)
-    if size not in spec.sizes:
-        raise CheckpointError(f"{path}: size {size!r} is not a {spec.display_name} size ({', '.join(spec.sizes)})")
+    if size not in spec.sizes_for(ckpt_task):
+        raise CheckpointError(f"{path}: size {size!r} is not a {spec.display_name} {ckpt_task} size "
+                              f"({', '.join(spec.sizes_for(ckpt_task))})")
     nc = int(ckpt.get("nc") or _ask_family(lambda: impl.infer_nc(state, ckpt_task), spec, ckpt_task, state, path))
     keypoints = ckpt.get("num_keypoints") or _ask_family(lambda: impl.infer_keypoints(state, ckpt_task), spec,
                                                          ckpt_task, state, path)

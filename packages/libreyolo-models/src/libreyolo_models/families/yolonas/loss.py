@@ -105,7 +105,7 @@ class YoloNasLoss:
         cls_sum = varifocal_loss(cls_logits, assigned.scores, label).sum()
         target_grid = torch.where(assigned.foreground[..., None], assigned.boxes / strides, pred_grid.detach())
         iou_sum = ((1.0 - aligned_giou(pred_grid, target_grid)) * weight).sum()
-        dfl_sum = self._dfl_sum(box_logits, points, target_grid, weight)
+        dfl_sum = self.dfl_sum(box_logits, points, target_grid, weight)
 
         normalizer = global_normalizer(assigned.scores.sum(), normalizer_sum)
         g = self.gains
@@ -113,7 +113,7 @@ class YoloNasLoss:
         return items.sum(), items.detach()
 
     @staticmethod
-    def _dfl_sum(box_logits: Tensor, points: Tensor, target_grid: Tensor, weight: Tensor) -> Tensor:
+    def dfl_sum(box_logits: Tensor, points: Tensor, target_grid: Tensor, weight: Tensor) -> Tensor:
         """Weighted sum over anchors of the DFL averaged over the four sides (grid units)."""
         b, _, a = box_logits.shape
         distance = boxes_to_distances(points, target_grid, BINS - 1)  # [B, A, 4] in [0, 15.99]

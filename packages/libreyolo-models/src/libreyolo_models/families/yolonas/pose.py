@@ -1,9 +1,9 @@
 """The YOLO-NAS-Pose network: YOLO-NAS's backbone and neck with per-level pose heads (one person
 class, ``K`` keypoints with visibility). Tensors in, tensors out.
 
-Not wired to a task yet (the zoo has no pose task): the family declares detect only, and this
-network is built and tested on its own (``tests/test_yolonas_pose.py``). What a pose task reads:
-``raw_outputs`` (the training seam) and ``decode`` (what NMS and keypoint post-processing read).
+The family's ``pose`` task builds it (``LibreYOLO("LibreYOLONASn-pose.yaml")``): ``raw_outputs`` is
+the training seam (``pose_loss.py`` reads it), ``decode`` what NMS and the keypoint post-processing
+read (``family.py``).
 
 State-dict keys (``backbone.``, ``neck.``, ``heads.head{1,2,3}.{pose_stem,bbox_stem,cls_convs,
 reg_convs,pose_convs,cls_pred,reg_pred,pose_pred}``) match upstream LibreYOLO's pose model (itself
@@ -31,6 +31,18 @@ NUM_KEYPOINTS = 17  # COCO keypoints: every upstream pose checkpoint
 _BOX_WIDTHS = (128, 256, 512)   # per level, before the size's width multiplier
 _POSE_WIDTHS = (128, 512, 512)
 _POSE_CONVS = (2, 2, 3)
+
+
+def decode_keypoints(offsets: Tensor, points: Tensor, strides: Tensor) -> Tensor:
+    """Keypoint offsets ``[B, 2K, A]`` (grid units, keypoint-major x, y) -> ``[B, K, 2, A]`` in input
+    pixels, given the cell centres ``points [A, 2]`` (grid units) and ``strides [A, 1]``.
+
+    Offsets count from the cell's corner: the centre's 0.5 is taken back (upstream's
+    ``compensate_grid_cell_offset``), so x = (offset + column) * stride. The network's decoding and
+    the loss both read it, so training fits what predict reads.
+    """
+    grid, scale = points.t().unsqueeze(0), strides.t().unsqueeze(0)  # [1, 2, A], [1, 1, A]
+    return (offsets.unflatten(1, (-1, 2)) + grid.unsqueeze(1) - 0.5) * scale.unsqueeze(1)
 
 
 class PoseHead(nn.Module):
@@ -116,10 +128,7 @@ class PoseHeads(nn.Module):
         box_logits, person, visible, offsets = flat.split((4 * BINS, 1, k, 2 * k), 1)
         grid, scale = points.t().unsqueeze(0), strides.t().unsqueeze(0)  # [1, 2, A], [1, 1, A]
         boxes = distances_to_boxes(dfl_expectation(box_logits, BINS), grid, dim=1) * scale
-        # Offsets count from the cell's corner: the centre's 0.5 is taken back (upstream's
-        # compensate_grid_cell_offset), so x = (offset + column) * stride.
-        keypoints = (offsets.unflatten(1, (k, 2)) + grid.unsqueeze(1) - 0.5) * scale.unsqueeze(1)
-        return box_logits, person, visible, keypoints, boxes, points, strides
+        return box_logits, person, visible, decode_keypoints(offsets, points, strides), boxes, points, strides
 
     def decode(self, raw: list[Tensor]) -> Tensor:
         """Raw maps -> ``[B, 4 + 1 + 3K, A]`` (see ``YoloNasPoseNet``)."""
