@@ -18,7 +18,8 @@ from libreyolo_models import SAMPLE_IMAGE, LibreYOLO
 pytestmark = pytest.mark.cuda
 
 ROWS = [("fomo", "035", "point"), ("nafnet", "t", "restore"), ("depthanything", "s", "depth"),
-        ("ec", "s", "segment"), ("ec", "s", "pose"), ("rfdetr", "n", "segment"), ("rfdetr", "n", "pose")]
+        ("ec", "s", "segment"), ("ec", "s", "pose"), ("rfdetr", "n", "segment"), ("rfdetr", "n", "pose"),
+        ("yolonas", "n", "pose")]
 FIELDS = ("boxes", "masks", "keypoints", "points", "image", "depth", "probs")
 
 
