@@ -45,9 +45,14 @@ def exported(model: LibreYOLO, tmp_path_factory: pytest.TempPathFactory) -> dict
     at a fixed batch of 1 and image size of 64 (other batches run in chunks)."""
     out = tmp_path_factory.mktemp("exported")
     return {"onnx": model.export(format="onnx", dynamic=True, simplify=True, file=str(out / "y9.onnx")),
-            "torchscript": model.export(format="torchscript", file=str(out / "y9.torchscript")),
+            "torchscript": model.export(format="torchscript", file=str(out / "y9")),  # suffix added
             "openvino": model.export(format="openvino", dynamic=True, file=str(out / "y9_openvino_model")),
             "torchscript-dynamic": model.export(format="torchscript", dynamic=True, file=str(out / "y9d.torchscript"))}
+
+
+def test_a_file_without_suffix_gets_the_formats_so_it_loads_back(exported: dict[str, Path]) -> None:
+    assert exported["torchscript"].name == "y9.torchscript" and exported["openvino"].name == "y9_openvino_model"
+    assert LibreYOLO(str(exported["torchscript"])).task == "detect"
 
 
 def _val_images(data_yaml: Path) -> list[Path]:

@@ -88,6 +88,18 @@ def default_path(model: ModelHandle, fmt: str, int8: bool = False) -> Path:
     return Path(f"{stem}{'_int8' if int8 else ''}{get_target(fmt).suffix}")
 
 
+def output_path(file: str | Path, fmt: str) -> Path:
+    """``file`` as given, with the format's suffix added when it has none: ``LibreYOLO(path)``
+    recognises an exported model by its suffix, so a suffix-less ``file="best"`` would write an
+    ONNX file that nothing reads back. A folder format's name is the user's to choose."""
+    path, target = Path(file), get_target(fmt)
+    if target.folder or path.suffix:
+        return path
+    log.info("file=%r has no suffix: writing %s (exported models are recognised by their suffix)",
+             str(file), path.name + target.suffix)
+    return path.with_name(path.name + target.suffix)
+
+
 def _write_onnx(job: WriteJob) -> Path:
     if job.calibration is not None:
         return write_onnx_int8(job)
@@ -167,7 +179,7 @@ def export_model(model: ModelHandle, options: dict[str, Any]) -> Path:
                           dynamic_imgsz=dynamic_imgsz, half=half, input_dtype=str(dtype).removeprefix("torch."),
                           stride=model.stride, mean=model.spec.mean, std=model.spec.std, outputs=len(traced),
                           version=__version__, extra=extra)
-    path = Path(cfg.file) if cfg.file else default_path(model, cfg.format, cfg.int8)
+    path = output_path(cfg.file, cfg.format) if cfg.file else default_path(model, cfg.format, cfg.int8)
     path.parent.mkdir(parents=True, exist_ok=True)
     with _unfused_attention():
         written = WRITERS[cfg.format](WriteJob(seam, example, path, meta, cfg, calibration))
