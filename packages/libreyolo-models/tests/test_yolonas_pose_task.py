@@ -130,6 +130,24 @@ def test_postprocess_gathers_each_survivors_keypoints_from_its_anchor() -> None:
             assert torch.equal(points, keypoints[b, anchor].float()) and row[5] == 0
 
 
+def test_the_fused_copy_folds_every_block_and_predicts_what_the_branches_do() -> None:
+    model = _model()
+    model.net.train()
+    with torch.no_grad():  # running statistics away from their start, so folding them matters
+        for _ in range(2):
+            model.net(torch.rand(4, 3, IMGSZ, IMGSZ))
+    model.net.eval()
+    images = torch.rand(2, 3, IMGSZ, IMGSZ)
+    with torch.no_grad():
+        plain = model._model.inference_forward(images)
+        fused_net = model._model.fused_net()
+        fused = model._model.inference_forward(images, fused_net)
+    assert not any(isinstance(m, torch.nn.BatchNorm2d) for m in fused_net.modules())
+    assert all(m.fused for m in fused_net.modules() if hasattr(m, "rbr_reparam"))
+    for a, b in zip(plain, fused, strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-4)
+
+
 def test_loss_falls_on_a_fixed_batch() -> None:
     """Score-weighted terms start near zero (no anchor fits yet, so the soft targets are small),
     rise as anchors start to fit, then fall: the fit is judged against the peak."""

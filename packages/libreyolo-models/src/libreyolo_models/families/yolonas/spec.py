@@ -53,6 +53,9 @@ SPEC = FamilySpec(
             # Not yet run on a GPU's parity tool: graphs stay refused until its rows are green.
             inference_capture=False,
             train_capture=False,
+            # The same folding as the detector's: tests/test_yolonas_pose_task.py holds the fused
+            # copy's boxes and keypoints to the branches'.
+            inference_fuse=True,
             recipe=POSE_RECIPE,
             recipe_shares=SHORT_RUN_SHARES,
             sizes=("n", "s", "m", "l"),
