@@ -41,6 +41,7 @@ def _calibrate_batchnorm(net: torch.nn.Module, seam: Callable[[torch.Tensor], An
 
     bns = [m for m in net.modules() if isinstance(m, torch.nn.BatchNorm2d)]
     if not bns:
+        net.eval()  # nothing to calibrate, and the probes run the eval-mode network
         return
     saved = [m.momentum for m in bns]
     for m in bns:

@@ -125,3 +125,21 @@ def test_a_graphed_training_run_on_a_gpu_certifies_graphed_steps(mini_shapes, tm
     cert = load_checkpoint(tmp_path / "exp" / "weights" / "last.pt")["certificate"]
     assert cert["graphed"] is True and cert["device"] == "cuda" and cert["dtype"] == "amp-float16"
     assert cert["gpu"] == torch.cuda.get_device_name(0)
+
+
+def test_a_configuration_certified_diverges_is_trained_eagerly_and_says_why(tmp_path) -> None:
+    """A ``diverges`` row (graphed training differed from eager beyond eager's own spread) of any
+    size keeps that family, task and precision off graphed training; other precisions are not
+    affected."""
+    from libreyolo_models.train.graph_forward import divergence_reason
+
+    row = {"family": "yolo9", "size": "s", "task": "detect", "dtype": "float32", "batch": 8, "device": "cuda",
+           "torch": "2.11", "cuda": "13.0", "cudnn": "9", "gpu": "NVIDIA H200", "numerics_class": "diverges",
+           "graphed": True, "date": "2026-12-05"}
+    table = tmp_path / "certificates.json"
+    table.write_text(json.dumps([row]))
+    model = LibreYOLO9(size="t", nc=3)._model
+    reason = divergence_reason(model, "float32", "cuda", table)
+    assert reason is not None and "'diverges'" in reason and "NVIDIA H200, 2026-12-05" in reason
+    assert divergence_reason(model, "amp-float16", "cuda", table) is None
+    assert divergence_reason(model, "float32", "cuda", tmp_path / "absent.json") is None

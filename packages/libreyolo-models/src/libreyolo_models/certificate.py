@@ -183,6 +183,15 @@ def find_certified(family: str, size: str, task: str, dtype: str, device: str,
     return next((c for c in certified_table(path) if c.key() == (family, size, task, dtype, device)), None)
 
 
+def certified_divergence(family: str, task: str, dtype: str, device: str,
+                          path: Path | None = None) -> Certificate | None:
+    """A ``diverges`` row of this family and task at this precision and device, of any size (the
+    table measures each family's smallest: the capture code is the family's, not the size's);
+    None where no size diverges. Such a configuration is never trained graphed."""
+    return next((c for c in certified_table(path) if (c.family, c.task, c.dtype, c.device) == (family, task, dtype, device)
+                 and c.numerics_class == "diverges"), None)
+
+
 def certified_classes(family: str, size: str, task: str, path: Path | None = None) -> dict[str, str]:
     """Every measured class of this model: ``{"float32 on cuda": "exact", ...}``."""
     return {f"{c.dtype} on {c.device}": c.numerics_class for c in certified_table(path)

@@ -17,6 +17,12 @@ def cxcywh_to_pixel_xyxy(boxes: Tensor, height: int, width: int) -> Tensor:
     return torch.stack(((cx - w / 2) * width, (cy - h / 2) * height, (cx + w / 2) * width, (cy + h / 2) * height), -1)
 
 
+def xy_to_pixels(xy: Tensor, height: int, width: int) -> Tensor:
+    """``[..., 2]`` x, y normalised to the input -> input pixels. Multiplied by Python numbers: a
+    tensor built from them would be a host-to-device copy, which a CUDA graph capture refuses."""
+    return torch.stack((xy[..., 0] * width, xy[..., 1] * height), -1)
+
+
 def topk_detections(predictions: Tensor, *, conf: float, max_det: int,
                     classes: list[int] | None = None) -> list[Tensor]:
     """``[B, Q, 4 + nc]`` (xyxy input pixels, sigmoid scores) -> per image ``float [N, 6]``

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -17,6 +18,7 @@ from torch import Tensor, nn
 
 import libreyolo_ddp
 
+from ..certificate import certified_divergence, training_precision
 from ..contract.family import has_training_head
 from .settings import TrainConfig
 
@@ -38,10 +40,23 @@ def wants_graphs(model: ModelHandle, cfg: TrainConfig, *, device: torch.device) 
     elif not model.spec.task(model.task).train_capture:
         reason = (f"{model.spec.display_name} ({model.task}) is not verified for training capture "
                   "(its training row in docs/parity-matrix.md is not green)")
+    else:
+        reason = divergence_reason(model, training_precision(cfg.amp, device), device.type)
     if reason is not None:
         log.info("cuda_graph=True ignored: %s; training eagerly", reason)
         return False
     return True
+
+
+def divergence_reason(model: ModelHandle, dtype: str, device: str, path: Path | None = None) -> str | None:
+    """Why a configuration certified ``diverges`` is trained eagerly, or None (docs/parity-matrix.md:
+    graphed training differs from eager beyond eager's own spread there)."""
+    cert = certified_divergence(model.spec.name, model.task, dtype, device, path)
+    if cert is None:
+        return None
+    return (f"its {dtype} training on {device} is certified 'diverges' (docs/parity-matrix.md: measured on "
+            f"{cert.gpu or device}, {cert.date}): graphed steps differ from eager beyond what two eager runs "
+            "differ by, so graphed training is not offered there")
 
 
 def graph_forward(model: ModelHandle, module: nn.Module, cfg: TrainConfig, *, world_size: int) -> Callable[[Tensor], Any]:

@@ -15,7 +15,7 @@ from ...contract.instances import InstanceTargets, random_instance_targets, set_
 from ...contract.spec import FamilySpec
 from ...errors import CheckpointError, ConfigError
 from ...layers.detr.denoising import build_denoising
-from ...layers.set_postprocess import cxcywh_to_pixel_xyxy
+from ...layers.set_postprocess import cxcywh_to_pixel_xyxy, xy_to_pixels
 from ...layers.set_targets import group_targets
 from ...layers.targets import random_box_targets
 from .loss import ECLoss
@@ -127,8 +127,7 @@ class ECFamily(Family):
         out = net(images)
         h, w = images.shape[-2:]
         if self.task == "pose":
-            kp = out["pred_keypoints"].unflatten(-1, (-1, 2)) * torch.tensor([w, h], device=images.device,
-                                                                              dtype=out["pred_keypoints"].dtype)
+            kp = xy_to_pixels(out["pred_keypoints"].unflatten(-1, (-1, 2)), h, w)
             boxes = torch.cat((kp.amin(2), kp.amax(2)), -1)
             det = torch.cat((boxes, out["pred_logits"][..., :1].sigmoid()), -1)
             return det, torch.cat((kp, torch.ones_like(kp[..., :1])), -1)

@@ -84,7 +84,9 @@ class PoseDeformableAttention(nn.Module):
         b, n, _ = query.shape
         offsets = self.sampling_offsets(query).view(b, n, self.heads, self.levels, self.points, 2)
         weights = self.attention_weights(query).view(b, n, self.heads, self.levels * self.points).softmax(-1)
-        normalizer = torch.tensor([[w, h] for h, w in shapes], dtype=query.dtype, device=query.device)
+        # Each level's (w, h) filled on the device: a tensor built from these Python numbers would be
+        # a host-to-device copy, which CUDA graph capture refuses.
+        normalizer = torch.stack([torch.stack((query.new_full((), w), query.new_full((), h))) for h, w in shapes])
         locations = reference[:, :, None, None, None, :] + offsets / normalizer.view(1, 1, 1, self.levels, 1, 2)
         grids = (2 * locations - 1).transpose(1, 2).flatten(0, 1)       # [B*heads, N, levels, points, 2]
         sampled = [F.grid_sample(v.unflatten(2, (h, w)), grids[:, :, level], mode="bilinear", padding_mode="zeros",

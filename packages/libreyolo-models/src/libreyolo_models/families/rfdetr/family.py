@@ -13,7 +13,7 @@ from ...contract.family import NORM_TYPES, Family, LossContext, LossResult
 from ...contract.instances import InstanceTargets, random_instance_targets, set_predictor_postprocess
 from ...contract.spec import FamilySpec
 from ...errors import CheckpointError, ConfigError
-from ...layers.set_postprocess import cxcywh_to_pixel_xyxy
+from ...layers.set_postprocess import cxcywh_to_pixel_xyxy, xy_to_pixels
 from ...layers.set_targets import group_targets
 from ...layers.targets import random_box_targets
 from .loss import RFDETRLoss
@@ -123,8 +123,7 @@ class RFDETRFamily(Family):
             return det, out["pred_masks"]
         if self.task == "pose":
             kp = out["pred_keypoints"]
-            scale = torch.tensor([w, h], dtype=kp.dtype, device=kp.device)
-            return det, torch.cat((kp[..., :2] * scale, kp[..., 2:].sigmoid()), -1)
+            return det, torch.cat((xy_to_pixels(kp[..., :2], h, w), kp[..., 2:].sigmoid()), -1)
         return det
 
     def training_forward(self, net: nn.Module, images: Tensor) -> dict[str, Any]:

@@ -50,9 +50,8 @@ SPEC = FamilySpec(
             default_imgsz=640,
             default_nc=1,  # one class (person): the class head's first output
             default_keypoints=17,
-            # Not yet run on a GPU's parity tool: graphs stay refused until its rows are green.
-            inference_capture=False,
-            train_capture=False,
+            inference_capture=True,  # parity row n green on the H200 (docs/parity-matrix.md)
+            train_capture=True,  # and its 20-step numerics: exact in fp32 and AMP
             # The same folding as the detector's: tests/test_yolonas_pose_task.py holds the fused
             # copy's boxes and keypoints to the branches'.
             inference_fuse=True,
