@@ -226,25 +226,32 @@ def test_segmented_runner_is_bit_identical_to_eager_with_eager_seams_between_gra
     assert len(info.graphs) == 3 and info.replays >= 6 and not info.fallbacks
 
 
-def test_records_whether_deform_conv2d_captures_on_this_torch():
-    """Not a requirement (BiRefNet keeps deform_conv2d eager either way): records, in the test's
-    output, whether torchvision's deform_conv2d records into a CUDA graph and replays bit for bit
-    on this torch / torchvision, so the split can be narrowed later from a measured fact."""
+def test_deform_conv2d_is_refused_before_it_can_replay_wrong(monkeypatch):
+    """torchvision's deform_conv2d records into a graph without an error and replays zeros (torch
+    2.11, torchvision 0.26, H200, 2026-12-05): the runners refuse to capture it and run eagerly,
+    naming it. The unguarded capture is also recorded (the list empty), so the entry can go once
+    a torch replays it right."""
+    from libreyolo_cudagraph import hazards
+
     deform_conv2d = pytest.importorskip("torchvision.ops").deform_conv2d
     x = torch.rand(1, 4, 16, 16, device="cuda")
     offset = torch.randn(1, 18, 16, 16, device="cuda")
     weight = torch.randn(4, 4, 3, 3, device="cuda")
-    runner = GraphRunner(lambda a, o: deform_conv2d(a, o, weight, padding=(1, 1)), name="deform_conv2d")
+
+    def call(a, o):
+        return deform_conv2d(a, o, weight, padding=(1, 1))
+
     with torch.inference_mode():
-        got = runner(x, offset)
-        expected = deform_conv2d(x, offset, weight, padding=(1, 1))
-    captured = bool(runner.info().graphs)
-    bitwise = bitwise_equal(got, expected)
-    print(f"deform_conv2d capture on torch {torch.__version__}: captured={captured} "
-          f"bitwise={bitwise} fallbacks={dict(runner.info().fallbacks)}")
-    # Measured on torch 2.11 + torchvision 0.26 (H200, 2026-12-05): the capture raises nothing, yet
-    # the replay returns zeros. A runner cannot tell that from a good capture, which is why BiRefNet
-    # keeps deform_conv2d in an eager seam and the parity tool's probes check every graph. Any
-    # other outcome (an error at capture, or a replay equal to eager) is news: look again before
-    # narrowing the split.
-    assert (captured and not bitwise and not got.any()) or not captured or bitwise
+        expected = call(x, offset)
+        guarded = GraphRunner(call, name="deform_conv2d")
+        got = guarded(x, offset)
+        with monkeypatch.context() as patch:
+            patch.setattr(hazards, "SILENT_OPS", {})
+            raw = GraphRunner(call, name="deform_conv2d-unguarded")
+            raw_out = raw(x, offset)
+    assert not guarded.info().graphs and bitwise_equal(got, expected)
+    assert "deform_conv2d" in " ".join(dict(guarded.info().fallbacks))
+    captured, bitwise = bool(raw.info().graphs), bitwise_equal(raw_out, expected)
+    print(f"deform_conv2d unguarded on torch {torch.__version__}: captured={captured} bitwise={bitwise}")
+    # Any outcome but the measured one (captured, zeros) or a fixed one (bit for bit) is news.
+    assert (captured and not raw_out.any()) or bitwise or not captured

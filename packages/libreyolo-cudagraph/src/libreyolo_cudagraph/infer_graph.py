@@ -21,6 +21,7 @@ from torch import Tensor, nn
 
 from .capture import CAPTURE_ERROR_MODE, capture_lock
 from .errors import CaptureError
+from .hazards import scan_for_silent_ops
 from .state import preserved_state
 from .tree import TreeSpec, flatten, unflatten
 
@@ -109,6 +110,9 @@ def capture_forward(
             stream.wait_stream(ambient)
             try:
                 with torch.cuda.stream(stream):
+                    hazard = scan_for_silent_ops(lambda: fn(*static_inputs))
+                    if hazard is not None:
+                        raise CaptureError(hazard)
                     for _ in range(warmup_iters):
                         fn(*static_inputs)
                 reserved_before = measure_reserved(device)

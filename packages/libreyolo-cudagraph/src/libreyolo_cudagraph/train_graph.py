@@ -30,7 +30,8 @@ from torch.autograd.function import once_differentiable
 
 from .aliasing import parameters_replaced
 from .capture import CAPTURE_ERROR_MODE, capture_lock
-from .errors import CudaGraphError, StaleGraphError
+from .errors import CaptureError, CudaGraphError, StaleGraphError
+from .hazards import scan_for_silent_ops
 from .infer_graph import measure_reserved, restore_stream, static_copy
 from .state import preserved_state
 from .tree import TreeSpec, flatten, unflatten
@@ -203,6 +204,10 @@ def capture_train_step(
             stream.wait_stream(ambient)
             try:
                 with torch.cuda.stream(stream):
+                    with torch.no_grad():
+                        hazard = scan_for_silent_ops(lambda: call(*static_inputs))
+                    if hazard is not None:
+                        raise CaptureError(hazard)
                     for _ in range(warmup_iters):
                         _grads(call(*static_inputs), targets, None)
                 reserved_before = measure_reserved(device)

@@ -1,0 +1,56 @@
+"""Operations known to record into a CUDA graph without any error and then replay wrong.
+
+Most operations that cannot be captured say so (a host sync or a host-to-device copy raises during
+capture, and the runners fall back to eager naming it). A few record silently and replay garbage:
+nothing at capture time tells them from a good capture, and only a comparison with eager shows
+it. Before each capture the runners run the callable once with a dispatch mode that notes every
+operation's name; one listed here stops the capture, so the runner runs eagerly and says why
+(``info().fallbacks``). Keep such an operation in an eager seam (``SegmentedGraphRunner``).
+
+The list holds measured facts only, with where they were measured; an entry can go when a test
+shows the operation replaying bit for bit (``tests/test_cg_gpu_infer.py`` records deform_conv2d).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from torch.utils._python_dispatch import TorchDispatchMode
+
+SILENT_OPS: Mapping[str, str] = {
+    "torchvision::deform_conv2d": (
+        "records without an error but its replay returns zeros (measured with torch 2.11 and "
+        "torchvision 0.26 on an H200, 2026-12-05)"),
+}
+"""Operator name (``namespace::name``) -> what goes wrong, and where it was measured."""
+
+
+class OperatorNames(TorchDispatchMode):
+    """Notes the name of every operator dispatched while active (``namespace::name``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: set[str] = set()
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
+                           kwargs: Mapping[str, Any] | None = None) -> Any:
+        self.names.add(func._schema.name)
+        return func(*args, **(kwargs or {}))
+
+
+def silent_op_reason(names: set[str]) -> str | None:
+    """Why a callable that ran ``names`` must not be captured, or None."""
+    for name in sorted(names):
+        if name in SILENT_OPS:
+            return (f"{name} {SILENT_OPS[name]}: capture refused; run it in an eager seam "
+                    "(SegmentedGraphRunner) and graph the rest")
+    return None
+
+
+def scan_for_silent_ops(call: Callable[[], Any]) -> str | None:
+    """Run ``call()`` once, noting its operators; the reason it must not be captured, or None.
+    Costs one eager call per capture (captures are rare; replays never scan)."""
+    with OperatorNames() as seen:
+        call()
+    return silent_op_reason(seen.names)
