@@ -13,10 +13,13 @@ shows the operation replaying bit for bit (``tests/test_cg_gpu_infer.py`` record
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from torch.utils._python_dispatch import TorchDispatchMode
+
+log = logging.getLogger(__name__)
 
 SILENT_OPS: Mapping[str, str] = {
     "torchvision::deform_conv2d": (
@@ -50,7 +53,13 @@ def silent_op_reason(names: set[str]) -> str | None:
 
 def scan_for_silent_ops(call: Callable[[], Any]) -> str | None:
     """Run ``call()`` once, noting its operators; the reason it must not be captured, or None.
-    Costs one eager call per capture (captures are rare; replays never scan)."""
-    with OperatorNames() as seen:
-        call()
+    Costs one eager call per capture (captures are rare; replays never scan). A call that fails
+    under the dispatch mode is not scanned (logged): the scan is a safeguard, and the capture's
+    own warmup runs the call again without it."""
+    try:
+        with OperatorNames() as seen:
+            call()
+    except Exception as err:  # noqa: BLE001 - any failure of the extra pass leaves the capture to decide
+        log.debug("operator scan skipped: %s: %s", type(err).__name__, err)
+        return None
     return silent_op_reason(seen.names)
