@@ -13,13 +13,14 @@ import abc
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, NoReturn, Protocol
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from ..contract.family import Family
+from ..errors import ConfigError
 
 if TYPE_CHECKING:
     from ..data.augment_draws import AugmentConfig
@@ -223,6 +224,15 @@ class Task(abc.ABC):
     def make_results(self, image: np.ndarray, name: str, names: dict[int, str], prediction: Any, info: Any,
                      speed: dict[str, float]) -> Results:
         """One image's ``Results`` from the family's post-processed prediction."""
+
+
+class PretrainedOnlyTask(Task):
+    """A task whose models are not trained here: subclasses set ``training_refusal`` (said before
+    any work, by the training entry) and get a ``train_pipeline`` that says it again."""
+
+    def train_pipeline(self, index: Any, *, imgsz: int, batch_size: int, device: torch.device,
+                       cfg: TrainOptions, workers: int) -> NoReturn:
+        raise ConfigError(self.training_refusal or f"the {self.name} task is pretrained-only here")
 
 
 class TrainLoader(Protocol):

@@ -11,14 +11,14 @@ scale-and-shift fit (``metrics``: AbsRel, delta1). Training is not part of this 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, NoReturn, cast
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from ...errors import ConfigError
-from ..base import Batch, EvalSettings, Prepared, Task, TrainOptions
+from ..base import Batch, EvalSettings, Prepared, PretrainedOnlyTask
 from ..bundled_sets import resolve_bundled
 from ..padded_batch import padded_batch
 from ..results import Results
@@ -38,7 +38,7 @@ _NO_TRAINING = ("the depth task is pretrained-only here: training a depth model 
                 "metric depth maps (or the bundled 'shapes-depth')")
 
 
-class DepthTask(Task):
+class DepthTask(PretrainedOnlyTask):
     name: ClassVar[str] = "depth"
     fitness_name: ClassVar[str] = "delta1 (scale-and-shift aligned)"
     results_field: ClassVar[str] = "depth"
@@ -56,9 +56,6 @@ class DepthTask(Task):
     def has_split(self, data: Any, split: str) -> bool:
         return split in self.load_data(data).splits
 
-    def train_pipeline(self, index: Any, *, imgsz: int, batch_size: int, device: torch.device,
-                       cfg: TrainOptions, workers: int) -> NoReturn:
-        raise ConfigError(_NO_TRAINING)
 
     def val_pipeline(self, index: Any, *, imgsz: int, batch_size: int, device: torch.device, workers: int,
                      cache: CacheSetting) -> Iterable[Batch]:

@@ -12,7 +12,7 @@ Training is not part of this task (it says so).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, NoReturn, cast
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import numpy as np
 import torch
@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ...errors import ConfigError
-from ..base import Batch, EvalSettings, Prepared, Task, TrainOptions
+from ..base import Batch, EvalSettings, Prepared, PretrainedOnlyTask
 from ..bundled_sets import resolve_bundled
 from ..padded_batch import padded_batch
 from ..results import Results
@@ -56,7 +56,7 @@ def resize_picture(pixels: Tensor, size: tuple[int, int]) -> Tensor:
     return chw[0]
 
 
-class OcrTask(Task):
+class OcrTask(PretrainedOnlyTask):
     name: ClassVar[str] = "ocr"
     fitness_name: ClassVar[str] = "end-to-end H-mean"
     results_field: ClassVar[str] = "ocr"
@@ -74,9 +74,6 @@ class OcrTask(Task):
     def has_split(self, data: Any, split: str) -> bool:
         return split in self.load_data(data).splits
 
-    def train_pipeline(self, index: Any, *, imgsz: int, batch_size: int, device: torch.device,
-                       cfg: TrainOptions, workers: int) -> NoReturn:
-        raise ConfigError(_NO_TRAINING)
 
     def val_pipeline(self, index: Any, *, imgsz: int, batch_size: int, device: torch.device, workers: int,
                      cache: CacheSetting) -> Iterable[Batch]:

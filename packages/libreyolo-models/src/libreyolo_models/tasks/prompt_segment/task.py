@@ -13,7 +13,7 @@ refused before any work: the models of this task are pretrained-only here.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import torch
@@ -21,7 +21,7 @@ from torch import Tensor
 
 from ...contract.prompts import PromptPrediction, Prompts
 from ...errors import ConfigError
-from ..base import Batch, EvalSettings, Prepared, Task, TaskMetrics, TrainOptions
+from ..base import Batch, EvalSettings, Prepared, PretrainedOnlyTask, TaskMetrics
 from ..bundled_sets import refuse_foreign_bundle
 from ..results import Results
 from ..segment.task import SegmentTask
@@ -40,7 +40,7 @@ _NO_TRAINING = ("the prompt-segment task is pretrained-only here: training a pro
                 "model.predict(source, points=[[x, y]]) or boxes=[[x1, y1, x2, y2]]")
 
 
-class PromptSegmentTask(Task):
+class PromptSegmentTask(PretrainedOnlyTask):
     name: ClassVar[str] = "prompt-segment"
     fitness_name: ClassVar[str] = "mIoU (box prompts)"
     results_field: ClassVar[str] = "masks"
@@ -61,9 +61,6 @@ class PromptSegmentTask(Task):
     def load_split(self, data: Any, split: str) -> Any:
         return self.masks.load_split(data, split)
 
-    def train_pipeline(self, index: Any, *, imgsz: int, batch_size: int, device: torch.device,
-                       cfg: TrainOptions, workers: int) -> NoReturn:
-        raise ConfigError(_NO_TRAINING)
 
     def val_pipeline(self, index: Any, *, imgsz: int, batch_size: int, device: torch.device, workers: int,
                      cache: CacheSetting) -> Iterable[Batch]:
