@@ -160,7 +160,8 @@ def main() -> int:
         rows.append((name, " ".join(argv), rc, len(curve), f"{score} {best:.3f}",
                      f">= {target:g}: {first or 'not reached'}", tail))
     minutes = (time.monotonic() - start) / 60
-    lines = [f"Trained side by side on one GPU, {dt.date.today()}, {minutes:.1f} min in all; "
+    where = "the CPU" if args.device == "cpu" else f"device {args.device}"
+    lines = [f"Trained side by side on {where}, {dt.date.today()}, {minutes:.1f} min in all; "
              f"`python tools/learn_families.py --runs {args.runs} --epochs {args.epochs}`",
              "", "| run | epochs validated | best score | first epoch at the target | exit | command |",
              "|---|---|---|---|---|---|"]
