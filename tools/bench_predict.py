@@ -47,6 +47,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import functools
+import importlib.util
 import statistics
 import sys
 import time
@@ -135,9 +136,12 @@ def run_ours(arm: str, args: argparse.Namespace, image: Path, folder: Path, vide
     n, out["folder_phases"] = phase_means(model.predict(str(folder), batch=args.batch, stream=True, **options))
     out["folder_per_s"] = n / (time.perf_counter() - t0)
     if video is not None:
-        t0 = time.perf_counter()
-        n, out["video_phases"] = phase_means(model.predict(str(video), batch=args.batch, stream=True, **options))
-        out["video_per_s"] = n / (time.perf_counter() - t0)
+        try:
+            t0 = time.perf_counter()
+            n, out["video_phases"] = phase_means(model.predict(str(video), batch=args.batch, stream=True, **options))
+            out["video_per_s"] = n / (time.perf_counter() - t0)
+        except Exception as err:  # noqa: BLE001 - the image and folder readings of this arm still stand
+            out["video_error"] = f"{type(err).__name__}: {str(err)[:300]}"
     out["peak_mib"] = torch.cuda.max_memory_allocated() / 2**20
     out["reserved_mib"] = torch.cuda.max_memory_reserved() / 2**20
     out["pool_mib"] = sum(g["pool_bytes"] or 0 for g in model.graph_info()["graphs"]) / 2**20
@@ -462,6 +466,9 @@ def main(argv: list[str] | None = None) -> int:
     video_file = args.data_dir / f"video{args.video_s}s.mp4"
     why = write_video(video_file, args.video_s, kind=args.set)
     video = video_file if why is None else None
+    if why is None and importlib.util.find_spec("av") is None:
+        why = "our video source needs PyAV (pip install 'libreyolo-models[video]'), not installed here"
+        video = None
     if why is not None:
         notes.append(f"video scenario skipped: {why}")
     from libreyolo_models.predict.gpu_jpeg import resolve_gpu_decode
@@ -491,6 +498,8 @@ def main(argv: list[str] | None = None) -> int:
         elif arm in ARMS:
             try:
                 results[key] = run_ours(arm, args, image, folder, video)
+                if "video_error" in results[key]:
+                    notes.append(f"{arm}: video scenario failed: {results[key]['video_error']}")
             except Exception as err:  # noqa: BLE001 - one arm's failure is reported, the others still run
                 notes.append(f"{arm} failed: {type(err).__name__}: {str(err)[:300]}")
         else:

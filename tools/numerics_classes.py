@@ -97,8 +97,10 @@ def render_block(certs: list[dict[str, Any]], errors: list[dict[str, Any]], comm
         "eager again, graphed. Spread = eager-vs-eager relative L2 distance after the last step, per",
         "group (every step's loss / final weights / last gradients / buffers); graphed = graphed-vs-eager.",
         "`exact`: both bit-identical to eager; `eager-noise`: eager already differs from itself and graphed",
-        "stays within 4x its spread in every group; `diverges`: graphed differs beyond that (a bug; the",
-        "capture stays undeclared). `graphed` no: the third run did not replay graphs (CPU dry run).",
+        "stays within 4x its spread in every group (a `nan` spread: eager's own runs disagree on non-finite",
+        "values, an fp16 overflow the grad scaler skips, and that group does not judge); `diverges`: graphed",
+        "differs beyond that (a bug; the capture stays undeclared). `graphed` no: the third run did not",
+        "replay graphs (CPU dry run).",
         "",
         "| family | size | task | precision | device | class | graphed | spread (loss / weights / grads / buffers) "
         "| graphed vs eager | measured |",

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from libreyolo_cudagraph import NumericsReport, ParityError, compare_training_runs
-from libreyolo_cudagraph.train_numerics import RunTrace, classify_runs, group_distance, trace_hash
+from libreyolo_cudagraph.train_numerics import RunTrace, classify_runs, group_distance, trace_hash, within_spread
 
 
 class TinyNet(nn.Module):
@@ -67,6 +67,21 @@ def test_a_difference_within_the_eager_spread_is_eager_noise_and_beyond_it_diver
     assert evidence["spread"]["loss"] == pytest.approx(1e-3, rel=1e-3)
     assert classify_runs(ref, trace(1.001), trace(1.1))[0] == "diverges"
     assert classify_runs(ref, trace(1.001), ref)[0] == "eager-noise"  # bit-equal, but eager is noisy
+
+
+def test_gradients_eager_itself_overflows_differently_do_not_condemn_the_candidate():
+    # fp16 autocast: one eager run's last gradients overflow where the other's do not (the grad
+    # scaler skips that step in both): the grads spread is NaN, the other groups still judge.
+    def run(grad: float, weight: float) -> RunTrace:
+        t = torch.full((3,), 1.0)
+        return RunTrace(losses=t.clone(), weights={"w": torch.full((3,), weight)},
+                        grads={"w": torch.tensor([grad, 1.0, 1.0])}, buffers={"b": t.clone()})
+
+    ref, control = run(math.inf, 1.0), run(2.0, 1.001)
+    klass, evidence = classify_runs(ref, control, run(3.0, 1.002))
+    assert math.isnan(evidence["spread"]["grads"]) and klass == "eager-noise"
+    assert classify_runs(ref, control, run(3.0, 1.1))[0] == "diverges"  # the weights still judge
+    assert within_spread(math.nan, math.nan) and not within_spread(math.nan, math.inf)
 
 
 def test_group_distance_is_relative_and_infinite_for_mismatched_structure():

@@ -102,6 +102,8 @@ def group_distance(a: Mapping[str, Tensor | None], ref: Mapping[str, Tensor | No
             return math.inf
         x64, r64 = x.detach().to("cpu", torch.float64), r.detach().to("cpu", torch.float64)
         same = (x64 == r64) | (x64.isnan() & r64.isnan())
+        if bool((~same & ~(x64.isfinite() & r64.isfinite())).any()):
+            return math.nan  # a non-finite value on one side only: no finite distance says how far
         diff = torch.where(same, 0.0, x64 - r64)
         diff_sq += float(diff.square().sum())
         ref_sq += float(torch.where(torch.isfinite(r64), r64, 0.0).square().sum())
@@ -146,10 +148,20 @@ def classify_runs(
     }
     if all(control_exact.values()):
         return ("exact" if all(candidate_exact.values()) else "diverges"), evidence
-    within = all(
-        candidate_exact[g] or (spread[g] > 0 and distance[g] <= noise_factor * spread[g]) for g in GROUPS
-    )
+    within = all(candidate_exact[g] or within_spread(spread[g], distance[g], noise_factor) for g in GROUPS)
     return ("eager-noise" if within else "diverges"), evidence
+
+
+def within_spread(spread: float, distance: float, noise_factor: float = NOISE_FACTOR) -> bool:
+    """Whether a candidate's ``distance`` from the reference stays within eager's own ``spread``.
+
+    A NaN spread means the two eager runs already disagree on non-finite values (under fp16
+    autocast, one run's last gradients overflowed where the other's did not: the grad scaler
+    skips that step in both), so the group says nothing against the candidate unless its
+    structure differs (an infinite distance: names, shapes or missing gradients)."""
+    if math.isnan(spread):
+        return not math.isinf(distance)
+    return spread > 0 and distance <= noise_factor * spread
 
 
 @dataclass(frozen=True)

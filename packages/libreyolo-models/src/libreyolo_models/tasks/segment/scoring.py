@@ -26,11 +26,16 @@ CHUNK = 16
 
 def mask_iou(pred: Tensor, gt: Tensor) -> np.ndarray:
     """IoU of ``bool [N, ...]`` masks against ``bool [M, ...]`` of the same size -> ``float64 [N, M]``
-    (0 where both are empty, as pycocotools)."""
-    p = pred.reshape(len(pred), -1).double()
-    g = gt.reshape(len(gt), -1).double()
-    inter = p @ g.T
-    union = p.sum(1)[:, None] + g.sum(1)[None, :] - inter
+    (0 where both are empty, as pycocotools). The pixel counts come from a float32 product, exact
+    while a mask has fewer than 2**24 pixels (a 4096 x 4096 input), at half float64's cost."""
+    p = pred.reshape(len(pred), -1)
+    g = gt.reshape(len(gt), -1)
+    if p.shape[1] >= 2**24:
+        p, g = p.double(), g.double()
+    else:
+        p, g = p.float(), g.float()
+    inter = (p @ g.T).double()
+    union = p.sum(1).double()[:, None] + g.sum(1).double()[None, :] - inter
     return torch.where(union > 0, inter / union.clamp(min=1), torch.zeros_like(inter)).numpy()
 
 
