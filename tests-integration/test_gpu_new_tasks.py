@@ -51,3 +51,27 @@ def test_graphed_predict_equals_eager(family: str, size: str, task: str) -> None
         assert torch.equal(tensor, again[name]), f"{name} differs from eager on a replay"
     if task in ("segment", "pose", "point"):
         assert any(t.numel() for t in eager.values()), "nothing predicted: the comparison would be empty"
+
+
+def test_nafnet_tiled_predict_equals_untiled_on_a_picture_that_fits() -> None:
+    """Issue 42's GPU line: on a picture that fits one tile the tiled seam is the network itself,
+    eager and graphed; beyond a tile the graphed seam replays each tile as eager computes it."""
+    from libreyolo_models.families.nafnet.family import tile_overlap
+    from libreyolo_models.layers.tiles import tiled_apply
+
+    torch.manual_seed(0)
+    model = LibreYOLO("LibreNAFNett.yaml", imgsz=64, device=0)
+    decl = dataclasses.replace(model.spec.task("restore"), inference_capture=True)
+    model.spec = dataclasses.replace(model.spec, tasks={**model.spec.tasks, "restore": decl})
+    family, net = model.family, model.net.cuda().eval()
+    small = torch.rand(1, 3, 64, 48, device="cuda")
+    large = torch.rand(1, 3, 150, 100, device="cuda")
+    with torch.inference_mode():
+        assert torch.equal(family.inference_forward(net, small), net(small))
+        assert torch.equal(family.inference_forward(net, large), tiled_apply(net, large, family.tile, tile_overlap(family.tile)))
+    picture = (np.random.default_rng(0).random((150, 100, 3)) * 255).astype(np.uint8)
+    eager = _payload(model(picture)[0])
+    graphed = _payload(model(picture, cuda_graph=True)[0])
+    assert model.graph_info()["graphs"], "nothing was captured"
+    assert eager.keys() == graphed.keys() and "image" in eager
+    assert all(torch.equal(eager[k], graphed[k]) for k in eager), "graphed tiles differ from eager"
