@@ -10,7 +10,13 @@ import torch
 from torch import nn
 
 from libreyolo_cudagraph import NumericsReport, ParityError, compare_training_runs
-from libreyolo_cudagraph.train_numerics import RunTrace, classify_runs, group_distance, trace_hash, within_spread
+from libreyolo_cudagraph.train_numerics import (
+    RunTrace,
+    classify_runs,
+    group_distance,
+    trace_hash,
+    within_spread,
+)
 
 
 class TinyNet(nn.Module):
