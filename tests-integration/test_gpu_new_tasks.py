@@ -19,7 +19,7 @@ pytestmark = pytest.mark.cuda
 
 ROWS = [("fomo", "035", "point"), ("nafnet", "t", "restore"), ("depthanything", "s", "depth"),
         ("ec", "s", "segment"), ("ec", "s", "pose"), ("rfdetr", "n", "segment"), ("rfdetr", "n", "pose"),
-        ("yolonas", "n", "pose")]
+        ("yolonas", "n", "pose"), ("yolo9_e2e", "t", "detect")]  # the NMS-free top-k head (issue 40)
 FIELDS = ("boxes", "masks", "keypoints", "points", "image", "depth", "probs")
 
 
@@ -40,7 +40,7 @@ def test_graphed_predict_equals_eager(family: str, size: str, task: str) -> None
     model = LibreYOLO(family=family, size=size, task=task, device=0)
     decl = dataclasses.replace(model.spec.task(task), inference_capture=True)
     model.spec = dataclasses.replace(model.spec, tasks={**model.spec.tasks, task: decl})
-    options = {"conf": 0.01} if task in ("segment", "pose", "point") else {}
+    options = {"conf": 0.01} if task in ("detect", "segment", "pose", "point") else {}
     eager = _payload(model(SAMPLE_IMAGE, **options)[0])
     graphed = _payload(model(SAMPLE_IMAGE, cuda_graph=True, **options)[0])
     assert model.graph_info()["graphs"], "nothing was captured"
@@ -49,7 +49,7 @@ def test_graphed_predict_equals_eager(family: str, size: str, task: str) -> None
     for name, tensor in eager.items():
         assert torch.equal(tensor, graphed[name]), f"{name} differs from eager"
         assert torch.equal(tensor, again[name]), f"{name} differs from eager on a replay"
-    if task in ("segment", "pose", "point"):
+    if task in ("detect", "segment", "pose", "point"):
         assert any(t.numel() for t in eager.values()), "nothing predicted: the comparison would be empty"
 
 
