@@ -77,3 +77,14 @@ def test_nafnet_tiled_predict_equals_untiled_on_a_picture_that_fits() -> None:
     assert model.graph_info()["graphs"], "nothing was captured"
     assert eager.keys() == graphed.keys() and "image" in eager
     assert all(torch.equal(eager[k], graphed[k]) for k in eager), "graphed tiles differ from eager"
+
+
+def test_mask_iou_on_the_gpu_equals_the_hosts_bit_for_bit() -> None:
+    """Validation scores masks where the network left them (the GPU); the pixel counts are exact
+    integers either way, so the IoU matrix is the host's to the last bit."""
+    from libreyolo_models.tasks.segment.scoring import mask_iou
+
+    gen = torch.Generator().manual_seed(5)
+    pred = torch.rand(40, 160, 160, generator=gen) > 0.7
+    gt = torch.rand(7, 160, 160, generator=gen) > 0.6
+    assert np.array_equal(mask_iou(pred.cuda(), gt.cuda()), mask_iou(pred, gt))

@@ -37,10 +37,13 @@ ScoreImage = Callable[[InstancePrediction, InstanceSample], ImageStats]
 def evaluate_instances(model: ModelView, forward: Callable[[Tensor], Any], pipeline: Iterable[Any], *,
                        options: Any, score: ScoreImage, tag: str, half: bool = False,
                        progress: bool = True, losses: LossMeter | None = None,
-                       kind: InstanceKind | None = None, artefacts: InstanceArtefacts | None = None) -> InstanceResult:
+                       kind: InstanceKind | None = None, artefacts: InstanceArtefacts | None = None,
+                       score_on_device: bool = False) -> InstanceResult:
     """Box and ``tag`` (mask / pose) mAP of ``forward`` over ``pipeline``'s split; the same result
     on every rank. ``losses``: also average the family's loss over the batches, whose ground
-    truth becomes training's targets for ``kind`` (the pipeline's ``InstanceKind``)."""
+    truth becomes training's targets for ``kind`` (the pipeline's ``InstanceKind``).
+    ``score_on_device``: ``score`` takes each prediction where the network left it (segment's mask
+    IoU runs on the GPU) rather than its host copy."""
     if losses is not None and kind is None:
         raise TypeError("validation losses of an instance task need the pipeline's kind (kind=pipeline.kind)")
     env = libreyolo_ddp.dist_env()
@@ -54,11 +57,11 @@ def evaluate_instances(model: ModelView, forward: Callable[[Tensor], Any], pipel
         host = [prediction.to("cpu") for prediction in predictions]
         if artefacts is not None:
             artefacts.batch_pictures(number, batch.targets, host)
-        for prediction, sample in zip(host, batch.targets):
+        for prediction, on_device, sample in zip(host, predictions, batch.targets):
             det = prediction.det.float()
             box = match_image(det[:, :4], det[:, 4], det[:, 5].long(), sample.boxes, sample.classes,
                               image_id=sample.index)
-            metrics.update(box, score(prediction, sample))
+            metrics.update(box, score(on_device if score_on_device else prediction, sample))
             if artefacts is not None:
                 artefacts.update(prediction, sample, int(images.shape[-1]))
     result = metrics.compute()

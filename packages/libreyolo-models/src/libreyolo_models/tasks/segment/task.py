@@ -73,7 +73,8 @@ class SegmentTask(InstanceTask):
         losses = LossMeter(settings.loss, settings.loss_names) if settings.loss is not None else None
         return evaluate_instances(model, forward, pipeline, options=options, score=score_masks, tag="M",
                                   half=settings.half, progress=progress, losses=losses,
-                                  kind=getattr(pipeline, "kind", SEGMENT), artefacts=self.artefacts(model, settings))
+                                  kind=getattr(pipeline, "kind", SEGMENT), artefacts=self.artefacts(model, settings),
+                                  score_on_device=True)
 
     def make_results(self, image: np.ndarray, name: str, names: dict[int, str], prediction: Any, info: Any,
                      speed: dict[str, float]) -> Results:
