@@ -36,7 +36,9 @@ against the recipes' 1e-4 (tuned for pretrained backbones)."""
 FROM_SCRATCH: dict[str, dict[str, str]] = {
     "dfine": DETR_FROM_SCRATCH, "deim": DETR_FROM_SCRATCH, "deimv2": DETR_FROM_SCRATCH,
     "rtdetrv2": DETR_FROM_SCRATCH, "rtdetrv4": DETR_FROM_SCRATCH, "rfdetr": DETR_FROM_SCRATCH,
-    "ec": DETR_FROM_SCRATCH,
+    # EC's recipe trains its ViT backbone at 0.05x, for pretrained weights; EC-s from scratch stood at
+    # mAP50 0.42 after 19 epochs beside eleven runs (H200) with it. The CPU tests train it at 1x.
+    "ec": {**DETR_FROM_SCRATCH, "backbone_lr_scale": "1.0"},
     # The CPU learning tests' settings (tests/test_yolonas_learns.py, test_gpu_learning.py).
     "yolonas": {"lr0": "0.002", "mosaic": "1.0", "scale": "0.5", "translate": "0.1"},
     "picodet": {"lr0": "0.025", "warmup_bias_lr": "0.025", "mosaic": "1.0", "scale": "0.5", "translate": "0.1"},

@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from ..errors import ConfigError
 from .fused_optim import FusedOptimizer, relaid_like
 from .settings import TrainConfig
 
@@ -85,6 +86,28 @@ def build_optimizer(groups: list[dict[str, Any]], cfg: TrainConfig, *, iteration
                                        + (f", lr x{g['initial_lr'] / lr:g}" if g["initial_lr"] != lr else "") + ")"
                                        for i, g in enumerate(opt.param_groups)))
     return opt
+
+
+def scale_backbone_groups(net: torch.nn.Module, groups: list[dict[str, Any]], scale: float,
+                          family: str) -> list[dict[str, Any]]:
+    """``groups`` with every group made only of ``net.backbone``'s parameters at ``lr_scale``
+    ``scale`` (the ``backbone_lr_scale`` option): a family's recipe slows a backbone it expects
+    pretrained (EC 0.05x, RT-DETR 0.1x, RF-DETR's ViT layer by layer), which holds an untrained
+    one back. Groups that mix backbone and other parameters keep their rate; a family whose groups
+    never separate the backbone is told so."""
+    backbone = getattr(net, "backbone", None)
+    ids = {id(p) for p in backbone.parameters()} if isinstance(backbone, torch.nn.Module) else set()
+    out, hit = [], False
+    for group in groups:
+        if ids and group["params"] and all(id(p) in ids for p in group["params"]):
+            group, hit = {**group, "lr_scale": scale}, True
+        out.append(group)
+    if not hit:
+        raise ConfigError(f"backbone_lr_scale={scale:g}: {family} trains its backbone in the same optimizer "
+                          "groups as the rest of the network, at one rate (lr0); leave backbone_lr_scale out")
+    log.info("backbone_lr_scale=%g: the backbone's groups train at %g x lr0 (instead of the recipe's rates)",
+             scale, scale)
+    return out
 
 
 def align_state_layout(optimizer: torch.optim.Optimizer) -> int:

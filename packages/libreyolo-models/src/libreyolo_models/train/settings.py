@@ -107,6 +107,10 @@ class TrainConfig:
     # for every box, rectangular batches (True: training too; "val": validation only), a share
     # of the training images
     freeze: int | list[str] | None = None
+    # The learning-rate multiplier of the backbone's own optimizer groups, instead of the family's
+    # recipe (which assumes a pretrained backbone: EC 0.05, RT-DETR 0.1, ...): 1.0 trains an
+    # untrained backbone at the full rate (train.optim.scale_backbone_groups).
+    backbone_lr_scale: float | None = None
     single_cls: bool = False
     rect: bool | Literal["val"] = False
     fraction: float = 1.0
@@ -180,6 +184,7 @@ HYPERPARAMETER_RANGES: dict[str, tuple[float, float, bool, bool, str]] = {
     "warmup_epochs": (0.0, math.inf, False, False, "epochs of learning-rate warmup; 0 turns it off"),
     "warmup_momentum": (0.0, 1.0, False, True, "the momentum warmup starts from"),
     "warmup_bias_lr": (0.0, 1.0, False, False, "the bias learning rate warmup starts from"),
+    "backbone_lr_scale": (0.0, math.inf, True, False, "the backbone's learning-rate multiplier (1.0: the full rate)"),
     "box": (0.0, math.inf, False, False, "the box loss gain"),
     "cls": (0.0, math.inf, False, False, "the class loss gain"),
     "dfl": (0.0, math.inf, False, False, "the distribution focal loss gain"),

@@ -50,7 +50,7 @@ from .grad_tools import LeanGradScaler
 from .graph_forward import graph_forward, wants_graphs
 from .loggers import enabled_loggers
 from .loggers.images import first_images, prediction_images
-from .optim import OptimizerChoice, build_optimizer, choose_optimizer
+from .optim import OptimizerChoice, build_optimizer, choose_optimizer, scale_backbone_groups
 from .plan import TrainPlan
 from .results_log import ResultsLog
 from .run_folder import claim_training_folder, restore_missing_best
@@ -170,6 +170,8 @@ class Trainer:
         with self._setup_phase("optimizer"):
             freeze_layers(model.net, cfg.freeze)
             groups = model.family.parameter_groups(model.net, weight_decay=weight_decay)
+            if cfg.backbone_lr_scale is not None:
+                groups = scale_backbone_groups(model.net, groups, cfg.backbone_lr_scale, model.spec.display_name)
             saved_choice = (self.resume or {}).get("optimizer_choice")
             self.choice = (OptimizerChoice.from_dict(saved_choice) if saved_choice else
                            choose_optimizer(cfg, iterations=iterations, explicit=self.plan.explicit))
