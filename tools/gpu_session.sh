@@ -96,7 +96,7 @@ for what in "$@"; do
                --epochs ${EPOCHS:-40} --timeout-s $(( ${LEARN_S:-540} - 25 )) --project /tmp/learn-families \
                --out "$OUT/learn-families.md" ${LEARN_ARGS:-} ;;
     # Graph parity (writes parity-matrix.md into $OUT)
-    parity) step parity ${PARITY_S:-200} $PY tools/parity_matrix.py ${ROWS:+--rows $ROWS} --out "$OUT/parity-matrix.md" --json "$OUT/parity.json" ;;
+    parity) step parity ${PARITY_S:-200} $PY tools/parity_matrix.py ${ROWS:+--rows $ROWS} ${PARITY_JOBS:+--jobs $PARITY_JOBS} --out "$OUT/parity-matrix.md" --json "$OUT/parity.json" ;;
     # Training numerics classes (two eager runs and one graphed, NUMERICS_STEPS steps): the block of
     # parity-matrix.md and the package's certificate table, both updated in $OUT (copy them back).
     numerics) cp docs/parity-matrix.md packages/libreyolo-models/src/libreyolo_models/assets/certificates.json "$OUT"/ && \

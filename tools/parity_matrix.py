@@ -19,10 +19,12 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import os
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -155,12 +157,17 @@ def training_not_applicable(model: Any) -> str | None:
     return None
 
 
-def _run_child(family: str, size: str, task: str, args: argparse.Namespace) -> dict[str, Any]:
+def _run_child(family: str, size: str, task: str, args: argparse.Namespace,
+               env: dict[str, str] | None = None) -> dict[str, Any]:
     cmd = [sys.executable, __file__, "--one", family, size, task, "--train-batch", str(args.train_batch)]
     if args.imgsz:
         cmd += ["--imgsz", str(args.imgsz)]
     started = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout_s, cwd=ROOT)
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout_s, cwd=ROOT, env=env)
+    except subprocess.TimeoutExpired:  # a row, not the run: the other rows still go ahead
+        return {"family": family, "size": size, "task": task, "error": f"timed out after {args.timeout_s:g} s",
+                "seconds": time.perf_counter() - started}
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     if proc.returncode != 0 or not lines:
         return {"family": family, "size": size, "task": task, "error": proc.stderr[-2000:] or "no result",
@@ -272,6 +279,9 @@ def main() -> int:
     parser.add_argument("--imgsz", type=int, default=None, help="default: each family's own image size")
     parser.add_argument("--train-batch", type=int, default=8)
     parser.add_argument("--timeout-s", type=float, default=600)
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="rows certified at once (child processes sharing the GPU, each with a share of "
+                             "the CPU threads); each row is written as it finishes")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "parity-matrix.md")
     parser.add_argument("--json", type=Path, default=None, help="also write the raw results here")
     args = parser.parse_args()
@@ -292,9 +302,17 @@ def main() -> int:
     if args.rows:
         parts = [row.split(":") for row in args.rows.split(",")]
         jobs = [(p[0], p[1], p[2] if len(p) > 2 else families()[p[0]].default_task) for p in parts]
-    for family, size, task in (job for job in jobs if job[1] in families()[job[0]].sizes_for(job[2])):
+    todo = [job for job in jobs if job[1] in families()[job[0]].sizes_for(job[2])]
+    env = os.environ.copy()
+    if args.jobs > 1:  # one torch thread per core in every child would leave them contending for the CPU
+        env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // args.jobs)))
+    pool = ThreadPoolExecutor(max_workers=max(1, args.jobs))
+    futures = []
+    for family, size, task in todo:
         print(f"certifying {family}-{size} {task} ...", file=sys.stderr, flush=True)
-        row = _run_child(family, size, task, args)
+        futures.append(pool.submit(_run_child, family, size, task, args, env))
+    for future in as_completed(futures):
+        row = future.result()
         rows.append(row)
         print(json.dumps({k: row.get(k) for k in ("family", "size", "seconds")}), file=sys.stderr, flush=True)
         for key in ("infer_fp32", "infer_fp16", "train_amp"):
@@ -306,6 +324,7 @@ def main() -> int:
         write_markdown(rows, args.out, "python tools/parity_matrix.py")
         if args.json:
             args.json.write_text(json.dumps(rows, indent=1, default=str))
+    pool.shutdown()
     print(args.out.read_text())
     return 0 if all("error" not in r and r["infer_fp32"]["ok"] and r["infer_fp16"]["ok"] and r["train_amp"]["ok"]
                     for r in rows) else 1
