@@ -56,7 +56,7 @@ def test_the_tool_replaces_its_block_and_merges_certificates(tmp_path: Path) -> 
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     proc = subprocess.run([sys.executable, str(ROOT / "tools" / "numerics_classes.py"), "--rows", "yolo9:t",
                            "--precisions", "fp32", "--device", "cpu", "--candidate", "eager", "--imgsz", "64",
-                           "--batch", "2", "--steps", "1", "--out", str(doc), "--certificates", str(table)],
+                           "--batch", "2", "--steps", "1", "--jobs", "2", "--out", str(doc), "--certificates", str(table)],
                           capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     text = doc.read_text()

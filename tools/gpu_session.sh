@@ -101,7 +101,7 @@ for what in "$@"; do
     # parity-matrix.md and the package's certificate table, both updated in $OUT (copy them back).
     numerics) cp docs/parity-matrix.md packages/libreyolo-models/src/libreyolo_models/assets/certificates.json "$OUT"/ && \
              step numerics ${NUMERICS_S:-590} $PY tools/numerics_classes.py ${ROWS:+--rows $ROWS} ${FAMILIES:+--families $FAMILIES} \
-             ${SMALLEST:+--smallest} ${PRECISIONS:+--precisions $PRECISIONS} --steps ${NUMERICS_STEPS:-20} --out "$OUT/parity-matrix.md" \
+             ${SMALLEST:+--smallest} ${PRECISIONS:+--precisions $PRECISIONS} ${NUMERICS_JOBS:+--jobs $NUMERICS_JOBS} --steps ${NUMERICS_STEPS:-20} --out "$OUT/parity-matrix.md" \
              --certificates "$OUT/certificates.json" --json "$OUT/numerics.json" ;;
     parity_classifiers) step parity_classifiers ${PARITY_CLS_S:-600} $PY tools/parity_matrix.py --families resnet,efficientnetv2,convnext,mobilenetv4 \
              --out "$OUT/parity-matrix-cls.md" --json "$OUT/parity-cls.json" ;;

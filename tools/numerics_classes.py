@@ -27,9 +27,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
@@ -49,14 +51,15 @@ def measure_one(family: str, size: str, task: str, precision: str, args: argpars
     return {"certificate": cert.to_dict(), "summary": report.summary()}
 
 
-def _run_child(family: str, size: str, task: str, precision: str, args: argparse.Namespace) -> dict[str, Any]:
+def _run_child(family: str, size: str, task: str, precision: str, args: argparse.Namespace,
+               env: dict[str, str] | None = None) -> dict[str, Any]:
     cmd = [sys.executable, __file__, "--one", family, size, task, precision, "--batch", str(args.batch),
            "--steps", str(args.steps), "--device", args.device, "--candidate", args.candidate]
     if args.imgsz:
         cmd += ["--imgsz", str(args.imgsz)]
     started = time.perf_counter()
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout_s, cwd=ROOT)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout_s, cwd=ROOT, env=env)
     except subprocess.TimeoutExpired:
         return {"row": [family, size, task, precision], "error": f"timed out after {args.timeout_s:g} s"}
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
@@ -175,6 +178,9 @@ def main() -> int:
     parser.add_argument("--candidate", choices=("graph", "eager"), default="graph",
                         help="the third run: graphed (default), or eager (a CPU dry run)")
     parser.add_argument("--timeout-s", type=float, default=900)
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="rows measured at once (child processes sharing the GPU, each with a share of "
+                             "the CPU threads); each row is published as it finishes")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "parity-matrix.md")
     parser.add_argument("--certificates", type=Path, default=None,
                         help="merge the certificates into this JSON table (the package's: see the docstring)")
@@ -188,12 +194,23 @@ def main() -> int:
     results: list[dict[str, Any]] = []
     command = "python tools/numerics_classes.py" + (f" --device {args.device}" if args.device != "cuda" else "")
     block = ""
+    env = os.environ.copy()
+    if args.jobs > 1:  # one torch thread per core in every child would leave them contending for the CPU
+        env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // args.jobs)))
+    pool = ThreadPoolExecutor(max_workers=max(1, args.jobs))
+    futures = []
     for family, size, task, precision in _jobs(args):
         print(f"measuring {family}-{size} {task} {precision} ...", file=sys.stderr, flush=True)
-        result = _run_child(family, size, task, precision, args)
+        futures.append(pool.submit(_run_child, family, size, task, precision, args, env))
+    for future in as_completed(futures):
+        result = future.result()
         results.append(result)
-        print(f"  {result.get('summary') or 'ERROR: ' + result['error'][-800:]}", file=sys.stderr, flush=True)
+        cert = result.get("certificate")
+        name = (" ".join((f"{cert['family']}-{cert['size']}", cert["task"], cert["dtype"])) if cert
+                else " ".join(result.get("row", [])))
+        print(f"  {name}: {result.get('summary') or 'ERROR: ' + result['error'][-800:]}", file=sys.stderr, flush=True)
         block = _publish(results, args, command)  # after every row: a run stopped early keeps what it measured
+    pool.shutdown()
     print(block)
     certs = [r["certificate"] for r in results if "certificate" in r]
     return 0 if len(certs) == len(results) and all(c["numerics_class"] != "diverges" for c in certs) else 1
