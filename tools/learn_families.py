@@ -21,11 +21,12 @@ import csv
 import dataclasses
 import datetime as dt
 import importlib
-import os
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from report import side_by_side_env
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -133,11 +134,7 @@ def main() -> int:
         module, _, function = TASKS[task].ensure.partition(":")
         getattr(importlib.import_module(module), function)()
     procs = []
-    env = os.environ.copy()
-    # Runs side by side share the CPU cores: each run's torch would otherwise start one thread per
-    # core, and on a 16-core machine nine such runs spent most of their time in thread contention
-    # (a segment run's mask scoring took 297 s to validate 100 pictures).
-    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // max(1, len(runs)))))
+    env = side_by_side_env(len(runs))  # the runs share the CPU cores
     start = time.monotonic()
     for family, size, task in runs:
         name = f"{family}-{size}" + ("" if task == "detect" else f"-{task}")

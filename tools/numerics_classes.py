@@ -27,13 +27,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
+
+from report import side_by_side_env
 
 ROOT = Path(__file__).resolve().parents[1]
 MARK = "<!-- numerics-classes:start"  # a block starts at a comment that begins so
@@ -194,9 +195,7 @@ def main() -> int:
     results: list[dict[str, Any]] = []
     command = "python tools/numerics_classes.py" + (f" --device {args.device}" if args.device != "cuda" else "")
     block = ""
-    env = os.environ.copy()
-    if args.jobs > 1:  # one torch thread per core in every child would leave them contending for the CPU
-        env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // args.jobs)))
+    env = side_by_side_env(args.jobs)
     pool = ThreadPoolExecutor(max_workers=max(1, args.jobs))
     futures = []
     for family, size, task, precision in _jobs(args):

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import os
 import subprocess
 import sys
 import time
@@ -27,6 +26,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from report import side_by_side_env
 
 if TYPE_CHECKING:  # the driver imports torch only where it needs it: each row runs in a child process
     import torch
@@ -303,9 +304,7 @@ def main() -> int:
         parts = [row.split(":") for row in args.rows.split(",")]
         jobs = [(p[0], p[1], p[2] if len(p) > 2 else families()[p[0]].default_task) for p in parts]
     todo = [job for job in jobs if job[1] in families()[job[0]].sizes_for(job[2])]
-    env = os.environ.copy()
-    if args.jobs > 1:  # one torch thread per core in every child would leave them contending for the CPU
-        env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // args.jobs)))
+    env = side_by_side_env(args.jobs)
     pool = ThreadPoolExecutor(max_workers=max(1, args.jobs))
     futures = []
     for family, size, task in todo:

@@ -3,12 +3,24 @@ optionally to a file (so a GPU session can bring it back)."""
 
 from __future__ import annotations
 
+import os
 import statistics
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+
+def side_by_side_env(parts: int) -> dict[str, str]:
+    """This environment for one of ``parts`` child processes running side by side: each gets its
+    share of the CPU cores as ``OMP_NUM_THREADS`` (unless already set). With one torch thread per
+    core in every child, nine training runs on 16 cores spent their time in thread contention (a
+    segment validation took 297 s instead of seconds)."""
+    env = os.environ.copy()
+    if parts > 1:
+        env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // parts)))
+    return env
 
 
 def log(message: str) -> None:
