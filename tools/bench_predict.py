@@ -47,7 +47,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import functools
-import importlib.util
 import statistics
 import sys
 import time
@@ -466,9 +465,14 @@ def main(argv: list[str] | None = None) -> int:
     video_file = args.data_dir / f"video{args.video_s}s.mp4"
     why = write_video(video_file, args.video_s, kind=args.set)
     video = video_file if why is None else None
-    if why is None and importlib.util.find_spec("av") is None:
-        why = "our video source needs PyAV (pip install 'libreyolo-models[video]'), not installed here"
-        video = None
+    if why is None:
+        from libreyolo_models.errors import SourceError
+        from libreyolo_models.predict.video import require_av
+
+        try:  # our video source reads through PyAV (the video extra): say so once, not once per arm
+            require_av(str(video_file))
+        except SourceError as err:
+            why, video = str(err), None
     if why is not None:
         notes.append(f"video scenario skipped: {why}")
     from libreyolo_models.predict.gpu_jpeg import resolve_gpu_decode
