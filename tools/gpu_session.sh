@@ -67,6 +67,9 @@ for what in "$@"; do
              packages/libreyolo-models/tests/test_track.py packages/libreyolo-models/tests/test_predict_outputs.py \
              tests-integration/test_gpu_zoo.py tests-integration/test_gpu_semantic.py tests-integration/test_gpu_classify.py \
              tests-integration/test_export_gpu.py ;;
+    # Named test files only (TEST_FILES="a.py b.py"), verbose: the rows a crowded full run did not reach.
+    tests_files) step tests_files ${TESTS_S:-420} $PY -m pytest -p no:cacheprovider --import-mode=importlib -m "cuda or multigpu" \
+             -v -rfE -n ${TEST_PROCS:-2} -o addopts="" ${TEST_FILES:?TEST_FILES=path.py ...} ;;
     tests_predict) step tests_predict 300 $PY -m pytest -p no:cacheprovider --import-mode=importlib -m cuda -q -rfE -o addopts="" \
              packages/libreyolo-models/tests/test_predict_streams.py packages/libreyolo-models/tests/test_predict_device.py \
              packages/libreyolo-models/tests/test_letterbox_device.py packages/libreyolo-models/tests/test_nms_batched.py \
