@@ -8,6 +8,8 @@ and prints one JSON line. Modes:
 - ``ours``: GraphRunner, graphed_callables and GraphedTraining capture with the thread running.
 - ``latch_runner`` / ``latch_training``: a module that syncs with the host cannot be captured;
   the runner (or the training helper) latches to eager and still returns eager's numbers.
+- ``latch_callables``: ``graphed_callables`` on that module raises to its caller.
+  Every ``latch_*`` mode then checks that random ops still run (``rng_ok``).
 """
 
 from __future__ import annotations
@@ -192,6 +194,21 @@ class HostSync(nn.Module):
         return torch.relu(y)
 
 
+def random_ops_still_run() -> bool:
+    """After a failed capture: random draws and a fresh layer's init work, and replay the same
+    numbers a re-seeded generator gives (the failed capture moved nothing)."""
+    try:
+        torch.cuda.manual_seed(7)
+        first = torch.rand(64, device="cuda")
+        nn.Dropout(0.5).train()(torch.ones(64, device="cuda"))
+        nn.Conv2d(3, 8, 3).cuda()  # init draws on the CPU; the move must not trip anything
+        torch.cuda.manual_seed(7)
+        return bool(torch.equal(first, torch.rand(64, device="cuda")))
+    except RuntimeError as err:
+        print(f"random op after the failed capture: {err}", file=sys.stderr)
+        return False
+
+
 def probe_latch_runner() -> dict:
     torch.manual_seed(0)
     model = HostSync().cuda().eval()
@@ -201,7 +218,7 @@ def probe_latch_runner() -> dict:
         equal = all(bitwise_equal(runner(x), model(x)) for _ in range(3))
     info = runner.info()
     latched = info.graphs == () and any("capture failed" in r for r in info.fallbacks)
-    return {"equal": equal, "latched": latched, "fallbacks": dict(info.fallbacks)}
+    return {"equal": equal, "latched": latched, "rng_ok": random_ops_still_run(), "fallbacks": dict(info.fallbacks)}
 
 
 def probe_latch_training() -> dict:
@@ -214,7 +231,23 @@ def probe_latch_training() -> dict:
         eager(x).square().mean().backward()
     equal = all(bitwise_equal(a.grad, b.grad) for a, b in zip(eager.parameters(), helper.module.parameters()))
     reason = helper.info().latched
-    return {"equal": equal, "latched": reason is not None and "capture failed" in reason, "reason": reason}
+    latched = reason is not None and "capture failed" in reason
+    return {"equal": equal, "latched": latched, "rng_ok": random_ops_still_run(), "reason": reason}
+
+
+def probe_latch_callables() -> dict:
+    """graphed_callables raises on what it cannot capture (no latch there): the error reaches the
+    caller, and the process's random ops still run."""
+    model = HostSync().cuda()
+    x = torch.rand(2, 3, 16, 16, device="cuda", requires_grad=True)
+    try:
+        graphed_callables(model, (x,))
+        raised = ""
+    except Exception as err:  # noqa: BLE001 - whatever torch raises for the host sync
+        raised = f"{type(err).__name__}: {err}"[:300]
+    stream_ok = torch.cuda.current_stream() == torch.cuda.default_stream()
+    return {"equal": True, "latched": bool(raised), "raised": raised, "stream_ok": stream_ok,
+            "rng_ok": random_ops_still_run()}
 
 
 def main(mode: str) -> dict:
@@ -223,6 +256,8 @@ def main(mode: str) -> dict:
         return probe_latch_runner()
     if mode == "latch_training":
         return probe_latch_training()
+    if mode == "latch_callables":
+        return probe_latch_callables()
     pins = PinningThread()
     pins.start()
     try:
@@ -234,6 +269,6 @@ def main(mode: str) -> dict:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2 or sys.argv[1] not in ("global", "ours", "latch_runner", "latch_training"):
-        sys.exit("usage: cg_pinned_probe.py global|ours|latch_runner|latch_training")
+    if len(sys.argv) != 2 or sys.argv[1] not in ("global", "ours", "latch_runner", "latch_training", "latch_callables"):
+        sys.exit("usage: cg_pinned_probe.py global|ours|latch_runner|latch_training|latch_callables")
     print(json.dumps(main(sys.argv[1])))

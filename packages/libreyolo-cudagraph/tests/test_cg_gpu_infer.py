@@ -143,10 +143,12 @@ def test_pinned_memory_thread_does_not_break_our_captures():
     assert result["runner_ok"] and result["callables_ok"] and result["training_ok"], result
 
 
-@pytest.mark.parametrize("mode", ["latch_runner", "latch_training"])
+@pytest.mark.parametrize("mode", ["latch_runner", "latch_training", "latch_callables"])
 def test_capture_failure_latches_to_eager_and_results_stay_right(mode):
+    """...and leaves no trace: random ops after the failed capture run (torch leaves the default
+    generator marked as capturing when ``cudaStreamEndCapture`` raises; recovery.py clears it)."""
     result = run_probe(mode)
-    assert result["equal"] and result["latched"], result
+    assert result["equal"] and result["latched"] and result["rng_ok"] and result.get("stream_ok", True), result
 
 
 def test_release_returns_the_graph_memory():

@@ -86,3 +86,21 @@ def test_a_failed_compile_warns_once_and_predicts_eagerly(monkeypatch: pytest.Mo
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "no C++ compiler found" in warnings[0] and "predicting without compile" in warnings[0]
     assert torch.equal(first, plain) and torch.equal(second, plain)
+
+
+def test_a_wrapped_compile_failure_is_named_by_the_backends_own_error() -> None:
+    """Dynamo wraps the backend's error in one whose first line says only "backend raised:"."""
+    from libreyolo_models.compiled import compile_failure
+
+    class Wrapped(Exception):
+        def __init__(self, inner: Exception) -> None:
+            super().__init__("backend='inductor' raised:\n" + str(inner))
+            self.inner_exception = inner
+
+    inner = RuntimeError("\nTriton compile timed out after 60 s\nmore detail")
+    assert compile_failure(Wrapped(inner)) == "RuntimeError: Triton compile timed out after 60 s (in Wrapped)"
+    try:
+        raise ValueError("outer") from OSError("disk full")
+    except ValueError as err:
+        assert compile_failure(err) == "OSError: disk full (in ValueError)"
+    assert compile_failure(KeyError("plain")) == "KeyError: 'plain'"

@@ -17,13 +17,14 @@ import inspect
 import logging
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from types import TracebackType
 from typing import Any
 
 import torch
 
 from .errors import AutocastCacheError, NestedCaptureError
+from .recovery import recovering
 
 log = logging.getLogger(__name__)
 
@@ -204,11 +205,13 @@ def graphed_callables(callables: Any, sample_args: Any, **kwargs: Any) -> Any:
     check_autocast_cache()
     if "capture_error_mode" in kwargs:
         raise TypeError("graphed_callables always captures thread_local; drop capture_error_mode")
-    if make_graphed_callables_accepts_mode():
-        with capture_lock:
-            return torch.cuda.make_graphed_callables(
-                callables, sample_args, capture_error_mode=CAPTURE_ERROR_MODE, **kwargs
-            )
-    # torch < 2.14: no capture-mode argument; drop this branch when the floor moves.
-    with thread_local_graphs():
-        return torch.cuda.make_graphed_callables(callables, sample_args, **kwargs)
+    ambient = torch.cuda.current_stream() if torch.cuda.is_available() else None
+    with recovering(ambient, ambient, ambient.device) if ambient is not None else nullcontext():
+        if make_graphed_callables_accepts_mode():
+            with capture_lock:
+                return torch.cuda.make_graphed_callables(
+                    callables, sample_args, capture_error_mode=CAPTURE_ERROR_MODE, **kwargs
+                )
+        # torch < 2.14: no capture-mode argument; drop this branch when the floor moves.
+        with thread_local_graphs():
+            return torch.cuda.make_graphed_callables(callables, sample_args, **kwargs)

@@ -22,6 +22,7 @@ from torch import Tensor, nn
 from .capture import CAPTURE_ERROR_MODE, capture_lock
 from .errors import CaptureError
 from .hazards import scan_for_silent_ops
+from .recovery import recovering
 from .state import preserved_state
 from .tree import TreeSpec, flatten, unflatten
 
@@ -67,17 +68,6 @@ def static_copy(x: Tensor) -> Tensor:
     return buf
 
 
-def restore_stream(ambient: torch.cuda.Stream) -> None:
-    """Make ``ambient`` current again if a failed capture left the capture stream current.
-
-    Older torch (2.11 among them) skips restoring the stream in ``torch.cuda.graph.__exit__``
-    when ``capture_end`` raises; without this, every later eager op of the thread would run on
-    the capture stream. Drop it when the torch floor has the try/finally fix.
-    """
-    if torch.cuda.current_stream() != ambient:
-        torch.cuda.set_stream(ambient)
-
-
 def measure_reserved(device: torch.device) -> int:
     """Bytes the caching allocator holds on ``device`` after returning what it can."""
     torch.cuda.synchronize(device)
@@ -108,7 +98,7 @@ def capture_forward(
         started = time.perf_counter()
         with preserved_state(state_module):
             stream.wait_stream(ambient)
-            try:
+            with recovering(ambient, stream, device):
                 with torch.cuda.stream(stream):
                     hazard = scan_for_silent_ops(lambda: fn(*static_inputs))
                     if hazard is not None:
@@ -119,9 +109,6 @@ def capture_forward(
                 graph = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(graph, pool=pool, stream=stream, capture_error_mode=CAPTURE_ERROR_MODE):
                     outputs = fn(*static_inputs)
-            finally:
-                restore_stream(ambient)
-                ambient.wait_stream(stream)
         pool_bytes = max(0, torch.cuda.memory_reserved(device) - reserved_before)
         capture_ms = (time.perf_counter() - started) * 1000.0
     leaves, spec = flatten(outputs)

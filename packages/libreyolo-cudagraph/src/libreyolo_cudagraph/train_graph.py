@@ -32,7 +32,8 @@ from .aliasing import parameters_replaced
 from .capture import CAPTURE_ERROR_MODE, capture_lock
 from .errors import CaptureError, CudaGraphError, StaleGraphError
 from .hazards import scan_for_silent_ops
-from .infer_graph import measure_reserved, restore_stream, static_copy
+from .infer_graph import measure_reserved, static_copy
+from .recovery import recovering
 from .state import preserved_state
 from .tree import TreeSpec, flatten, unflatten
 
@@ -202,7 +203,7 @@ def capture_train_step(
         started = time.perf_counter()
         with preserved_state(module):
             stream.wait_stream(ambient)
-            try:
+            with recovering(ambient, stream, device):
                 with torch.cuda.stream(stream):
                     with torch.no_grad():
                         hazard = scan_for_silent_ops(lambda: call(*static_inputs))
@@ -225,9 +226,6 @@ def capture_train_step(
                         bwd, pool=pool, stream=stream, capture_error_mode=CAPTURE_ERROR_MODE
                     ):
                         grads = _grads(outputs, targets, grad_outputs)
-            finally:
-                restore_stream(ambient)
-                ambient.wait_stream(stream)
         pool_bytes = max(0, torch.cuda.memory_reserved(device) - reserved_before)
         capture_ms = (time.perf_counter() - started) * 1000.0
     return CapturedTrainStep(

@@ -54,6 +54,15 @@ def compile_mode(request: CompileRequest, cuda_graph: object = False) -> str | N
     return mode
 
 
+def compile_failure(err: BaseException) -> str:
+    """One line naming what failed: the backend's own error where Dynamo wrapped it (the wrapper's
+    first line is only "backend='inductor' raised:"), else the error itself."""
+    inner = getattr(err, "inner_exception", None) or err.__cause__ or err
+    lines = [line.strip() for line in str(inner).splitlines() if line.strip()]
+    where = f" (in {type(err).__name__})" if inner is not err else ""
+    return f"{type(inner).__name__}: {(lines or [''])[0][:300]}{where}"
+
+
 class CompiledForward:
     """``forward`` through ``torch.compile(mode=...)``, falling back to ``forward`` itself (with one
     warning) if compiling fails."""
@@ -75,7 +84,7 @@ class CompiledForward:
 
             if not isinstance(err, TorchDynamoException):
                 raise
-            self.compiled, self.failed = None, f"{type(err).__name__}: {(str(err).splitlines() or [''])[0][:300]}"
+            self.compiled, self.failed = None, compile_failure(err)
             log.warning("compile=%r: compiling %s failed (%s); predicting without compile", self.mode, self.name,
                         self.failed)
             return self.forward(x)
