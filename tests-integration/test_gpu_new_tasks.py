@@ -1,12 +1,10 @@
 """Graphed predict equals eager for the tasks of the third wave (segment, pose, point, restore,
 depth), on a real GPU: every field of ``Results`` bit for bit, random weights at a low confidence
-so there is something to compare. The declaration is switched on for the test where a family's
-parity row has not yet made it so, as the SAM and BiRefNet tests do; what the declarations say
-comes from ``docs/parity-matrix.md``."""
+so there is something to compare, through each family's own declaration (its green row in
+``docs/parity-matrix.md``)."""
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import numpy as np
@@ -38,8 +36,7 @@ def _payload(result: Any) -> dict[str, torch.Tensor]:
 def test_graphed_predict_equals_eager(family: str, size: str, task: str) -> None:
     torch.manual_seed(0)
     model = LibreYOLO(family=family, size=size, task=task, device=0)
-    decl = dataclasses.replace(model.spec.task(task), inference_capture=True)
-    model.spec = dataclasses.replace(model.spec, tasks={**model.spec.tasks, task: decl})
+    assert model.spec.task(task).inference_capture, "the family's declaration (its parity row) allows graphs"
     # Random weights: the detect heads' score prior (~2e-4 for YOLOv9-E2E) sits under 0.01.
     conf = 1e-4 if task == "detect" else 0.01
     options = {"conf": conf} if task in ("detect", "segment", "pose", "point") else {}
@@ -63,8 +60,6 @@ def test_nafnet_tiled_predict_equals_untiled_on_a_picture_that_fits() -> None:
 
     torch.manual_seed(0)
     model = LibreYOLO("LibreNAFNett.yaml", imgsz=64, device=0)
-    decl = dataclasses.replace(model.spec.task("restore"), inference_capture=True)
-    model.spec = dataclasses.replace(model.spec, tasks={**model.spec.tasks, "restore": decl})
     family, net = model.family, model.net.cuda().eval()
     small = torch.rand(1, 3, 64, 48, device="cuda")
     large = torch.rand(1, 3, 150, 100, device="cuda")

@@ -223,7 +223,7 @@ def test_the_segmented_runner_equals_eager_with_every_graphable_stage_replayed(l
 
 def test_cuda_graph_on_cpu_and_a_batch_of_one_are_refused() -> None:
     model = LibreYOLO("LibreBiRefNett.yaml", imgsz=64)
-    with pytest.raises(NotImplementedError, match="not verified for CUDA graph inference capture"):
+    with pytest.raises(ConfigError, match="needs the model on a CUDA GPU"):  # verified, but not on a CPU
         model(SAMPLE_IMAGE, cuda_graph=True)
     with pytest.raises(ConfigError, match="at least 2 images per batch"):
         model.family.training_forward(model.net.train(), torch.zeros(1, 3, 64, 64))

@@ -4,7 +4,6 @@ inference-only refusals, and the graphed encoder on a GPU."""
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -167,10 +166,7 @@ def test_inference_only_and_no_graphs_on_cpu(tiny: SamArch) -> None:
         model.train(data="shapes", epochs=1)
     with pytest.raises(ConfigError, match="shapes-inst"):  # val scores masks: an instance-segmentation set
         model.val(data="shapes")
-    with pytest.raises(NotImplementedError, match="SAM"):  # not verified on a GPU yet
-        model(picture(), imgsz=64, points=[[1, 1]], cuda_graph=True)
-    decl = dataclasses.replace(model.spec.task(model.task), inference_capture=True)
-    model.spec = dataclasses.replace(model.spec, tasks={model.task: decl})
+    assert model.spec.task(model.task).inference_capture  # its parity row is green
     with pytest.raises(ConfigError, match="CUDA GPU"):
         model(picture(), imgsz=64, points=[[1, 1]], cuda_graph=True)
 
@@ -178,8 +174,6 @@ def test_inference_only_and_no_graphs_on_cpu(tiny: SamArch) -> None:
 @pytest.mark.cuda
 def test_graphed_encoder_equals_eager_bit_for_bit_and_hits_the_cache() -> None:
     model = LibreYOLO(family="sam", size="b", device=0)
-    decl = dataclasses.replace(model.spec.task(model.task), inference_capture=True)
-    model.spec = dataclasses.replace(model.spec, tasks={model.task: decl})
     image = picture(480, 640)
     eager = model(image, points=[[320, 240]])[0]
     model.family.embeddings.clear()  # else the eager entry answers and nothing is captured

@@ -30,9 +30,9 @@ SPEC = FamilySpec(
             loss_gains={"bce": 30.0, "iou": 0.5, "ssim": 10.0, "mae": 100.0},  # config.py, task 'General'
             default_imgsz=1024,  # every picture is resized to 1024 x 1024, as the official inference does
             default_nc=1,        # a matte has no classes; one nominal "foreground" class
-            # Not yet verified on a GPU: the segmented graph path (plain stages graphed, the
-            # deformable samplings eager) has no green parity row yet.
-            inference_capture=False,
+            # The segmented graph path (plain stages graphed, the deformable samplings eager):
+            # parity row t green on the H100, every segment on probes A and B (eighth run).
+            inference_capture=True,
             train_capture=False,
             # Every decoder block samples through torchvision's deform_conv2d: ONNX's DeformConv
             # (opset 19, export/deform_conv_onnx.py; onnxruntime runs it) and TorchScript carry it.

@@ -16,8 +16,7 @@ SPEC = FamilySpec(
             loss_names=(),
             default_imgsz=518,  # the official input size: the short side is resized to it
             default_nc=1,       # relative depth has no classes; one nominal class
-            # Not yet verified on a GPU (tools/parity_matrix.py rows pending).
-            inference_capture=False,
+            inference_capture=True,  # parity row s green on the H100 (docs/parity-matrix.md, eighth run)
             train_capture=False,
             exportable=False,
             export_note=("each picture is resized keeping its aspect ratio, so the network's input size changes "

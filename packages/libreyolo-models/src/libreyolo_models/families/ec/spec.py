@@ -32,8 +32,7 @@ SPEC = FamilySpec(
             loss_gains={"mal": 1.0, "bbox": 5.0, "giou": 2.0, "fgl": 0.15, "ddf": 1.5},
             default_imgsz=640,
             inference_capture=True,  # parity rows green on the H200 and the H100 (docs/parity-matrix.md)
-            # Parity green; 20-step numerics eager-noise in AMP (grid_sample's atomic backward);
-            # fp32 not yet measured (its checkpoints say 'unmeasured').
+            # Parity green; 20-step numerics eager-noise in fp32 and AMP (grid_sample's atomic backward).
             train_capture=True,
             half_weights=False,  # the decoder's heads run once per layer on shared weights
             recipe=RECIPE,
@@ -48,7 +47,7 @@ SPEC = FamilySpec(
                         "mask_dice": 5.0},
             default_imgsz=640,
             inference_capture=True,  # parity row s green on the H200 (docs/parity-matrix.md)
-            train_capture=True,  # parity green; 20-step numerics eager-noise in AMP (fp32 not yet measured)
+            train_capture=True,  # parity green; 20-step numerics eager-noise in fp32 and AMP
             half_weights=False,
             recipe=RECIPE,
             recipe_shares=SHORT_RUN_SHARES,
@@ -61,7 +60,7 @@ SPEC = FamilySpec(
             loss_gains={"vfl": 2.0, "keypoints": 10.0, "oks": 4.0},
             default_imgsz=640,
             inference_capture=True,  # parity row s green on the H100 (docs/parity-matrix.md, seventh run)
-            train_capture=False,  # parity's training step green; 20-step numerics not yet measured
+            train_capture=True,  # parity's training step green; 20-step numerics eager-noise in fp32 and AMP (H100)
             half_weights=False,
             recipe=RECIPE,
             recipe_shares=SHORT_RUN_SHARES,

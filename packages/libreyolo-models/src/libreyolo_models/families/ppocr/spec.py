@@ -15,8 +15,9 @@ SPEC = FamilySpec(
             loss_names=(),
             default_imgsz=736,  # RapidOCR's detector limit: the short side is brought up to it (multiples of 32)
             default_nc=1,       # one nominal class: "text"
-            # Not yet verified on a GPU (tools/parity_matrix.py rows pending).
-            inference_capture=False,
+            # Parity row m green on the H100 (docs/parity-matrix.md, eighth run): the detector is
+            # captured once per padded input shape, the recognizer per width bucket.
+            inference_capture=True,
             train_capture=False,
             exportable=False,
             export_note=("PP-OCR is two networks with eager work between them (DB boxes, perspective crops, "
