@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """A folder's predict throughput against the number of decoding threads and processes (GPU).
 
-``bench_predict.py``'s folder scenario (1280x720 JPEGs at batch 32, graphed) with the decode pool
+``bench_predict.py``'s folder scenario (``--set``: photographs by default, at batch 32, graphed) with the decode pool
 at 1, 2, 4 and 8 threads (``predict.sources.MAX_DECODE_THREADS``) and at 4 and 8 worker processes
 (``predict.decode_procs.MAX_DECODE_PROCESSES``), and the per-phase means: more threads decode more
 files at once, but every one of them takes the GIL for its Python part, and the main thread
@@ -35,6 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", default="1,2,4,8")
     p.add_argument("--processes", default="4,8", help="decoding processes to try after the threads ('' for none)")
     p.add_argument("--gpu-decode", action="store_true", help="JPEGs decoded on the GPU (needs TorchCodec)")
+    p.add_argument("--set", choices=("photos", "synthetic"), default="photos",
+                   help="crops of tools/photos/ (720p, 1080p and portrait; bench_predict's default) or synthetic 720p")
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
@@ -45,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     from libreyolo_models.predict.streams import decode_files
 
     folder = Path(tempfile.mkdtemp()) / "images"
-    write_images(folder, args.images)
+    write_images(folder, args.images, args.set)
     model = fresh_model("t", 640)
     opts = {"device": 0, "imgsz": 640, "batch": args.batch, "stream": True, "cuda_graph": True,
             "gpu_decode": args.gpu_decode}
@@ -66,7 +68,8 @@ def main(argv: list[str] | None = None) -> int:
         n, ph = phase_means(model.predict(str(folder), **opts))
         rows.append(f"| {count} {kind} | {alone:.0f} | {n / (time.perf_counter() - started):.0f} | {ph['decode']:.3f} | "
                     f"{ph['preprocess']:.3f} | {ph['inference']:.3f} | {ph['postprocess']:.3f} |")
-    lines = [f"# Folder predict vs decode threads ({args.images} JPEGs 1280x720, batch {args.batch}, graphed, "
+    what = "photographs 720p/1080p/portrait" if args.set == "photos" else "synthetic 1280x720"
+    lines = [f"# Folder predict vs decode threads ({args.images} JPEGs, {what}, batch {args.batch}, graphed, "
              f"{'nvJPEG' if args.gpu_decode else 'CPU'} decoding; "
              f"{torch.cuda.get_device_name()}, torch {torch.__version__}, {os.cpu_count()} CPUs)", "",
              "| decoding | decoded alone, images/s | predict images/s | decode | preprocess | network | postprocess (ms per image) |",

@@ -141,8 +141,10 @@ def test_a_dead_worker_hands_the_rest_of_the_folder_to_threads(tmp_path: Path, c
     assert not multiprocessing.active_children()
 
 
-def test_processes_only_for_many_files_on_many_cores(monkeypatch) -> None:
+def test_threads_by_default_and_processes_only_for_many_files_on_many_cores(monkeypatch) -> None:
     monkeypatch.setattr(decode_procs, "usable_cores", lambda: 16)
+    assert decode_procs.decode_processes(1000) == 0  # off by default: photographs decode faster on threads
+    monkeypatch.setattr(decode_procs, "MAX_DECODE_PROCESSES", 8)
     assert decode_procs.decode_processes(1000) == 4
     assert decode_procs.decode_processes(decode_procs.MIN_FILES - 1) == 0  # a few files: threads
     monkeypatch.setattr(decode_procs, "usable_cores", lambda: 64)

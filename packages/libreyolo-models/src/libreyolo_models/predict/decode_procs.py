@@ -17,7 +17,9 @@ predict 802 -> 863 and 777 -> 889 images/s with four threads against four proces
   and decoding goes on after it; if a worker dies (a decoder crashing on a file), the rest of the
   folder decodes on threads, with a warning.
 
-Used for ``MIN_FILES`` files or more, on Linux, with at least four usable cores
+Off by default (``MAX_DECODE_PROCESSES`` 0): on photographs, whose decoding rather than the GIL
+is the limit, eight threads fed predict about twice what eight processes did (see that constant).
+When raised, used for ``MIN_FILES`` files or more, on Linux, with at least four usable cores
 (``decode_processes``); anything smaller decodes on threads, where a one-image call pays no
 process start.
 """
@@ -58,8 +60,12 @@ CHUNK_FILES = 8
 MIN_FILES = 64
 """Fewest files worth starting processes for; fewer decode on threads."""
 
-MAX_DECODE_PROCESSES = 8
-"""Most decoding processes (set 0 to always decode on threads)."""
+MAX_DECODE_PROCESSES = 0
+"""Most decoding processes; 0 (the default): always decode on threads. On photographs eight
+processes fed predict 237 images/s where eight threads fed it 442-522 (``tools/probe_folder.py
+--set photos``, H100 machine, 2026-12-05): each picture is copied twice more on the receiving
+side, and the decoding itself, not the GIL, is the limit there. Raise it for folders of cheap
+images on many cores, where processes had been 8-14 % faster than four threads."""
 
 POLL_S = 5.0
 """Seconds between checks that the workers are alive while waiting for a chunk."""

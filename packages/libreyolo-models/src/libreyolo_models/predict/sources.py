@@ -49,13 +49,15 @@ log = logging.getLogger(__name__)
 P = TypeVar("P")
 D = TypeVar("D")
 
-MAX_DECODE_THREADS = 4
-"""Most threads decoding image files at once. PIL releases the GIL while it decodes, so a few
-threads multiply the images per second that reach the GPU (one decodes about 125 720p JPEGs/s on
-the H200 machine, ``tools/probe_decode.py``), but each takes the GIL for its Python part, and the
-main thread issuing the GPU work waits for it each time: a folder of 720p JPEGs at batch 32
-(graphed) ran at 408 / 800 / 987 / 704 images/s with 1 / 2 / 4 / 8 threads, the main thread's
-preprocessing taking 0.05 ms an image with 2 and 0.68 with 8 (``tools/probe_folder.py``)."""
+MAX_DECODE_THREADS = 8
+"""Most threads decoding image files at once. PIL releases the GIL while it decodes and resizes,
+so threads multiply the images per second that reach the GPU, but each takes the GIL for its Python
+part, and the main thread issuing the GPU work waits for it each time. On photographs (crops of
+``tools/photos/``, 720p and 1080p JPEGs, about 10 ms each to read on the H100 machine's CPU) a folder
+at batch 32, graphed, ran at 322 / 522 and 442 / 507 images/s with 4 / 8 / 12 threads (against 237
+with eight processes; ``tools/probe_folder.py --set photos``, 2026-12-05). On cheap synthetic
+JPEGs four threads had done better than eight (987 against 704 on the H200 machine): the GIL, not
+the decoding, was the limit there; photographs are what users predict on."""
 
 
 def decode_threads() -> int:

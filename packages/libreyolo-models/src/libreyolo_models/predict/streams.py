@@ -171,9 +171,9 @@ def _files(items: list[str | Path], report: SourceReport, *, listed: bool, shrin
 def decode_files(paths: list[Path | ImageDecodeError], workers: int | None = None, *, report: SourceReport | None = None,
                  alone: bool = False, where: str = "images", shrink_to: int | None = None,
                  processes: int | None = None, gpu_jpeg: bool = False) -> Iterator[Frame]:
-    """Image files decoded in parallel, yielded in order: by worker processes when there are many
-    (``processes``, default ``decode_procs.decode_processes``: a folder of many images on many
-    cores), else by ``workers`` threads (default ``sources.decode_threads``; PIL releases the GIL
+    """Image files decoded in parallel, yielded in order: by worker processes where
+    ``processes`` (default ``decode_procs.decode_processes``: none unless its cap is raised) says
+    so, else by ``workers`` threads (default ``sources.decode_threads``; PIL releases the GIL
     while it decodes).
 
     A bounded number of decodes is in flight, so memory stays bounded for any number of files,
