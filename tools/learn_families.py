@@ -21,6 +21,7 @@ import csv
 import dataclasses
 import datetime as dt
 import importlib
+import shutil
 import subprocess
 import sys
 import time
@@ -182,8 +183,20 @@ def main() -> int:
     text = "\n".join(lines)
     print(text)
     if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(text + "\n")
+        keep_curves(args.project, [name for name, *_ in rows], args.out.parent / "curves")
     return 0
+
+
+def keep_curves(project: Path, names: list[str], into: Path) -> None:
+    """Each run's ``results.csv`` beside the report (``<name>.csv``): the whole curve, every loss
+    and metric per epoch, travels back from the GPU machine with the table."""
+    into.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        source = project / name / "results.csv"
+        if source.is_file():
+            shutil.copyfile(source, into / f"{name}.csv")
 
 
 if __name__ == "__main__":
