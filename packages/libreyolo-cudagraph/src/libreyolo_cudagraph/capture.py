@@ -206,12 +206,13 @@ def graphed_callables(callables: Any, sample_args: Any, **kwargs: Any) -> Any:
     if "capture_error_mode" in kwargs:
         raise TypeError("graphed_callables always captures thread_local; drop capture_error_mode")
     ambient = torch.cuda.current_stream() if torch.cuda.is_available() else None
-    with recovering(ambient, ambient, ambient.device) if ambient is not None else nullcontext():
-        if make_graphed_callables_accepts_mode():
-            with capture_lock:
-                return torch.cuda.make_graphed_callables(
-                    callables, sample_args, capture_error_mode=CAPTURE_ERROR_MODE, **kwargs
-                )
-        # torch < 2.14: no capture-mode argument; drop this branch when the floor moves.
-        with thread_local_graphs():
-            return torch.cuda.make_graphed_callables(callables, sample_args, **kwargs)
+    # Inside the lock: a failed capture is put right before another thread may capture.
+    cleanup = recovering(ambient, ambient, ambient.device) if ambient is not None else nullcontext()
+    if make_graphed_callables_accepts_mode():
+        with capture_lock, cleanup:
+            return torch.cuda.make_graphed_callables(
+                callables, sample_args, capture_error_mode=CAPTURE_ERROR_MODE, **kwargs
+            )
+    # torch < 2.14: no capture-mode argument; drop this branch when the floor moves.
+    with thread_local_graphs(), cleanup:
+        return torch.cuda.make_graphed_callables(callables, sample_args, **kwargs)
