@@ -44,6 +44,7 @@ from ..tensor_trees import map_tensors
 from .detect_modes import DetectModes
 from .gpu_jpeg import decode_on_device, resolve_gpu_decode
 from .outputs import PredictOutputs, wants_run_dir
+from .planar import planar_to_rgb
 from .prefetch import Prefetcher
 from .sources import SourceReport
 from .staging import PinnedStaging, Slot, host_tensors
@@ -75,7 +76,8 @@ def _batches(frames: Iterator[Frame], size: int, *, staging: PinnedStaging | Non
              ) -> Generator[FrameBatch, None, None]:
     """Group frames into batches (runs on the prefetch thread, which also closes the source);
     with ``staging`` (CUDA) their pixels land in pinned memory, for asynchronous uploads. A frame
-    left encoded (``Frame.encoded``) has no pixels yet: ``run_batch`` decodes it on the device."""
+    left encoded (``Frame.encoded``) has no pixels yet: ``run_batch`` decodes it on the device; a
+    planar one (``Frame.planar``) travels as its yuv420p planes, which ``run_batch`` converts there."""
     try:
         while True:
             started = time.perf_counter()
@@ -83,10 +85,11 @@ def _batches(frames: Iterator[Frame], size: int, *, staging: PinnedStaging | Non
             if not chunk:
                 return
             slot = None
+            held = [f.planar.planes[..., None] if f.planar is not None else f.image for f in chunk]
             if staging is not None and all(f.encoded is None for f in chunk):
-                pixels, slot = staging.stage([f.image for f in chunk])
+                pixels, slot = staging.stage(held)
             else:  # on the CPU, or some frames still encoded (their pixels: empty, run_batch decodes them)
-                pixels = host_tensors([f.image for f in chunk])
+                pixels = host_tensors(held)
             yield FrameBatch(chunk, pixels, (time.perf_counter() - started) * 1e3, slot)
     finally:
         close = getattr(frames, "close", None)
@@ -116,7 +119,11 @@ def run_prediction(model: ModelHandle, source: object, cfg: PredictConfig) -> Re
                           "the CPU, so its JPEGs cannot decode on the GPU; leave gpu_decode at 'auto'")
     gpu_jpeg = (resolve_gpu_decode(cfg.gpu_decode, device) and shrink_to is not None
                 and (cfg.gpu_decode is True or not pictures))
-    plan = open_source(source, vid_stride=cfg.vid_stride, report=report, shrink_to=shrink_to, gpu_jpeg=gpu_jpeg)
+    # Video frames likewise become RGB on the GPU (predict.planar), unless every full frame is
+    # wanted on the host anyway, or gpu_decode=False keeps all decoding there.
+    planar_video = device.type == "cuda" and shrink_to is not None and not pictures and cfg.gpu_decode is not False
+    plan = open_source(source, vid_stride=cfg.vid_stride, report=report, shrink_to=shrink_to, gpu_jpeg=gpu_jpeg,
+                       planar_video=planar_video)
     if plan.is_live and not cfg.stream:
         raise ConfigError(f"source={source!r} is a camera or network stream, which never ends, so a list of its "
                           "results would grow without bound; pass stream=True and iterate the results")
@@ -230,6 +237,9 @@ class Predictor:
                 self._full_batch_ran |= full
                 return []
             clock.mark("decode")
+        if any(f.planar is not None for f in batch.frames):
+            batch = self._planar_to_rgb(batch)
+            clock.mark("decode")
         n = len(batch.frames)
         if self.detect_modes.tiled is not None:  # every picture whole on the device, then its windows
             pictures = [p.to(model.device, non_blocking=True) for p in batch.pixels]
@@ -281,10 +291,21 @@ class Predictor:
                 res.defer_orig_img(ShrunkImage(frame.image, frame.encoded.orig_shape, frame.name, frame.encoded.data))
             elif frame.full is not None:  # orig_img: the full picture, decoded if someone looks
                 res.defer_orig_img(frame.full)
+            elif frame.planar is not None:  # orig_img: the frame converted on the host, if someone looks
+                res.defer_orig_img(frame.planar)
             res.source, res.frame, res.fps = frame.source, frame.frame, frame.fps
             self._emit(res, frame)
             results.append(res)
         return results
+
+    def _planar_to_rgb(self, batch: FrameBatch) -> FrameBatch:
+        """``batch`` with its planar video frames uploaded and converted to RGB on the model's device."""
+        pixels = list(batch.pixels)
+        for i, frame in enumerate(batch.frames):
+            if frame.planar is not None:
+                planes = pixels[i].to(self.model.device, non_blocking=True)
+                pixels[i] = planar_to_rgb(planes, frame.planar.orig_shape)
+        return FrameBatch(batch.frames, pixels, batch.decode_ms, batch.slot)
 
     def _decode_on_device(self, batch: FrameBatch) -> FrameBatch:
         """``batch`` with its encoded JPEGs decoded on the model's device in one call; a file that

@@ -47,6 +47,7 @@ from ..data.image_files import ShrunkImage, read_file_bytes, read_image, read_im
 from ..errors import ConfigError, SourceError
 from .decode_procs import decode_in_processes, decode_processes
 from .gpu_jpeg import NO_PIXELS, EncodedJpeg, read_encoded
+from .planar import PlanarFrame
 from .sources import IMAGE_SUFFIXES, SourceReport, decode_in_order, expand_paths, iter_sources
 from .video import STREAM_SCHEMES, VIDEO_SUFFIXES, is_video_path, iter_video, webcam_target
 
@@ -71,6 +72,8 @@ class Frame:
             that picture's full size and a way to decode it; None when ``image`` is the picture.
         encoded: a JPEG file left for the device to decode (``predict.gpu_jpeg``); ``image`` is
             then empty (``gpu_jpeg.NO_PIXELS``).
+        planar: a video frame left in yuv420p for the device to convert (``predict.planar``);
+            ``image`` is then empty too.
     """
 
     image: np.ndarray
@@ -80,12 +83,15 @@ class Frame:
     fps: float | None = None
     full: ShrunkImage | None = None
     encoded: EncodedJpeg | None = None
+    planar: PlanarFrame | None = None
 
     @property
     def orig_shape(self) -> tuple[int, int]:
         """The picture's ``(h, w)``: ``image``'s, or the full size it was reduced from (or is encoded at)."""
         if self.encoded is not None:
             return self.encoded.orig_shape
+        if self.planar is not None:
+            return self.planar.orig_shape
         return self.full.orig_shape if self.full is not None else (self.image.shape[0], self.image.shape[1])
 
 
@@ -99,13 +105,14 @@ class SourcePlan:
 
 
 def open_source(source: object, *, vid_stride: int = 1, report: SourceReport | None = None,
-                shrink_to: int | None = None, gpu_jpeg: bool = False) -> SourcePlan:
+                shrink_to: int | None = None, gpu_jpeg: bool = False, planar_video: bool = False) -> SourcePlan:
     """Classify ``source`` now (so a missing file fails at the call) and decode it lazily.
 
     ``shrink_to``: the letterbox size the frames are for; image files that can decode smaller
     (large JPEGs, ``data.image_files.read_image_for``) then do, keeping their full picture on ``Frame.full``.
     ``gpu_jpeg``: JPEG files are read, not decoded (``Frame.encoded``): the predictor decodes
-    them on its device (``predict.gpu_jpeg``).
+    them on its device (``predict.gpu_jpeg``). ``planar_video``: yuv420p video frames stay planar
+    (``Frame.planar``): the predictor converts them on its device (``predict.planar``).
 
     Unreadable items of a folder, glob or list are skipped into ``report`` (``predict.sources``
     rules: one input given alone that cannot be read is an error).
@@ -130,7 +137,8 @@ def open_source(source: object, *, vid_stride: int = 1, report: SourceReport | N
             str(source)).expanduser().is_file():
         raise SourceError(f"video {str(source)!r} does not exist")
     live = any(_special(item) == "live" for item in items)
-    return SourcePlan(_each(items, vid_stride, report, labelled=isinstance(source, list | tuple)), is_live=live)
+    return SourcePlan(_each(items, vid_stride, report, labelled=isinstance(source, list | tuple), planar=planar_video),
+                      is_live=live)
 
 
 def _special(item: object) -> str | None:
@@ -241,10 +249,11 @@ def _still(source: object, report: SourceReport) -> Iterator[Frame]:
         yield Frame(item.image, item.name, None, item.name)
 
 
-def _each(items: list[object], vid_stride: int, report: SourceReport, *, labelled: bool) -> Iterator[Frame]:
+def _each(items: list[object], vid_stride: int, report: SourceReport, *, labelled: bool,
+          planar: bool = False) -> Iterator[Frame]:
     for idx, item in enumerate(items):
         try:
-            yield from _item(idx, item, vid_stride, report, labelled=labelled)
+            yield from _item(idx, item, vid_stride, report, labelled=labelled, planar=planar)
         except SourceError as err:
             if not labelled:
                 raise
@@ -253,7 +262,8 @@ def _each(items: list[object], vid_stride: int, report: SourceReport, *, labelle
                         err.reason if isinstance(err, ImageDecodeError) else str(err))
 
 
-def _item(idx: int, item: object, vid_stride: int, report: SourceReport, *, labelled: bool) -> Iterator[Frame]:
+def _item(idx: int, item: object, vid_stride: int, report: SourceReport, *, labelled: bool,
+          planar: bool = False) -> Iterator[Frame]:
     """The frames of one item of a source list (a video, a stream, a URL or still images)."""
     kind = _special(item)
     if kind is None:
@@ -264,34 +274,38 @@ def _item(idx: int, item: object, vid_stride: int, report: SourceReport, *, labe
     elif kind == "live" and (isinstance(item, int) or str(item).isdigit()):
         index = int(str(item))
         url, fmt = webcam_target(index)
-        yield from _video(url, str(index), vid_stride, fmt=fmt, live=True, name=f"webcam{index}.mp4")
+        yield from _video(url, str(index), vid_stride, fmt=fmt, live=True, name=f"webcam{index}.mp4", planar=planar)
     elif kind == "live":
-        yield from _video(str(item), str(item), vid_stride, live=True)
+        yield from _video(str(item), str(item), vid_stride, live=True, planar=planar)
     elif kind == "url":
-        yield from _url(str(item), vid_stride)
+        yield from _url(str(item), vid_stride, planar=planar)
     else:
         path = Path(str(item)).expanduser()
         if not path.is_file():
             raise SourceError(f"video {str(item)!r} does not exist")
-        yield from _video(str(path), str(item), vid_stride)
+        yield from _video(str(path), str(item), vid_stride, planar=planar)
 
 
 def _video(url: str, source: str, vid_stride: int, *, fmt: str | None = None, live: bool = False,
-           name: str | None = None) -> Iterator[Frame]:
+           name: str | None = None, planar: bool = False) -> Iterator[Frame]:
     label = name or (Path(urlsplit(source).path).name or "stream") if live else source
-    for image, index, fps in iter_video(url, source=source, vid_stride=vid_stride, fmt=fmt, live=live):
-        yield Frame(image, source, index, label, fps)
+    for image, index, fps in iter_video(url, source=source, vid_stride=vid_stride, fmt=fmt, live=live, planar=planar):
+        if isinstance(image, PlanarFrame):
+            yield Frame(NO_PIXELS, source, index, label, fps, planar=image)
+        else:
+            yield Frame(image, source, index, label, fps)
 
 
-def _url(url: str, vid_stride: int) -> Iterator[Frame]:
+def _url(url: str, vid_stride: int, *, planar: bool = False) -> Iterator[Frame]:
     """An http(s) URL: an image (by suffix or Content-Type) is downloaded, anything else is a video."""
     suffix = Path(urlsplit(url).path).suffix.lower()
     if suffix in VIDEO_SUFFIXES:
-        yield from _video(url, url, vid_stride, live=True, name=Path(urlsplit(url).path).name)
+        yield from _video(url, url, vid_stride, live=True, name=Path(urlsplit(url).path).name, planar=planar)
         return
     body = fetch_url(url, image_only=suffix not in IMAGE_SUFFIXES)
     if body is None:  # served something else than an image: let FFmpeg read it as a video
-        yield from _video(url, url, vid_stride, live=True, name=Path(urlsplit(url).path).name or "stream.mp4")
+        yield from _video(url, url, vid_stride, live=True, name=Path(urlsplit(url).path).name or "stream.mp4",
+                          planar=planar)
         return
     yield Frame(decode_image_bytes(body, url), url, None, Path(urlsplit(url).path).name or "image.jpg")
 

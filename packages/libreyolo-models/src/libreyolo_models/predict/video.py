@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import SourceError
+from .planar import PlanarFrame, planar_frame
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +66,7 @@ def webcam_target(index: int) -> tuple[str, str]:
 
 
 def iter_video(url: str, *, source: str, vid_stride: int = 1, fmt: str | None = None,
-               live: bool = False) -> Iterator[tuple[np.ndarray, int, float | None]]:
+               live: bool = False, planar: bool = False) -> Iterator[tuple[np.ndarray | PlanarFrame, int, float | None]]:
     """Decode a video file, camera or stream: ``(RGB uint8 [H, W, 3], frame index, fps)`` per kept frame.
 
     Args:
@@ -75,6 +76,8 @@ def iter_video(url: str, *, source: str, vid_stride: int = 1, fmt: str | None = 
             skipped frames are decoded (codecs need them) but never converted to RGB.
         fmt: FFmpeg input format (``v4l2`` for cameras), None to probe.
         live: a camera or network stream: open and read with ``STREAM_TIMEOUT_S``.
+        planar: hand yuv420p frames over as their planes (``predict.planar.PlanarFrame``, for the
+            device to convert) instead of RGB; frames of other formats stay RGB.
 
     Raises:
         SourceError: PyAV missing, the video cannot be opened, has no video track, or breaks
@@ -92,7 +95,8 @@ def iter_video(url: str, *, source: str, vid_stride: int = 1, fmt: str | None = 
         try:
             for frame in container.decode(stream):
                 if index % vid_stride == 0:
-                    yield frame.to_ndarray(format="rgb24"), index, fps
+                    kept = planar_frame(frame) if planar else None
+                    yield (kept if kept is not None else frame.to_ndarray(format="rgb24")), index, fps
                 index += 1
         except av.FFmpegError as err:
             raise SourceError(f"{source}: video decoding failed at frame {index}: {err}") from None

@@ -16,7 +16,7 @@ import json
 import logging
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import Any, Protocol, cast
 
 import numpy as np
 import torch
@@ -26,10 +26,19 @@ from .classify.probs import Probs
 from .detect.boxes import Boxes
 from .drawing import draw_detections, draw_top_classes
 
-if TYPE_CHECKING:
-    from ..data.image_files import ShrunkImage
-
 log = logging.getLogger(__name__)
+
+
+class FullPicture(Protocol):
+    """A picture ``orig_img`` is made from on first access (``Results.defer_orig_img``): a reduced
+    decode's file (``data.image_files.ShrunkImage``) or a planar video frame (``predict.planar``)."""
+
+    @property
+    def orig_shape(self) -> tuple[int, int]:
+        """The picture's ``(h, w)``."""
+
+    def full(self) -> np.ndarray:
+        """The picture, RGB uint8 ``[h, w, 3]``."""
 
 
 class ResultContent(Protocol):
@@ -78,7 +87,7 @@ class Results:
     trails: dict[int, np.ndarray] | None = None
     # a task's own content by its results_field name (a task outside boxes/probs/masks)
     contents: dict[str, ResultContent] = field(default_factory=dict)
-    _full: ShrunkImage | None = field(default=None, init=False, repr=False, compare=False)
+    _full: FullPicture | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def orig_shape(self) -> tuple[int, int]:
@@ -87,10 +96,11 @@ class Results:
             return full.orig_shape
         return self.orig_img.shape[0], self.orig_img.shape[1]
 
-    def defer_orig_img(self, full: ShrunkImage) -> None:
+    def defer_orig_img(self, full: FullPicture) -> None:
         """Make ``orig_img`` the full picture of ``full``, decoded on first access: predict read a
-        reduced copy for the network (``data.image_files.read_image_for``), and most callers only read the
-        boxes; plotting, saving and crops decode it then (once)."""
+        reduced copy for the network (``data.image_files.read_image_for``) or left the conversion of a
+        video frame to the device (``predict.planar``), and most callers only read the boxes;
+        plotting, saving and crops decode it then (once)."""
         self._full = full
         del self.orig_img  # now found by __getattr__ until it is decoded
 

@@ -1,0 +1,129 @@
+"""Video frames kept in yuv420p and converted on the device (``predict.planar``): the conversion
+stays within swscale's rounding, ``orig_img`` is exactly the host path's frame, frames of other
+formats stay RGB, and predict through the planar path gives the host path's results. On the CPU
+the planar path is asked for explicitly (``open_source(planar_video=True)``); predict turns it on
+by itself on CUDA only, where the GPU test compares it with the host conversion."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from libreyolo_models import LibreYOLO9
+from libreyolo_models.predict.planar import PlanarFrame, planar_frame, planar_to_rgb
+from libreyolo_models.predict.video import iter_video
+
+av = pytest.importorskip("av")
+
+IMGSZ = 64
+
+
+def write_video(path: Path, size: tuple[int, int], pix_fmt: str = "yuv420p", n: int = 6) -> Path:
+    """A short video of smooth colour ramps (chroma that varies) with a bright moving square."""
+    h, w = size
+    yy, xx = np.mgrid[0:h, 0:w]
+    with av.open(str(path), mode="w") as container:
+        stream = container.add_stream("libx264" if "libx264" in av.codecs_available else "mpeg4", rate=10)
+        stream.width, stream.height, stream.pix_fmt = w, h, pix_fmt
+        for i in range(n):
+            img = np.stack([xx * 255 // w, yy * 255 // h, (xx + yy + 40 * i) % 256], -1).astype(np.uint8)
+            img[8:24, 4 + 3 * i:20 + 3 * i] = (240, 230, 40)
+            for packet in stream.encode(av.VideoFrame.from_ndarray(img, format="rgb24")):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    return path
+
+
+def decoded_frames(path: Path) -> list:
+    with av.open(str(path)) as container:
+        return [(f.to_ndarray(format="rgb24"), planar_frame(f)) for f in container.decode(container.streams.video[0])]
+
+
+@pytest.mark.parametrize("size", [(48, 64), (50, 66)], ids=["rows-multiple-of-4", "rows-2-mod-4"])
+def test_the_device_conversion_stays_within_swscales_rounding_and_orig_img_is_the_host_frame(tmp_path, size) -> None:
+    frames = decoded_frames(write_video(tmp_path / "clip.mp4", size))
+    assert frames
+    for rgb, planar in frames:
+        assert isinstance(planar, PlanarFrame) and planar.orig_shape == size
+        assert planar.planes.shape == (size[0] * 3 // 2, size[1]) and planar.planes.dtype == np.uint8
+        assert np.array_equal(planar.full(), rgb)  # Results.orig_img: the host path's pixels exactly
+        for planes in (torch.from_numpy(planar.planes), torch.from_numpy(planar.planes)[..., None]):
+            out = planar_to_rgb(planes, planar.orig_shape)
+            assert out.shape == (*size, 3) and out.dtype == torch.uint8
+            diff = np.abs(out.numpy().astype(np.int16) - rgb.astype(np.int16))
+            assert diff.max() <= 2 and diff.mean() < 1.0, (diff.max(), diff.mean())
+
+
+def test_only_yuv420p_frames_stay_planar(tmp_path) -> None:
+    kept = [image for image, _, _ in iter_video(str(write_video(tmp_path / "a.mp4", (48, 64))), source="a",
+                                                 planar=True)]
+    assert kept and all(isinstance(image, PlanarFrame) for image in kept)
+    if "libx264" not in av.codecs_available:
+        pytest.skip("no libx264 here to write a 4:4:4 video")
+    other = [image for image, _, _ in iter_video(str(write_video(tmp_path / "b.mp4", (48, 64), "yuv444p")),
+                                                  source="b", planar=True)]
+    assert other and all(isinstance(image, np.ndarray) and image.shape == (48, 64, 3) for image in other)
+    plain = [image for image, _, _ in iter_video(str(tmp_path / "a.mp4"), source="a")]
+    assert all(isinstance(image, np.ndarray) for image in plain)  # planar is asked for, never the default
+
+
+def test_predict_through_planar_frames_gives_the_host_paths_results(tmp_path) -> None:
+    from libreyolo_models.predict.predictor import Predictor
+    from libreyolo_models.predict.streams import open_source
+    from libreyolo_models.settings import PredictConfig
+
+    video = write_video(tmp_path / "clip.mp4", (48, 64))
+    torch.manual_seed(0)
+    model = LibreYOLO9(size="t", nc=3, imgsz=IMGSZ, device="cpu")
+    with torch.no_grad():
+        for seq in model.net.head.cv3:
+            seq[-1].bias.copy_(torch.tensor([0.3, 0.7, 0.2]))
+    host = list(model(video, stream=True, batch=4, conf=0.3))
+    cfg = PredictConfig(batch=4, conf=0.3, stream=True, device="cpu")
+    plan = open_source(str(video), shrink_to=IMGSZ, planar_video=True)
+    planar = list(Predictor(model, cfg, device=torch.device("cpu"), imgsz=IMGSZ).stream(plan))
+    assert [r.frame for r in planar] == [r.frame for r in host] == list(range(len(host)))
+    for a, b in zip(host, planar):
+        assert a.orig_shape == b.orig_shape == (48, 64)
+        assert np.array_equal(a.orig_img, b.orig_img)  # converted on the host when read
+        assert "decode" in b.speed
+        # the network saw pixels within 2 grey levels of the host's: the same objects, nearly the same boxes
+        assert len(a.boxes) == len(b.boxes)
+        if len(a.boxes):
+            torch.testing.assert_close(b.boxes.xyxy, a.boxes.xyxy, atol=1.0, rtol=0.0)
+
+
+@pytest.mark.cuda
+def test_on_cuda_video_frames_turn_rgb_on_the_gpu_and_agree_with_the_host_path(tmp_path, monkeypatch) -> None:
+    from libreyolo_models.predict import predictor
+    from libreyolo_models.settings import PredictConfig
+
+    video = write_video(tmp_path / "clip.mp4", (48, 64))
+    torch.manual_seed(0)
+    model = LibreYOLO9(size="t", nc=3, imgsz=IMGSZ, device=0)
+    with torch.no_grad():
+        for seq in model.net.head.cv3:
+            seq[-1].bias.copy_(torch.tensor([0.3, 0.7, 0.2], device="cuda"))
+    asked: list[bool] = []
+    real_open = predictor.open_source
+
+    def recording(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        asked.append(kwargs.get("planar_video", False))
+        return real_open(*args, **kwargs)
+
+    monkeypatch.setattr(predictor, "open_source", recording)
+    gpu = list(model(video, stream=True, batch=4, conf=0.3, device=0))
+    assert asked == [True]
+    cfg = PredictConfig(batch=4, conf=0.3, stream=True, device=0)
+    plan = real_open(str(video), shrink_to=IMGSZ, planar_video=False)
+    host = list(predictor.Predictor(model, cfg, device=torch.device("cuda", 0), imgsz=IMGSZ).stream(plan))
+    assert [r.frame for r in gpu] == [r.frame for r in host]
+    for a, b in zip(host, gpu):
+        assert np.array_equal(a.orig_img, b.orig_img)
+        assert len(a.boxes) == len(b.boxes)
+        if len(a.boxes):
+            torch.testing.assert_close(b.boxes.xyxy, a.boxes.xyxy, atol=1.0, rtol=0.0)
