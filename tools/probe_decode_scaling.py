@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from predict_media import write_images
-from report import emit_report, log
+from report import add_row, emit_report
 
 
 def cpu_quota() -> str:
@@ -78,8 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, fn in (("PIL reduced-scale decode (1/2)", draft), ("... and resize to the letterbox", draft_resize),
                      (f"read_image_for({args.imgsz}) (predict's read)", lambda q: read_image_for(q, args.imgsz)),
                      ("read_image (full size)", read_image)):
-        lines.append(f"| {name} | {per_image_ms(fn, sample):.2f} |")
-        log(lines[-1])
+        add_row(lines, f"| {name} | {per_image_ms(fn, sample):.2f} |")
     lines += ["", "`decode_files` over the folder (images/s):", "", "| pool | images/s |", "|---|---:|"]
     decode_procs.MIN_FILES = 1
     for kind, count in [("threads", 1), ("threads", 2), ("threads", 4), ("threads", 8),
@@ -88,8 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         n = sum(1 for _ in decode_files(list(paths), shrink_to=args.imgsz,
                                         processes=count if kind == "processes" else 0,
                                         workers=count if kind == "threads" else None))
-        lines.append(f"| {count} {kind} | {n / (time.perf_counter() - started):.0f} |")
-        log(lines[-1])
+        add_row(lines, f"| {count} {kind} | {n / (time.perf_counter() - started):.0f} |")
     emit_report(lines, args.out)
     return 0
 

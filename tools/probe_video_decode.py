@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from predict_media import write_video
-from report import emit_report, log
+from report import add_row, emit_report, log
 
 
 def frames_per_second(path: Path, convert: Callable[[Any], object]) -> float:
@@ -69,8 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     lines = [f"# Video frames per second on the host ({path.name})", "", "| pipeline | frames/s |", "|---|---:|"]
     for name, convert in arms:
-        lines.append(f"| {name} | {frames_per_second(path, convert):.0f} |")
-        log(lines[-1])
+        add_row(lines, f"| {name} | {frames_per_second(path, convert):.0f} |")
     emit_report(lines, args.out)
     return 0
 

@@ -27,6 +27,13 @@ def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
+def add_row(lines: list[str], row: str) -> None:
+    """Append a table row to a report being built, and show it as progress (a long probe's rows
+    appear as they are measured)."""
+    lines.append(row)
+    log(row)
+
+
 def emit_report(lines: list[str], out: Path | None) -> None:
     text = "\n".join(lines)
     print(text)
