@@ -1,12 +1,12 @@
 #!/usr/bin/env python
 """Where a video's frames per second go on the host: decoding, and converting each frame for predict.
 
-PyAV decodes on FFmpeg's own threads (``thread_type="AUTO"``, as ``predict.video`` does); predict
-then converts every kept frame to an RGB array (``VideoFrame.to_ndarray("rgb24")``, FFmpeg's
-swscale on the calling thread). This reads the frames per second of the decode alone, of the
-decode with that conversion, with a conversion scaled to the letterbox in the same pass, and with
-the planar YUV array taken as it is (what a conversion on the GPU would start from), on the bench's
-1080p pan over a photograph (``predict_media.write_video``) or a video you name.
+PyAV decodes on FFmpeg's own threads (``thread_type="AUTO"``, as ``predict.video`` does); off CUDA
+predict then converts every kept frame to an RGB array (``VideoFrame.to_ndarray("rgb24")``,
+FFmpeg's swscale on the calling thread), on CUDA it takes the planar yuv420p array and converts on
+the GPU (``predict.planar``). This reads the frames per second of the decode alone, of the decode
+with each of those, and with a conversion scaled to the letterbox in the same swscale pass, on the
+bench's 1080p pan over a photograph (``predict_media.write_video``) or a video you name.
 
     python tools/probe_video_decode.py --seconds 10 --out video-decode.md
 """
@@ -63,9 +63,9 @@ def main(argv: list[str] | None = None) -> int:
 
     arms: list[tuple[str, Callable[[Any], object]]] = [
         ("decode alone", lambda f: None),
-        ("decode + RGB array at full size (predict today)", lambda f: f.to_ndarray(format="rgb24")),
+        ("decode + RGB array at full size (predict off CUDA)", lambda f: f.to_ndarray(format="rgb24")),
         (f"decode + RGB array scaled to {args.imgsz} in the same swscale pass", scaled),
-        ("decode + planar YUV array (a GPU conversion's input)", lambda f: f.to_ndarray(format="yuv420p")),
+        ("decode + planar YUV array (predict on CUDA, converted there)", lambda f: f.to_ndarray(format="yuv420p")),
     ]
     lines = [f"# Video frames per second on the host ({path.name})", "", "| pipeline | frames/s |", "|---|---:|"]
     for name, convert in arms:
