@@ -169,6 +169,7 @@ for what in "$@"; do
     probe_nms_load) step probe_nms_load 90 $PY tools/probe_nms_load.py ;;
     probe_predict) step probe_predict ${PROBE_S:-200} $PY tools/probe_predict.py --wide --out "$OUT/probe-predict.md" ;;
     probe_decode) step probe_decode 120 $PY tools/probe_decode.py --out "$OUT/probe-decode.md" ;;
+    probe_compile_capture) step probe_compile_capture ${PROBE_S:-200} $PY tools/probe_compile_capture.py ;;
     probe_video_decode) step probe_video_decode ${PROBE_S:-200} $PY tools/probe_video_decode.py ${PROBE_VIDEO_ARGS:-} --out "$OUT/probe-video-decode.md" ;;
     probe_folder) step probe_folder ${PROBE_S:-200} $PY tools/probe_folder.py ${PROBE_FOLDER_ARGS:-} --out "$OUT/probe-folder.md" ;;
     probe_video) step probe_video ${PROBE_S:-200} $PY tools/probe_video.py --out "$OUT/probe-video.md" ;;

@@ -1,0 +1,47 @@
+#!/usr/bin/env python
+"""Why Dynamo compiles again inside our capture of a compiled forward (GPU).
+
+``test_gpu_zoo.py::test_compile_with_cuda_graph_replays_the_compiled_call_bit_for_bit`` fails on
+torch 2.11 (H100, 2026-12-05): predict with ``compile=True, cuda_graph=True`` recompiles the
+network *during* the capture ("operation not permitted when stream is capturing (in
+BackendCompilerFailed)"), although the runner warmed the compiled call up twice on the capture
+stream first, so the graph latches to eager. This replays the test's calls with Dynamo's
+recompile and graph-break logs on stderr (outside pytest's log capture) and prints, per call,
+Dynamo's cache entries and recompile counters, so one GPU call names the guard that failed.
+
+    python tools/probe_compile_capture.py 2> compile-capture.log
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+
+
+def main() -> int:
+    if not torch.cuda.is_available():
+        print("needs a CUDA GPU", file=sys.stderr)
+        return 1
+    import torch._dynamo.utils as dynamo_utils
+
+    from libreyolo_models import SAMPLE_IMAGE, LibreYOLO9
+
+    torch._logging.set_logs(recompiles=True, recompiles_verbose=True, graph_breaks=True, guards=False)
+    torch.manual_seed(0)
+    model = LibreYOLO9(size="t", nc=80, device=0)
+    steps = [("eager", {}), ("compile", {"compile": True}),
+             ("compile + graph (captures)", {"compile": True, "cuda_graph": True}),
+             ("compile + graph (replays)", {"compile": True, "cuda_graph": True})]
+    for name, options in steps:
+        print(f"=== {name}", file=sys.stderr, flush=True)
+        results = model(SAMPLE_IMAGE, conf=0.3, half=True, **options)
+        counters = {k: dict(v) for k, v in dynamo_utils.counters.items() if k in ("recompiles", "stats", "frames")}
+        graphs = model.graph_info()["graphs"]
+        print(f"{name}: {len(results[0])} boxes; graphs {[(g.get('signature'), g.get('replays')) for g in graphs]}; "
+              f"dynamo counters {counters}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
