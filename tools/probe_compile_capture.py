@@ -14,6 +14,7 @@ Dynamo's cache entries and recompile counters, so one GPU call names the guard t
 
 from __future__ import annotations
 
+import logging
 import sys
 
 import torch
@@ -27,7 +28,12 @@ def main() -> int:
 
     from libreyolo_models import SAMPLE_IMAGE, LibreYOLO9
 
-    torch._logging.set_logs(recompiles=True, recompiles_verbose=True, graph_breaks=True, guards=False)
+    # dynamo=INFO names every frame Dynamo starts tracing (file and line): on torch 2.11 (H100,
+    # 2026-12-05) the capture traced make_anchors (layers/anchors.py) as a frame of its own, 32
+    # operations, with no recompile or graph break logged before it. (Wrapping make_anchors here
+    # to print its caller put graph breaks into the compile and changed what was measured.)
+    torch._logging.set_logs(dynamo=logging.INFO, recompiles=True, recompiles_verbose=True, graph_breaks=True,
+                            guards=False)
     torch.manual_seed(0)
     model = LibreYOLO9(size="t", nc=80, device=0)
     steps = [("eager", {}), ("compile", {"compile": True}),
@@ -38,6 +44,9 @@ def main() -> int:
         results = model(SAMPLE_IMAGE, conf=0.3, half=True, **options)
         counters = {k: dict(v) for k, v in dynamo_utils.counters.items() if k in ("recompiles", "stats", "frames")}
         graphs = model.graph_info()["graphs"]
+        failures = {getattr(code, "co_name", str(code)): [str(r)[:300] for r in reasons]
+                    for code, reasons in getattr(dynamo_utils, "guard_failures", {}).items()}
+        print(f"{name}: guard failures {failures}", flush=True)
         print(f"{name}: {len(results[0])} boxes; graphs {[(g.get('signature'), g.get('replays')) for g in graphs]}; "
               f"dynamo counters {counters}", flush=True)
     return 0

@@ -9,6 +9,12 @@ with each of those, and with a conversion scaled to the letterbox in the same sw
 bench's 1080p pan over a photograph (``predict_media.write_video``) or a video you name.
 
     python tools/probe_video_decode.py --seconds 10 --out video-decode.md
+    python tools/probe_video_decode.py --seconds 30 --predict     # and predict's own stages (GPU)
+
+``--predict`` (CUDA) adds predict's stages on the same video, each alone: the prefetch thread's
+work (decode, planes, the copy into pinned batch buffers: ``predict.predictor._batches``) on the
+calling thread, then ``predict(stream=True)`` end to end, graphed, with the frames on the GPU and
+with ``gpu_decode=False`` (RGB on the host), and its per-phase means: which stage sets the rate.
 """
 
 from __future__ import annotations
@@ -46,6 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--video", type=Path, default=None, help="default: a 1080p30 pan over a photograph")
     p.add_argument("--seconds", type=int, default=10, help="length of the generated video")
     p.add_argument("--imgsz", type=int, default=640)
+    p.add_argument("--batch", type=int, default=32, help="predict's batch (--predict)")
+    p.add_argument("--predict", action="store_true", help="also predict's stages and predict end to end (CUDA)")
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args(argv)
     path = args.video
@@ -70,8 +78,56 @@ def main(argv: list[str] | None = None) -> int:
     lines = [f"# Video frames per second on the host ({path.name})", "", "| pipeline | frames/s |", "|---|---:|"]
     for name, convert in arms:
         add_row(lines, f"| {name} | {frames_per_second(path, convert):.0f} |")
+    if args.predict:
+        predict_stages(path, args, lines)
     emit_report(lines, args.out)
     return 0
+
+
+def predict_stages(path: Path, args: argparse.Namespace, lines: list[str]) -> None:
+    """Rows for predict's own stages on ``path`` (see the module docstring), and per-phase means."""
+    import torch
+
+    if not torch.cuda.is_available():
+        log("--predict needs a CUDA GPU: predict's stages skipped")
+        return
+    from bench_predict import fresh_model, phase_means
+
+    from libreyolo_models.predict.predictor import _batches
+    from libreyolo_models.predict.staging import PinnedStaging
+    from libreyolo_models.predict.streams import open_source
+
+    stream = torch.cuda.current_stream()  # starts CUDA, which the first pinned buffer would otherwise time
+
+    def prefetch_rate(planar: bool, staging: PinnedStaging) -> float:
+        started, frames = time.perf_counter(), 0
+        for batch in _batches(open_source(str(path), shrink_to=args.imgsz, planar_video=planar).frames, args.batch,
+                              staging=staging):
+            frames += len(batch.frames)
+            if batch.slot is not None:
+                staging.release(batch.slot, stream)
+        return frames / (time.perf_counter() - started)
+
+    for planar in (True, False):
+        staging = PinnedStaging(4)
+        prefetch_rate(planar, staging)  # pins the ring's buffers, fills the page cache
+        rate = prefetch_rate(planar, staging)
+        add_row(lines, f"| predict's prefetch work alone ({'planes' if planar else 'RGB'}, pinned batches of "
+                       f"{args.batch}) | {rate:.0f} |")
+    model = fresh_model("t", args.imgsz)
+    phases = []
+    for name, options in (("frames to the GPU as planes", {}), ("RGB on the host (gpu_decode=False)", {"gpu_decode": False})):
+        opts = {"device": 0, "imgsz": args.imgsz, "batch": args.batch, "stream": True, "cuda_graph": True,
+                "half": True, "fuse": True, **options}
+        phase_means(model.predict(str(path), **opts))  # capture, cuDNN, page cache
+        started = time.perf_counter()
+        n, means = phase_means(model.predict(str(path), **opts))
+        add_row(lines, f"| predict end to end, half+fuse+graph, {name} | {n / (time.perf_counter() - started):.0f} |")
+        phases.append(f"| {name} | " + " | ".join(f"{means[k]:.3f}" for k in ("decode", "preprocess", "inference",
+                                                                               "postprocess")) + " |")
+    lines += ["", "Predict's per-phase means (ms a frame; decode: the prefetch thread's time and the device's "
+                  "conversion):", "", "| predict | decode | preprocess | network | postprocess |", "|---|---:|---:|---:|---:|",
+              *phases]
 
 
 if __name__ == "__main__":

@@ -49,9 +49,38 @@ def assert_same_confident_boxes(a, b, conf: float = 0.3, margin: float = 0.1) ->
     assert abs(len(a.boxes) - len(b.boxes)) <= max(1, len(a.boxes) // 4)
 
 
-def decoded_frames(path: Path) -> list:
+def decoded_frames(path: Path, with_planes: bool = False) -> list:
     with av.open(str(path)) as container:
-        return [(f.to_ndarray(format="rgb24"), planar_frame(f)) for f in container.decode(container.streams.video[0])]
+        frames = list(container.decode(container.streams.video[0]))
+        if with_planes:
+            return [(f.to_ndarray(format="yuv420p"), planar_frame(f)) for f in frames]
+        return [(f.to_ndarray(format="rgb24"), planar_frame(f)) for f in frames]
+
+
+@pytest.mark.parametrize("size", [(48, 64), (50, 66)], ids=["rows-multiple-of-4", "rows-2-mod-4"])
+def test_planes_copied_from_the_decoder_equal_pyavs_array_in_a_batch_buffer_and_after_pickling(tmp_path, size) -> None:
+    """The planes are read from the decoder's buffers (rows padded to its alignment) straight into
+    predict's batch buffer: the same bytes as ``to_ndarray("yuv420p")``; a pickled frame carries them."""
+    import pickle
+
+    from libreyolo_models.predict.staging import PinnedStaging, Slot
+
+    frames = decoded_frames(write_video(tmp_path / "clip.mp4", size), with_planes=True)
+    for reference, planar in frames:
+        assert np.array_equal(planar.planes, reference)
+        again = pickle.loads(pickle.dumps(planar))
+        assert isinstance(again.frame, np.ndarray) and np.array_equal(again.planes, reference)
+        assert np.array_equal(again.full(), planar.full()) and again.orig_shape == planar.orig_shape
+    staging = PinnedStaging(2)
+    staging._take = lambda key: Slot(torch.full(key, 7, dtype=torch.uint8))  # type: ignore[method-assign]  # no pinning off CUDA
+    pixels, slot = staging.stage([planar for _, planar in frames])
+    assert slot is not None and tuple(slot.buffer.shape) == (len(frames), size[0] * 3 // 2, size[1], 1)
+    for row, (reference, _) in zip(pixels, frames):
+        assert torch.equal(row[..., 0], torch.from_numpy(reference))
+    batched = planar_to_rgb(slot.buffer, size)  # a batch converts as its frames one by one
+    assert batched.shape == (len(frames), *size, 3)
+    for one, row in zip(batched, pixels):
+        assert torch.equal(one, planar_to_rgb(row, size))
 
 
 @pytest.mark.parametrize("size", [(48, 64), (50, 66)], ids=["rows-multiple-of-4", "rows-2-mod-4"])

@@ -1,5 +1,6 @@
-"""Predict reads a large JPEG at a reduced DCT scale, straight to its letterbox size: the network
-sees validation's cached pixels bit for bit, boxes map back to the full picture, and
+"""Predict reads a large JPEG at a reduced DCT scale, on the CPU straight to its letterbox size (the
+network sees validation's cached pixels bit for bit), on CUDA left at the DCT scale's size for the
+device letterbox to resize (within a grey level of them); boxes map back to the full picture, and
 ``Results.orig_img`` is the full picture, decoded only when something looks at it."""
 
 from __future__ import annotations
@@ -70,13 +71,36 @@ def test_predict_feeds_the_network_validations_canvas_bit_for_bit(files: dict[st
     x, (info,) = letterbox_batch([torch.from_numpy(frame.image.copy())], IMGSZ,
                                  orig_shapes=[frame.orig_shape])
     assert info.orig_shape == (180, 320) and info.ratio == pytest.approx(IMGSZ / 320)
-    cached, _ = decode_image(files["big"], IMGSZ)
+    assert torch.equal(x, _validation_canvas(files["big"]))
+
+
+def _validation_canvas(path: Path) -> torch.Tensor:
+    cached, _ = decode_image(path, IMGSZ)
     h, w = cached.shape[:2]
     tile = torch.zeros(1, 1, IMGSZ, IMGSZ, 3, dtype=torch.uint8)
     tile[0, 0, :h, :w] = torch.from_numpy(cached.copy())
     hw = torch.tensor([[[h, w]]])
-    val = to_network_input(place_tiles(tile, letterbox_offsets(hw, IMGSZ), hw, IMGSZ).permute(0, 3, 1, 2))
-    assert torch.equal(x, val)
+    return to_network_input(place_tiles(tile, letterbox_offsets(hw, IMGSZ), hw, IMGSZ).permute(0, 3, 1, 2))
+
+
+def test_left_for_the_device_the_reduced_decode_keeps_its_dct_size_and_letterboxes_within_a_grey_level(
+        files: dict[str, Path]) -> None:
+    """Predict on CUDA skips PIL's resize of the reduced decode (``resize_on_host=False``): the frame
+    is the DCT scale's size, between the letterbox size and the full picture, and the letterbox's
+    antialiased resize of it lands within one grey level of validation's canvas."""
+    for key in ("big", "rotated"):
+        shrunk = read_image_for(files[key], IMGSZ, resize=False)
+        cached, orig = decode_image(files[key], IMGSZ)
+        assert shrunk.orig_shape == orig and shrunk.data is not None
+        assert cached.shape[0] <= shrunk.pixels.shape[0] < orig[0] and cached.shape[1] <= shrunk.pixels.shape[1] < orig[1]
+        assert np.array_equal(shrunk.full(), read_image_file(files[key])[0])
+    (frame,) = list(open_source(str(files["big"]), shrink_to=IMGSZ, resize_on_host=False).frames)
+    assert frame.image.shape[:2] == read_image_for(files["big"], IMGSZ, resize=False).pixels.shape[:2] != (36, 64)
+    x, (info,) = letterbox_batch([torch.from_numpy(frame.image.copy())], IMGSZ, orig_shapes=[frame.orig_shape])
+    assert info.orig_shape == (180, 320) and info.ratio == pytest.approx(IMGSZ / 320)
+    assert float((x - _validation_canvas(files["big"])).abs().max()) * 255 <= 1.0 + 1e-4
+    # small files and other formats are unaffected: full size either way
+    assert np.array_equal(read_image_for(files["png"], IMGSZ, resize=False).pixels, read_image_file(files["png"])[0])
 
 
 def test_results_carry_the_full_picture_decoded_on_first_look(files: dict[str, Path], tmp_path: Path) -> None:

@@ -160,10 +160,10 @@ def test_a_folder_file_that_never_finishes_decoding_is_skipped_after_the_timeout
     release = threading.Event()
     read = streams._read_or_error
 
-    def stalls_on_the_second(path, shrink_to=None):
+    def stalls_on_the_second(path, shrink_to=None, resize=True):
         if path == paths[1]:
             release.wait(10)
-        return read(path, shrink_to)
+        return read(path, shrink_to, resize)
 
     monkeypatch.setattr(sources, "DECODE_TIMEOUT_S", 0.3)
     monkeypatch.setattr(streams, "_read_or_error", stalls_on_the_second)

@@ -245,9 +245,9 @@ def test_the_first_batch_decodes_on_the_callers_thread_and_the_rest_ahead_of_it(
     decoded_on: list[str] = []
     read, still = streams.read_image_for, streams.iter_sources
 
-    def reading(p, imgsz):  # noqa: ANN001, ANN202
+    def reading(p, imgsz, **kwargs):  # noqa: ANN001, ANN003, ANN202
         decoded_on.append(threading.current_thread().name)
-        return read(p, imgsz)
+        return read(p, imgsz, **kwargs)
 
     def arrays(source, report):  # noqa: ANN001, ANN202
         for item in still(source, report):

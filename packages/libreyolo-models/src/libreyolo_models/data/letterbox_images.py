@@ -102,8 +102,9 @@ def letterbox_pixels(images: Sequence[Tensor], imgsz: int, orig_shapes: Sequence
         orig_shapes: per image, the ``(h, w)`` of the picture it shows when it is a reduced
             decode (``data.image_files.read_image_for``); the geometry and the mapping back are the
             picture's, and an image already at its letterbox size is pasted as it is (the
-            image cache's pixels, so predict and validation see the same input). None: each
-            image is its own picture.
+            image cache's pixels, so predict and validation see the same input); one at its DCT
+            scale's size (predict on CUDA) is resized here, within a grey level of the cache's
+            PIL resize. None: each image is its own picture.
 
     Returns:
         ``uint8 [B, 3, imgsz, imgsz]`` (a channels-first view of ``[B, imgsz, imgsz, 3]``) on the

@@ -59,6 +59,9 @@ log = logging.getLogger(__name__)
 
 PREFETCH_BATCHES = 2
 """Batches decoded ahead of the one on the device (bounds the memory a long source holds)."""
+PLANAR_CHUNK = 4
+"""Video frames converted to RGB on the device per call (``predict.planar``): a 1080p frame's
+float32 intermediates take about 50 MB, so a batch of 32 at once would hold 1.6 GB."""
 
 
 @dataclass
@@ -85,11 +88,10 @@ def _batches(frames: Iterator[Frame], size: int, *, staging: PinnedStaging | Non
             if not chunk:
                 return
             slot = None
-            held = [f.planar.planes[..., None] if f.planar is not None else f.image for f in chunk]
             if staging is not None and all(f.encoded is None for f in chunk):
-                pixels, slot = staging.stage(held)
+                pixels, slot = staging.stage([f.planar if f.planar is not None else f.image for f in chunk])
             else:  # on the CPU, or some frames still encoded (their pixels: empty, run_batch decodes them)
-                pixels = host_tensors(held)
+                pixels = host_tensors([f.planar.planes[..., None] if f.planar is not None else f.image for f in chunk])
             yield FrameBatch(chunk, pixels, (time.perf_counter() - started) * 1e3, slot)
     finally:
         close = getattr(frames, "close", None)
@@ -107,9 +109,10 @@ def run_prediction(model: ModelHandle, source: object, cfg: PredictConfig) -> Re
     report = SourceReport()
     device = default_device(cfg.device, model.device, model.runs_only_on)
     imgsz = model.resolve_imgsz(cfg.imgsz)
-    # Image files decode for the letterbox they feed: a large JPEG at a reduced DCT scale straight
-    # to its letterbox size (the image cache's pixels), its full picture kept for Results.orig_img;
-    # or, on CUDA with TorchCodec, JPEGs decode on the GPU (predict.gpu_jpeg).
+    # Image files decode for the letterbox they feed: a large JPEG at a reduced DCT scale (on the
+    # CPU resized straight to its letterbox size: the image cache's pixels; on CUDA the letterbox
+    # resizes it), its full picture kept for Results.orig_img; or, on CUDA with TorchCodec, JPEGs
+    # decode on the GPU (predict.gpu_jpeg).
     shrink_to = imgsz if model.task_spec.reduced_decode and cfg.tile is None else None  # tiles need every pixel
     # Saving, cropping or showing needs every full picture on the host anyway: "auto" then lets the
     # CPU decode it once, rather than the GPU for the network and the CPU again for orig_img.
@@ -123,7 +126,7 @@ def run_prediction(model: ModelHandle, source: object, cfg: PredictConfig) -> Re
     # wanted on the host anyway, or gpu_decode=False keeps all decoding there.
     planar_video = device.type == "cuda" and shrink_to is not None and not pictures and cfg.gpu_decode is not False
     plan = open_source(source, vid_stride=cfg.vid_stride, report=report, shrink_to=shrink_to, gpu_jpeg=gpu_jpeg,
-                       planar_video=planar_video)
+                       planar_video=planar_video, resize_on_host=device.type != "cuda")
     if plan.is_live and not cfg.stream:
         raise ConfigError(f"source={source!r} is a camera or network stream, which never ends, so a list of its "
                           "results would grow without bound; pass stream=True and iterate the results")
@@ -299,13 +302,23 @@ class Predictor:
         return results
 
     def _planar_to_rgb(self, batch: FrameBatch) -> FrameBatch:
-        """``batch`` with its planar video frames uploaded and converted to RGB on the model's device."""
+        """``batch`` with its planar video frames uploaded and converted to RGB on the model's device:
+        a batch staged in one pinned buffer (a video's frames) in one upload and a few conversions
+        of ``PLANAR_CHUNK`` frames each, any other frame by itself."""
+        device, frames = self.model.device, batch.frames
+        shapes = {f.planar.orig_shape if f.planar is not None else None for f in frames}
+        if batch.slot is not None and len(shapes) == 1 and None not in shapes:
+            planes = batch.slot.buffer.to(device, non_blocking=True)
+            shape = frames[0].orig_shape
+            rgb = torch.cat([planar_to_rgb(planes[i:i + PLANAR_CHUNK], shape)
+                             for i in range(0, len(frames), PLANAR_CHUNK)])
+            return FrameBatch(frames, list(rgb.unbind(0)), batch.decode_ms, batch.slot)
         pixels = list(batch.pixels)
-        for i, frame in enumerate(batch.frames):
+        for i, frame in enumerate(frames):
             if frame.planar is not None:
-                planes = pixels[i].to(self.model.device, non_blocking=True)
+                planes = pixels[i].to(device, non_blocking=True)
                 pixels[i] = planar_to_rgb(planes, frame.planar.orig_shape)
-        return FrameBatch(batch.frames, pixels, batch.decode_ms, batch.slot)
+        return FrameBatch(frames, pixels, batch.decode_ms, batch.slot)
 
     def _decode_on_device(self, batch: FrameBatch) -> FrameBatch:
         """``batch`` with its encoded JPEGs decoded on the model's device in one call; a file that

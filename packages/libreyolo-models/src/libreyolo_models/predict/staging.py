@@ -17,7 +17,9 @@ import threading
 import time
 import warnings
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -26,6 +28,21 @@ from torch import Tensor
 REUSE_WAIT_S = 10.0
 """Longest wait for a buffer's upload to finish before a fresh buffer is pinned instead."""
 POLL_S = 0.001
+
+
+class Staged(Protocol):
+    """Pixels that write themselves into a pinned row (``predict.planar.PlanarFrame``)."""
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The row's shape."""
+
+    @property
+    def planes(self) -> np.ndarray:
+        """The pixels as an array (when rows of mixed shapes are pinned one by one)."""
+
+    def copy_into(self, out: np.ndarray) -> None:
+        """Write the pixels into ``out`` (``uint8``, ``shape``)."""
 
 
 def host_tensors(images: list[np.ndarray]) -> list[Tensor]:
@@ -60,16 +77,22 @@ class PinnedStaging:
         self._idle: deque[Slot] = deque()
         self._lock = threading.Lock()
 
-    def stage(self, images: list[np.ndarray]) -> tuple[list[Tensor], Slot | None]:
+    def stage(self, images: Sequence[np.ndarray | Staged]) -> tuple[list[Tensor], Slot | None]:
         """Pinned ``uint8 [H, W, 3]`` tensors holding ``images``' pixels, and the slot to release
-        after their upload (None when the images were pinned one by one)."""
-        tensors = host_tensors(images)
-        shape = tensors[0].shape
-        if len(shape) != 3 or any(t.shape != shape or t.dtype != torch.uint8 for t in tensors):
-            return [t.contiguous().pin_memory() for t in tensors], None
-        slot = self._take((len(tensors), *shape))
-        for row, t in zip(slot.buffer, tensors):
-            row.copy_(t)
+        after their upload (None when the images were pinned one by one). An image may also be
+        something that writes itself into the buffer (``Staged``: a video frame's planes, copied
+        once from the decoder's memory)."""
+        shape = tuple(images[0].shape)
+        uniform = all(tuple(i.shape) == shape and (not isinstance(i, np.ndarray) or i.dtype == np.uint8) for i in images)
+        if len(shape) != 3 or not uniform:
+            arrays = [i if isinstance(i, np.ndarray) else i.planes.reshape(i.shape) for i in images]
+            return [t.contiguous().pin_memory() for t in host_tensors(arrays)], None
+        slot = self._take((len(images), *shape))
+        for row, image in zip(slot.buffer, images):
+            if isinstance(image, np.ndarray):
+                row.copy_(host_tensors([image])[0])
+            else:
+                image.copy_into(row.numpy())
         return list(slot.buffer.unbind(0)), slot
 
     def release(self, slot: Slot, stream: torch.cuda.Stream) -> None:
@@ -95,4 +118,4 @@ class PinnedStaging:
             time.sleep(POLL_S)  # an upload from a matching buffer is still running: it ends soon
 
 
-__all__ = ["PinnedStaging", "Slot", "host_tensors"]
+__all__ = ["PinnedStaging", "Slot", "Staged", "host_tensors"]

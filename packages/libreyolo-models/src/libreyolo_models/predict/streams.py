@@ -105,11 +105,14 @@ class SourcePlan:
 
 
 def open_source(source: object, *, vid_stride: int = 1, report: SourceReport | None = None,
-                shrink_to: int | None = None, gpu_jpeg: bool = False, planar_video: bool = False) -> SourcePlan:
+                shrink_to: int | None = None, gpu_jpeg: bool = False, planar_video: bool = False,
+                resize_on_host: bool = True) -> SourcePlan:
     """Classify ``source`` now (so a missing file fails at the call) and decode it lazily.
 
     ``shrink_to``: the letterbox size the frames are for; image files that can decode smaller
-    (large JPEGs, ``data.image_files.read_image_for``) then do, keeping their full picture on ``Frame.full``.
+    (large JPEGs, ``data.image_files.read_image_for``) then do, keeping their full picture on ``Frame.full``;
+    ``resize_on_host=False`` leaves such a decode at its DCT scale's size for the device's letterbox
+    to resize (predict on CUDA), instead of resizing it on the CPU.
     ``gpu_jpeg``: JPEG files are read, not decoded (``Frame.encoded``): the predictor decodes
     them on its device (``predict.gpu_jpeg``). ``planar_video``: yuv420p video frames stay planar
     (``Frame.planar``): the predictor converts them on its device (``predict.planar``).
@@ -130,7 +133,7 @@ def open_source(source: object, *, vid_stride: int = 1, report: SourceReport | N
         named = [item for item in items if isinstance(item, str | Path)]
         if items and len(named) == len(items):
             frames, count = _files(named, report, listed=isinstance(source, list | tuple), shrink_to=shrink_to,
-                                   gpu_jpeg=gpu_jpeg)
+                                   gpu_jpeg=gpu_jpeg, resize_on_host=resize_on_host)
             return SourcePlan(frames, is_live=False, count=count)
         return SourcePlan(_still(source, report), is_live=False)
     if not isinstance(source, list | tuple) and _special(source) == "video" and not Path(
@@ -159,7 +162,7 @@ def _special(item: object) -> str | None:
 
 
 def _files(items: list[str | Path], report: SourceReport, *, listed: bool, shrink_to: int | None = None,
-           gpu_jpeg: bool = False) -> tuple[Iterator[Frame], int]:
+           gpu_jpeg: bool = False, resize_on_host: bool = True) -> tuple[Iterator[Frame], int]:
     """Paths, folders and globs: expanded now (one given alone that is missing fails at the call;
     in a list it is skipped), then decoded in parallel; and how many files that is."""
     paths: list[Path | ImageDecodeError] = []  # a list item that named nothing: skipped in its place
@@ -173,12 +176,12 @@ def _files(items: list[str | Path], report: SourceReport, *, listed: bool, shrin
     alone = not listed and len(paths) == 1 and paths[0] == Path(str(items[0])).expanduser()
     where = "inputs" if listed else f"images in {str(items[0])!r}"
     return decode_files(paths, report=report, alone=alone, where=where, shrink_to=shrink_to,
-                        gpu_jpeg=gpu_jpeg), len(paths)
+                        gpu_jpeg=gpu_jpeg, resize_on_host=resize_on_host), len(paths)
 
 
 def decode_files(paths: list[Path | ImageDecodeError], workers: int | None = None, *, report: SourceReport | None = None,
                  alone: bool = False, where: str = "images", shrink_to: int | None = None,
-                 processes: int | None = None, gpu_jpeg: bool = False) -> Iterator[Frame]:
+                 processes: int | None = None, gpu_jpeg: bool = False, resize_on_host: bool = True) -> Iterator[Frame]:
     """Image files decoded in parallel, yielded in order: by worker processes where
     ``processes`` (default ``decode_procs.decode_processes``: none unless its cap is raised) says
     so, else by ``workers`` threads (default ``sources.decode_threads``; PIL releases the GIL
@@ -187,17 +190,17 @@ def decode_files(paths: list[Path | ImageDecodeError], workers: int | None = Non
     A bounded number of decodes is in flight, so memory stays bounded for any number of files,
     and each may take at most ``sources.DECODE_TIMEOUT_S``; closing the generator cancels the
     ones not started. An unreadable file is skipped into ``report`` unless it was given
-    ``alone``; if none could be read, that is an error naming the first. ``shrink_to`` and
-    ``gpu_jpeg``: see ``open_source`` (with ``gpu_jpeg`` the threads or processes only read a JPEG's
+    ``alone``; if none could be read, that is an error naming the first. ``shrink_to``,
+    ``resize_on_host`` and ``gpu_jpeg``: see ``open_source`` (with ``gpu_jpeg`` the threads or processes only read a JPEG's
     bytes and header, and hand those back).
     """
     report = report if report is not None else SourceReport()
     produced = 0
     read: Callable[[Path | ImageDecodeError], Decoded | EncodedJpeg]
     if gpu_jpeg and shrink_to is not None:  # JPEGs: bytes and a header; the rest decoded as below
-        read = partial(_read_encoded_or_error, shrink_to=shrink_to, alone=alone)
+        read = partial(_read_encoded_or_error, shrink_to=shrink_to, alone=alone, resize=resize_on_host)
     else:
-        read = partial(_read_or_error, shrink_to=shrink_to)
+        read = partial(_read_or_error, shrink_to=shrink_to, resize=resize_on_host)
     processes = decode_processes(len(paths)) if processes is None else processes
     decoded = decode_in_processes(paths, read, processes) if processes > 0 else decode_in_order(paths, read, workers)
     for path, image in decoded:
@@ -222,16 +225,16 @@ def decode_files(paths: list[Path | ImageDecodeError], workers: int | None = Non
 Decoded = np.ndarray | ShrunkImage | ImageDecodeError
 
 
-def _read_or_error(path: Path | ImageDecodeError, shrink_to: int | None = None) -> Decoded:
+def _read_or_error(path: Path | ImageDecodeError, shrink_to: int | None = None, resize: bool = True) -> Decoded:
     if isinstance(path, ImageDecodeError):
         return path
     try:
-        return read_image(path) if shrink_to is None else read_image_for(path, shrink_to)
+        return read_image(path) if shrink_to is None else read_image_for(path, shrink_to, resize=resize)
     except ImageDecodeError as err:
         return err
 
 
-def _read_encoded_or_error(path: Path | ImageDecodeError, shrink_to: int, alone: bool = False
+def _read_encoded_or_error(path: Path | ImageDecodeError, shrink_to: int, alone: bool = False, resize: bool = True
                            ) -> Decoded | EncodedJpeg:
     """A JPEG's bytes for the device decoder (``gpu_jpeg.read_encoded``); any other file decoded
     here as ``_read_or_error`` does, from the bytes already read."""
@@ -239,7 +242,8 @@ def _read_encoded_or_error(path: Path | ImageDecodeError, shrink_to: int, alone:
         return path
     try:
         data = read_file_bytes(path)
-        return read_encoded(path, data, imgsz=shrink_to, alone=alone) or read_image_for(path, shrink_to, data)
+        return read_encoded(path, data, imgsz=shrink_to, alone=alone) or read_image_for(path, shrink_to, data,
+                                                                                        resize=resize)
     except ImageDecodeError as err:
         return err
 
