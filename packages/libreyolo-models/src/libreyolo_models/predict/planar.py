@@ -100,9 +100,12 @@ class PlanarFrame:
 
 def planar_frame(frame: Any) -> PlanarFrame | None:
     """A decoded PyAV frame kept planar, or None where it converts on the host (another pixel
-    format, or an odd width or height, which 4:2:0 chroma cannot split evenly)."""
+    format, an odd width or height, which 4:2:0 chroma cannot split evenly, or planes stored
+    bottom-up, which ``copy_into`` does not read)."""
     height, width = frame.height, frame.width
     if frame.format.name != PLANAR_FORMAT or height % 2 or width % 2:
+        return None
+    if any(plane.line_size <= 0 for plane in frame.planes):
         return None
     return PlanarFrame(frame, (height, width))
 
