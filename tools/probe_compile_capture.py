@@ -1,13 +1,13 @@
 #!/usr/bin/env python
-"""Why Dynamo compiles again inside our capture of a compiled forward (GPU).
+"""Whether Dynamo compiles inside our capture of a compiled forward (GPU).
 
-``test_gpu_zoo.py::test_compile_with_cuda_graph_replays_the_compiled_call_bit_for_bit`` fails on
-torch 2.11 (H100, 2026-12-05): predict with ``compile=True, cuda_graph=True`` recompiles the
-network *during* the capture ("operation not permitted when stream is capturing (in
-BackendCompilerFailed)"), although the runner warmed the compiled call up twice on the capture
-stream first, so the graph latches to eager. This replays the test's calls with Dynamo's
-recompile and graph-break logs on stderr (outside pytest's log capture) and prints, per call,
-Dynamo's cache entries and recompile counters, so one GPU call names the guard that failed.
+``test_gpu_zoo.py::test_compile_with_cuda_graph_replays_the_compiled_call_bit_for_bit`` failed on
+torch 2.11 (H100 and H200, 2026-12-05): predict with ``compile=True, cuda_graph=True`` compiled a
+frame *during* the capture ("operation not permitted when stream is capturing (in
+BackendCompilerFailed)"), so the graph latched to eager. The cause was the runner's operator
+scan (docs/cuda-graphs.md; fixed in ``libreyolo_cudagraph.hazards``). This replays the test's
+calls with the frames Dynamo traces, its recompile and graph-break logs on stderr (outside
+pytest's log capture) and, per call, guard failures, Dynamo's counters and our graphs.
 
     python tools/probe_compile_capture.py 2> compile-capture.log
 """
@@ -29,9 +29,9 @@ def main() -> int:
     from libreyolo_models import SAMPLE_IMAGE, LibreYOLO9
 
     # dynamo=INFO names every frame Dynamo starts tracing (file and line): on torch 2.11 (H100,
-    # 2026-12-05) the capture traced make_anchors (layers/anchors.py) as a frame of its own, 32
-    # operations, with no recompile or graph break logged before it. (Wrapping make_anchors here
-    # to print its caller put graph breaks into the compile and changed what was measured.)
+    # 2026-12-05) the capture traced make_anchors (layers/anchors.py) as a frame of its own: the
+    # runner's operator scan had knocked the compiled frame off (docs/cuda-graphs.md; fixed in
+    # libreyolo_cudagraph.hazards). Expect no frame after "compile" once the fix holds.
     torch._logging.set_logs(dynamo=logging.INFO, recompiles=True, recompiles_verbose=True, graph_breaks=True,
                             guards=False)
     torch.manual_seed(0)

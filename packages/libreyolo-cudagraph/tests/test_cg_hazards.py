@@ -28,3 +28,33 @@ def test_the_scan_leaves_results_and_names_unchanged() -> None:
     assert {"aten::mm", "aten::relu"} <= seen.names
     assert silent_op_reason(seen.names) is None
     assert all("::" in name for name in SILENT_OPS) and all(SILENT_OPS.values())
+
+
+def _helper(x: torch.Tensor) -> torch.Tensor:
+    return (x * 2).relu()
+
+
+def test_a_compiled_call_stays_compiled_after_the_scan() -> None:
+    """Scanning a ``torch.compile``'d call must not turn it eager for good: on torch 2.11 Dynamo,
+    meeting the scan's dispatch mode, marked the compiled frame to run as Python from then on (and
+    a capture after the scan then compiled the parts it had not met, inside the capture). The
+    compiled call's own Python (``_helper``) must not run again after the scan."""
+    import sys
+
+    compiled = torch.compile(lambda t: _helper(t) + 1, backend="eager")
+    x = torch.rand(4)
+    compiled(x)
+    assert scan_for_silent_ops(lambda: compiled(x)) is None
+    ran: list[str] = []
+
+    def profile(frame, event, arg) -> None:  # noqa: ANN001
+        if event == "call" and frame.f_code is _helper.__code__:
+            ran.append(event)
+
+    sys.setprofile(profile)
+    try:
+        out = compiled(x)
+    finally:
+        sys.setprofile(None)
+    assert torch.equal(out, (x * 2).relu() + 1)
+    assert not ran, "the compiled call ran its Python again: the scan knocked it off its compiled frame"

@@ -13,7 +13,9 @@ shows the operation replaying bit for bit (``tests/test_cg_gpu_infer.py`` record
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -55,11 +57,28 @@ def scan_for_silent_ops(call: Callable[[], Any]) -> str | None:
     """Run ``call()`` once, noting its operators; the reason it must not be captured, or None.
     Costs one eager call per capture (captures are rare; replays never scan). A call that fails
     under the dispatch mode is not scanned (logged): the scan is a safeguard, and the capture's
-    own warmup runs the call again without it."""
+    own warmup runs the call again without it.
+
+    A ``torch.compile``'d call runs eagerly for the scan (``_compiled_calls_eager``): Dynamo does
+    not trace under a dispatch mode, and torch 2.11's Dynamo, meeting one, marked the compiled
+    frame to run eagerly from then on, so the capture after the scan ran the network's Python and
+    compiled whatever it had not met yet inside the capture, which failed."""
     try:
-        with OperatorNames() as seen:
+        with _compiled_calls_eager(), OperatorNames() as seen:
             call()
     except Exception as err:  # noqa: BLE001 - any failure of the extra pass leaves the capture to decide
         log.debug("operator scan skipped: %s: %s", type(err).__name__, err)
         return None
     return silent_op_reason(seen.names)
+
+
+def _compiled_calls_eager() -> contextlib.AbstractContextManager[Any]:
+    """Compiled functions run as plain Python inside this block (``torch.compiler.set_stance
+    ("force_eager")``, torch 2.6 on; process-wide while it lasts), and Dynamo leaves their cached
+    frames as they were. Nothing to do when Dynamo was never imported (nothing is compiled)."""
+    if "torch._dynamo" not in sys.modules:
+        return contextlib.nullcontext()
+    import torch
+
+    set_stance = getattr(torch.compiler, "set_stance", None)
+    return set_stance("force_eager") if set_stance is not None else contextlib.nullcontext()
