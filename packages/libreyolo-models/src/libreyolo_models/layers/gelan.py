@@ -24,8 +24,8 @@ class RepConvN(nn.Module):
         self.act = SiLU()
 
     def forward(self, x: Tensor) -> Tensor:
-        if self.conv2 is None:  # merged by fuse_for_inference
-            return self.act(self.conv1(x))
+        if self._modules["conv2"] is None:  # merged by fuse_for_inference; registry read directly (Conv.forward)
+            return self.act(self._modules["conv1"](x))  # type: ignore[misc]
         return self.act(self.conv1(x) + self.conv2(x))
 
     def fuse_for_inference(self) -> bool:
