@@ -114,7 +114,7 @@ def phase_means(results: Iterable[Any]) -> tuple[int, dict[str, float]]:
     return n, {k: v / max(n, 1) for k, v in sums.items()} | {"dets": dets / max(n, 1)}
 
 
-def run_ours(arm: str, args: argparse.Namespace, image: Path, folder: Path, video: Path | None) -> dict[str, Any]:
+def run_ours(arm: str, args: argparse.Namespace, image: Path, folder: Path | None, video: Path | None) -> dict[str, Any]:
     options = {"device": 0, "imgsz": args.imgsz, "conf": args.conf, **ARMS[arm]}
     model = fresh_model(args.size, args.imgsz, prior_scores=not args.busy_scores)
     torch.cuda.empty_cache()
@@ -123,18 +123,22 @@ def run_ours(arm: str, args: argparse.Namespace, image: Path, folder: Path, vide
     for _ in range(args.warmup):
         model.predict(image, **options)
     times, speeds = [], []
-    for _ in range(args.reps):
+    for _ in range(getattr(args, "image_reps", args.reps)):
         t0 = time.perf_counter()
         (res,) = model.predict(image, **options)
         times.append((time.perf_counter() - t0) * 1e3)
         speeds.append(res)
-    out["image_ms"] = statistics.median(times)
-    out["image_phases"] = phase_means(speeds)[1]
-    model.predict(str(folder), batch=args.batch, stream=True, **options).__next__()  # capture the batch shape
-    t0 = time.perf_counter()
-    n, out["folder_phases"] = phase_means(model.predict(str(folder), batch=args.batch, stream=True, **options))
-    out["folder_per_s"] = n / (time.perf_counter() - t0)
+    if times:
+        out["image_ms"] = statistics.median(times)
+        out["image_phases"] = phase_means(speeds)[1]
+    if folder is not None:
+        model.predict(str(folder), batch=args.batch, stream=True, **options).__next__()  # capture the batch shape
+        t0 = time.perf_counter()
+        n, out["folder_phases"] = phase_means(model.predict(str(folder), batch=args.batch, stream=True, **options))
+        out["folder_per_s"] = n / (time.perf_counter() - t0)
     if video is not None:
+        if folder is None:  # capture the batch shape (and open PyAV once) outside the timed run
+            next(iter(model.predict(str(video), batch=args.batch, stream=True, **options)))
         try:
             t0 = time.perf_counter()
             n, out["video_phases"] = phase_means(model.predict(str(video), batch=args.batch, stream=True, **options))
@@ -441,6 +445,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--settle-s", type=float, default=30.0,
                    help="seconds of eager forwards before any arm, so no arm meets a cold machine (0: none)")
     p.add_argument("--arms", default="eager,eager-unfused,graph,half+fuse+graph,ultralytics")
+    p.add_argument("--scenarios", default="image,folder,video",
+                   help="which of image (batch 1, and the interleaved rounds), folder and video to run: a short "
+                        "GPU call can measure one goal (e.g. video)")
     p.add_argument("--interleave-rounds", type=int, default=8,
                    help="rounds of the one-image scenario with the arms taking turns in one process (0: skip)")
     p.add_argument("--interleave-calls", type=int, default=10, help="calls of each arm per interleaved round")
@@ -463,10 +470,18 @@ def main(argv: list[str] | None = None) -> int:
     args.data_dir.mkdir(parents=True, exist_ok=True)
     if not image.exists():
         Image.fromarray(one_image(args.set)).save(image, quality=90)
-    folder = args.data_dir / f"folder{args.images}"
-    write_images(folder, args.images, args.set)
+    scenarios = set(filter(None, args.scenarios.split(",")))
+    if not scenarios <= {"image", "folder", "video"}:
+        sys.exit(f"--scenarios {args.scenarios!r}: choose from image, folder, video")
+    args.image_reps = args.reps if "image" in scenarios else 0
+    folder: Path | None = None
+    if "folder" in scenarios:
+        folder = args.data_dir / f"folder{args.images}"
+        write_images(folder, args.images, args.set)
+    else:
+        notes.append("folder scenario not asked for (--scenarios)")
     video_file = args.data_dir / f"video{args.video_s}s.mp4"
-    why = write_video(video_file, args.video_s, kind=args.set)
+    why = write_video(video_file, args.video_s, kind=args.set) if "video" in scenarios else "not asked for (--scenarios)"
     video = video_file if why is None else None
     if why is None:
         from libreyolo_models.errors import SourceError
@@ -486,7 +501,7 @@ def main(argv: list[str] | None = None) -> int:
     log(notes[-1])
     arms = [a for a in args.arms.split(",") if a]
     log("interleaved one-image scenario")
-    interleaved = interleaved_image(arms, args, image)
+    interleaved = interleaved_image(arms, args, image) if "image" in scenarios else []
     log("\n".join(interleaved))
     results: dict[str, dict[str, Any]] = {}
     for arm in arms:
@@ -495,7 +510,8 @@ def main(argv: list[str] | None = None) -> int:
         if arm == "ultralytics":
             from peer_ultralytics import run_peer
 
-            peer = run_peer("predict", timeout_s=420, model=f"yolov9{args.size}.yaml", source=image, folder=folder,
+            peer = run_peer("predict", timeout_s=420, model=f"yolov9{args.size}.yaml",
+                            source=image if args.image_reps else None, folder=folder,
                             video=video, imgsz=args.imgsz, batch=args.batch, reps=args.reps, warmup=args.warmup,
                             conf=args.conf, device="0")
             if "skipped" in peer:
