@@ -73,6 +73,8 @@ class PlanarFrame:
         """Write ``planes`` into ``out`` (``uint8``, ``planes``' shape or ``shape``): one copy of each
         plane from the decoder's buffer, skipping its row padding."""
         height, width = self.orig_shape
+        if not out.flags.c_contiguous:  # reshape would copy, and the planes would land in the copy
+            raise ValueError(f"copy_into needs a contiguous buffer, got strides {out.strides}")
         flat = out.reshape(-1)
         if isinstance(self.frame, np.ndarray):
             flat[:] = self.frame.reshape(-1)
