@@ -30,3 +30,20 @@ def mini_shapes_cls(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 # Test helper modules beside this file (``upstream_fill``) import by name.
 sys.path.insert(0, str(Path(__file__).parent))
+
+
+@pytest.fixture
+def open_source_calls(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, object]]:
+    """The keyword arguments of every ``open_source`` call predict makes (the call still happens):
+    what predict asked its source for (planar video, the host resize)."""
+    from libreyolo_models.predict import predictor
+
+    calls: list[dict[str, object]] = []
+    real_open = predictor.open_source
+
+    def recording(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        calls.append(kwargs)
+        return real_open(*args, **kwargs)
+
+    monkeypatch.setattr(predictor, "open_source", recording)
+    return calls

@@ -135,8 +135,9 @@ def test_predict_through_planar_frames_gives_the_host_paths_results(tmp_path) ->
 
 
 @pytest.mark.cuda
-def test_on_cuda_video_frames_turn_rgb_on_the_gpu_and_agree_with_the_host_path(tmp_path, monkeypatch) -> None:
+def test_on_cuda_video_frames_turn_rgb_on_the_gpu_and_agree_with_the_host_path(tmp_path, open_source_calls) -> None:
     from libreyolo_models.predict import predictor
+    from libreyolo_models.predict.streams import open_source
     from libreyolo_models.settings import PredictConfig
 
     video = write_video(tmp_path / "clip.mp4", (48, 64))
@@ -145,18 +146,10 @@ def test_on_cuda_video_frames_turn_rgb_on_the_gpu_and_agree_with_the_host_path(t
     with torch.no_grad():
         for seq in model.net.head.cv3:
             seq[-1].bias.copy_(torch.tensor([0.3, 0.7, 0.2], device="cuda"))
-    asked: list[bool] = []
-    real_open = predictor.open_source
-
-    def recording(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
-        asked.append(kwargs.get("planar_video", False))
-        return real_open(*args, **kwargs)
-
-    monkeypatch.setattr(predictor, "open_source", recording)
     gpu = list(model(video, stream=True, batch=4, conf=0.3, device=0))
-    assert asked == [True]
+    assert [call.get("planar_video") for call in open_source_calls] == [True]
     cfg = PredictConfig(batch=4, conf=0.3, stream=True, device=0)
-    plan = real_open(str(video), shrink_to=IMGSZ, planar_video=False)
+    plan = open_source(str(video), shrink_to=IMGSZ, planar_video=False)
     host = list(predictor.Predictor(model, cfg, device=torch.device("cuda", 0), imgsz=IMGSZ).stream(plan))
     assert [r.frame for r in gpu] == [r.frame for r in host]
     for a, b in zip(host, gpu):

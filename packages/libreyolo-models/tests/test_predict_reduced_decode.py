@@ -124,26 +124,16 @@ def test_results_carry_the_full_picture_decoded_on_first_look(files: dict[str, P
 
 
 @pytest.mark.cuda
-def test_on_cuda_predict_leaves_the_resize_to_the_device_within_a_grey_level_or_two(files: dict[str, Path],
-                                                                                    monkeypatch) -> None:
+def test_on_cuda_predict_leaves_the_resize_to_the_device_within_a_grey_level_or_two(
+        files: dict[str, Path], open_source_calls: list[dict[str, object]]) -> None:
     """Predict on CUDA asks its source for the DCT-scale decode (``resize_on_host=False``), and the
     device letterbox of it stays close to validation's canvas (PIL's resize on the CPU)."""
-    from libreyolo_models.predict import predictor
-
-    asked: list[bool] = []
-    real_open = predictor.open_source
-
-    def recording(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
-        asked.append(kwargs.get("resize_on_host", True))
-        return real_open(*args, **kwargs)
-
-    monkeypatch.setattr(predictor, "open_source", recording)
     torch.manual_seed(0)
     model = LibreYOLO9(size="t", nc=3, imgsz=IMGSZ)
     (res,) = model(str(files["big"]), conf=0.0, max_det=3, device=0, verbose=False)
-    assert asked == [False] and res.orig_shape == (180, 320)
+    assert [call.get("resize_on_host") for call in open_source_calls] == [False] and res.orig_shape == (180, 320)
     assert np.array_equal(res.orig_img, read_image_file(files["big"])[0])
-    (frame,) = list(real_open(str(files["big"]), shrink_to=IMGSZ, resize_on_host=False).frames)
+    (frame,) = list(open_source(str(files["big"]), shrink_to=IMGSZ, resize_on_host=False).frames)
     x, _ = letterbox_batch([torch.from_numpy(frame.image.copy()).cuda()], IMGSZ, orig_shapes=[frame.orig_shape])
     diff = (x.cpu() - _validation_canvas(files["big"])).abs() * 255
     assert float(diff.max()) <= 2.0 + 1e-4 and float(diff.mean()) < 0.5
