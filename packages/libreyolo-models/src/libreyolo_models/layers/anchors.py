@@ -75,13 +75,9 @@ class AnchorCache:
 
 
 def _cacheable(shapes: list[tuple[int, int]], device: torch.device) -> bool:
-    # First: Dynamo answers is_compiling() as a constant, so a compiled forward keeps the grid in
-    # its graph without tracing the tests below (the stream-capture query among them).
-    if torch.compiler.is_compiling():
-        return False
     if not all(type(v) is int for hw in shapes for v in hw):  # symbolic sizes: an export trace
         return False
-    if torch.jit.is_tracing():
+    if torch.jit.is_tracing() or torch.compiler.is_compiling():
         return False
     return not (device.type == "cuda" and torch.cuda.is_current_stream_capturing())
 
