@@ -5,7 +5,9 @@ Predict's folder throughput on photographs stayed near 300 images/s whatever the
 (4 threads, 4, 8 or 12 processes: ``probe_folder.py``), so this reads the machine itself: its CPU
 quota and affinity, one thread's cost per photograph for each step of ``read_image_for`` (PIL's
 reduced-scale decode, the resize, the whole call), and ``decode_files``' images per second at
-1-8 threads and 2-8 processes.
+1-8 threads and 2-8 processes; then predict on CUDA's read (the reduced decode left at its DCT
+size, copied into a reused batch buffer as staging does) with PIL's memory handed over as it
+holds it (``data.pil_memory``) against packed by ``np.asarray``, the two taking turns.
 
     python tools/probe_decode_scaling.py --images 200 --out decode-scaling.md
 """
@@ -44,10 +46,41 @@ def per_image_ms(fn: Callable[[Path], object], paths: list[Path]) -> float:
     return best
 
 
+def handed_over_or_packed(paths: list[Path], imgsz: int, threads: int, rounds: int) -> dict[bool, float]:
+    """Median images/s of ``decode_files(resize_on_host=False)`` with each frame copied into a
+    reused buffer, with the reduced decodes handed over as PIL holds them and packed (the two
+    arms taking turns)."""
+    import statistics
+
+    import torch
+
+    from libreyolo_models.data import decode
+    from libreyolo_models.predict.staging import host_tensors
+    from libreyolo_models.predict.streams import decode_files
+
+    handed_over = decode.rgbx_view
+    rates: dict[bool, list[float]] = {True: [], False: []}
+    buffers: dict[tuple[int, ...], torch.Tensor] = {}
+    try:
+        for _ in range(rounds):
+            for arm in (True, False):
+                decode.rgbx_view = handed_over if arm else (lambda image: None)  # type: ignore[assignment]
+                started = time.perf_counter()
+                for frame in decode_files(paths, workers=threads, shrink_to=imgsz, resize_on_host=False):
+                    pixels = host_tensors([frame.image])[0]
+                    buffers.setdefault(tuple(pixels.shape), torch.empty_like(pixels)).copy_(pixels)
+                rates[arm].append(len(paths) / (time.perf_counter() - started))
+    finally:
+        decode.rgbx_view = handed_over
+    return {arm: statistics.median(v) for arm, v in rates.items()}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--images", type=int, default=200)
     p.add_argument("--imgsz", type=int, default=640)
+    p.add_argument("--rounds", type=int, default=4, help="turns of the handed-over / packed comparison")
+    p.add_argument("--threads", default="2,8", help="decoding threads of that comparison")
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args(argv)
     from PIL import Image
@@ -88,6 +121,12 @@ def main(argv: list[str] | None = None) -> int:
                                         processes=count if kind == "processes" else 0,
                                         workers=count if kind == "threads" else None))
         add_row(lines, f"| {count} {kind} | {n / (time.perf_counter() - started):.0f} |")
+    lines += ["", "Predict on CUDA's read (`resize_on_host=False`) into a reused buffer, images/s, "
+              f"{args.rounds} turns each (PIL's memory handed over: Pillow {Image.__version__}):", "",
+              "| threads | handed over | packed (`np.asarray`) | ratio |", "|---:|---:|---:|---:|"]
+    for threads in (int(t) for t in args.threads.split(",")):
+        rates = handed_over_or_packed(list(paths), args.imgsz, threads, args.rounds)
+        add_row(lines, f"| {threads} | {rates[True]:.0f} | {rates[False]:.0f} | {rates[True] / rates[False]:.2f}x |")
     emit_report(lines, args.out)
     return 0
 

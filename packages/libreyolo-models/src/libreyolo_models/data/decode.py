@@ -42,6 +42,7 @@ import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from ..errors import SourceError
+from .pil_memory import rgbx_view
 from .plain_jpeg import decode_plain_jpeg
 
 log = logging.getLogger(__name__)
@@ -101,7 +102,8 @@ class Notes:
 
 
 def read_image_file(path: str | Path, *, max_side: int | None = None, draft_only: bool = False,
-                    data: bytes | None = None, resize: bool = True) -> tuple[np.ndarray, tuple[int, int]]:
+                    data: bytes | None = None, resize: bool = True, rgbx: bool = False
+                    ) -> tuple[np.ndarray, tuple[int, int]]:
     """Decode an image file to RGB uint8 as a viewer shows it (see the module docstring).
 
     Args:
@@ -116,9 +118,13 @@ def read_image_file(path: str | Path, *, max_side: int | None = None, draft_only
         resize: False leaves a reduced-scale decode at the DCT scale's size (at least
             ``max_side``, at most twice it) for a device to resize: PIL's resize of a 960 x 540
             draft to 640 x 360 costs half as much again as the draft decode itself.
+        rgbx: a reduced decode (only) comes back as ``uint8 [h, w, 4]``, RGB and PIL's padding
+            byte, over PIL's own memory where that can be had without a copy
+            (``data.pil_memory``): for a device that drops the fourth byte after the upload.
 
     Returns:
-        ``uint8 [h, w, 3]`` pixels and the full-size ``(h, w)`` after EXIF orientation.
+        ``uint8 [h, w, 3]`` pixels (or ``[h, w, 4]``, see ``rgbx``) and the full-size ``(h, w)``
+        after EXIF orientation.
 
     Raises:
         ImageDecodeError: missing, unreadable, not an image, corrupt, truncated, a video, or of
@@ -166,7 +172,8 @@ def read_image_file(path: str | Path, *, max_side: int | None = None, draft_only
         raise ImageDecodeError(name, f"corrupt image: {err}") from None
     if resize and target is not None and rgb.size != (target[1], target[0]):
         rgb = rgb.resize((target[1], target[0]), Image.Resampling.BILINEAR)
-    return np.asarray(rgb), (ori_h, ori_w)
+    padded = rgbx_view(rgb) if rgbx and (rgb.height, rgb.width) != (ori_h, ori_w) else None  # reduced only
+    return (np.asarray(rgb) if padded is None else padded), (ori_h, ori_w)
 
 
 _EXIF_ORIENTATION = 0x0112

@@ -27,7 +27,9 @@ class ShrunkImage:
     Attributes:
         pixels: RGB uint8 ``[h, w, 3]``: the full picture, or a JPEG decoded at a reduced DCT
             scale straight to its letterbox size (then exactly the image cache's pixels), or
-            left at that scale's size for a device to resize (``read_image_for(resize=False)``).
+            left at that scale's size for a device to resize (``read_image_for(resize=False)``;
+            then ``[h, w, 4]`` where PIL's memory can be handed over as it is, its fourth byte
+            padding for the device to drop: ``data.pil_memory``).
         orig_shape: the full picture's ``(h, w)`` after EXIF orientation.
         data: the file's bytes when ``pixels`` is reduced (the full picture decodes from them
             when asked for, not before); None when ``pixels`` is the full picture.
@@ -52,11 +54,12 @@ def read_image_for(path: str | Path, imgsz: int, data: bytes | None = None, *, r
     file's bytes, when already read (``read_file_bytes``). ``resize``: the reduced decode is
     resized to the letterbox here (the image cache's pixels); False leaves that to the device the
     pixels go to (predict on CUDA: within a grey level of PIL's resize, and the CPU's slowest part
-    of reading a 1080p photograph gone)."""
+    of reading a 1080p photograph gone), with the reduced pixels as PIL holds them (``ShrunkImage.pixels``)."""
     resolved = checked_path(path)
     if data is None:
         data = read_file_bytes(resolved)
-    pixels, orig_shape = read_image_file(resolved, max_side=imgsz, draft_only=True, data=data, resize=resize)
+    pixels, orig_shape = read_image_file(resolved, max_side=imgsz, draft_only=True, data=data, resize=resize,
+                                          rgbx=not resize)
     return ShrunkImage(pixels, orig_shape, str(resolved), data if pixels.shape[:2] != orig_shape else None)
 
 

@@ -243,6 +243,8 @@ class Predictor:
         if any(f.planar is not None for f in batch.frames):
             batch = self._planar_to_rgb(batch)
             clock.mark("decode")
+        if model.device.type == "cuda" and task.reduced_decode:  # the task letterboxes on the device
+            batch = self._upload(batch)
         n = len(batch.frames)
         if self.detect_modes.tiled is not None:  # every picture whole on the device, then its windows
             pictures = [p.to(model.device, non_blocking=True) for p in batch.pixels]
@@ -319,6 +321,26 @@ class Predictor:
                 planes = pixels[i].to(device, non_blocking=True)
                 pixels[i] = planar_to_rgb(planes, frame.planar.orig_shape)
         return FrameBatch(frames, pixels, batch.decode_ms, batch.slot)
+
+    def _upload(self, batch: FrameBatch) -> FrameBatch:
+        """``batch``'s host pixels uploaded to the model's device: a batch staged in one pinned
+        buffer (one image, a folder of same-size photos) in one copy, any other picture by itself.
+        A reduced decode handed over as PIL holds it, RGB and a padding byte
+        (``data.image_files.ShrunkImage``), loses the padding there."""
+        device, pixels = self.model.device, batch.pixels
+        if batch.slot is not None and all(p.device.type == "cpu" for p in pixels):
+            rows = batch.slot.buffer.to(device, non_blocking=True)
+            if rows.shape[-1] == 4:
+                rows = rows[..., :3].contiguous()
+            return FrameBatch(batch.frames, list(rows.unbind(0)), batch.decode_ms, batch.slot)
+        uploaded = []
+        for p in pixels:
+            if p.device.type == "cpu":
+                p = p.to(device, non_blocking=True)
+                if p.shape[-1] == 4:
+                    p = p[..., :3].contiguous()
+            uploaded.append(p)
+        return FrameBatch(batch.frames, uploaded, batch.decode_ms, batch.slot)
 
     def _decode_on_device(self, batch: FrameBatch) -> FrameBatch:
         """``batch`` with its encoded JPEGs decoded on the model's device in one call; a file that
