@@ -22,9 +22,13 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from predict_media import write_images
 from report import add_row, emit_report
+
+if TYPE_CHECKING:
+    from libreyolo_models.data.decode import ImageDecodeError
 
 
 def cpu_quota() -> str:
@@ -46,7 +50,7 @@ def per_image_ms(fn: Callable[[Path], object], paths: list[Path]) -> float:
     return best
 
 
-def handed_over_or_packed(paths: list[Path], imgsz: int, threads: int, rounds: int) -> dict[bool, float]:
+def handed_over_or_packed(paths: list[Path | ImageDecodeError], imgsz: int, threads: int, rounds: int) -> dict[bool, float]:
     """Median images/s of ``decode_files(resize_on_host=False)`` with each frame copied into a
     reused buffer, with the reduced decodes handed over as PIL holds them and packed (the two
     arms taking turns)."""
@@ -64,7 +68,7 @@ def handed_over_or_packed(paths: list[Path], imgsz: int, threads: int, rounds: i
     try:
         for _ in range(rounds):
             for arm in (True, False):
-                decode.rgbx_view = handed_over if arm else (lambda image: None)  # type: ignore[assignment]
+                decode.rgbx_view = handed_over if arm else (lambda image: None)
                 started = time.perf_counter()
                 for frame in decode_files(paths, workers=threads, shrink_to=imgsz, resize_on_host=False):
                     pixels = host_tensors([frame.image])[0]

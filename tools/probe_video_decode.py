@@ -6,7 +6,11 @@ predict then converts every kept frame to an RGB array (``VideoFrame.to_ndarray(
 FFmpeg's swscale on the calling thread), on CUDA it takes the planar yuv420p array and converts on
 the GPU (``predict.planar``). This reads the frames per second of the decode alone, of the decode
 with each of those, and with a conversion scaled to the letterbox in the same swscale pass, on the
-bench's 1080p pan over a photograph (``predict_media.write_video``) or a video you name.
+bench's 1080p pan over a photograph (``predict_media.write_video``) or a video you name; and,
+since predict's prefetch work read 424 frames/s where the decode alone read 899 (H200 machine),
+what keeping decoded frames alive costs the decoder (predict holds each frame until its
+``Results`` go: ``predict.planar``), with and without the copy of the planes into a batch buffer
+(pinned on a CUDA machine). The arms take turns, ``--rounds`` times; the table gives the median.
 
     python tools/probe_video_decode.py --seconds 10 --out video-decode.md
     python tools/probe_video_decode.py --seconds 30 --predict     # and predict's own stages (GPU)
@@ -20,9 +24,11 @@ with ``gpu_decode=False`` (RGB on the host), and its per-phase means: which stag
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import tempfile
 import time
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -31,20 +37,58 @@ from predict_media import write_video
 from report import add_row, emit_report, log
 
 
-def frames_per_second(path: Path, convert: Callable[[Any], object]) -> float:
+def frames_per_second(path: Path, convert: Callable[[Any], object], hold: int = 0) -> float:
+    """Decode ``path`` as predict does, calling ``convert`` on every frame and keeping the last
+    ``hold`` results alive (decoded frames, when ``convert`` returns them)."""
     import av
 
     container = av.open(str(path))
+    kept: deque[object] = deque(maxlen=max(hold, 1))
     try:
         stream = container.streams.video[0]
         stream.thread_type = "AUTO"
         started, frames = time.perf_counter(), 0
         for frame in container.decode(stream):
-            convert(frame)
+            result = convert(frame)
+            if hold:
+                kept.append(result)
             frames += 1
         return frames / (time.perf_counter() - started)
     finally:
         container.close()
+
+
+def batch_buffer(path: Path, batch: int) -> Any:
+    """A ``[batch, H * 3 / 2, W, 1]`` uint8 buffer for ``path``'s planes, pinned where CUDA is."""
+    import av
+    import torch
+
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        height, width = stream.codec_context.height, stream.codec_context.width
+    return torch.empty(batch, height * 3 // 2, width, 1, dtype=torch.uint8, pin_memory=torch.cuda.is_available())
+
+
+def copy_planes(buffer: Any, keep_copy: bool = False) -> Callable[[Any], object]:
+    """A ``convert`` that copies each frame's planes into the next row of ``buffer`` (as predict's
+    staging does) and returns the frame (for ``hold``), or with ``keep_copy`` a copy of that row
+    (the planes kept in memory of their own, the decoder's frame let go)."""
+    import numpy as np
+
+    from libreyolo_models.predict.planar import planar_frame
+
+    rows = [row.numpy() for row in buffer]
+    count = 0
+
+    def convert(frame: Any) -> object:
+        nonlocal count
+        planar, row = planar_frame(frame), rows[count % len(rows)]
+        count += 1
+        if planar is not None:
+            planar.copy_into(row)
+        return np.array(row) if keep_copy else frame
+
+    return convert
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seconds", type=int, default=10, help="length of the generated video")
     p.add_argument("--imgsz", type=int, default=640)
     p.add_argument("--batch", type=int, default=32, help="predict's batch (--predict)")
+    p.add_argument("--rounds", type=int, default=3, help="turns of the host arms")
     p.add_argument("--predict", action="store_true", help="also predict's stages and predict end to end (CUDA)")
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args(argv)
@@ -69,15 +114,30 @@ def main(argv: list[str] | None = None) -> int:
         s = args.imgsz / max(w, h)
         return frame.reformat(width=round(w * s) // 2 * 2, height=round(h * s) // 2 * 2, format="rgb24").to_ndarray()
 
-    arms: list[tuple[str, Callable[[Any], object]]] = [
-        ("decode alone", lambda f: None),
-        ("decode + RGB array at full size (predict off CUDA)", lambda f: f.to_ndarray(format="rgb24")),
-        (f"decode + RGB array scaled to {args.imgsz} in the same swscale pass", scaled),
-        ("decode + planar YUV array (predict on CUDA, converted there)", lambda f: f.to_ndarray(format="yuv420p")),
+    buffer = batch_buffer(path, args.batch)
+    held = 3 * args.batch  # predict's batches in flight: the one on the device and two prefetched
+    arms: list[tuple[str, Callable[[Any], object], int]] = [
+        ("decode alone", lambda f: None, 0),
+        ("decode + RGB array at full size (predict off CUDA)", lambda f: f.to_ndarray(format="rgb24"), 0),
+        (f"decode + RGB array scaled to {args.imgsz} in the same swscale pass", scaled, 0),
+        ("decode + planar YUV array (predict on CUDA, converted there)", lambda f: f.to_ndarray(format="yuv420p"), 0),
+        (f"decode, the last {args.batch} frames kept alive", lambda f: f, args.batch),
+        (f"decode, the last {held} frames kept alive", lambda f: f, held),
+        (f"decode + planes copied into a {'pinned ' if buffer.is_pinned() else ''}batch buffer, frames let go",
+         copy_planes(buffer), 0),
+        (f"decode + planes copied into that buffer, the last {held} frames kept alive (predict)",
+         copy_planes(buffer), held),
+        (f"decode + planes copied into that buffer and from it into an array; frames let go, the last {held} "
+         "arrays kept alive", copy_planes(buffer, keep_copy=True), held),
     ]
-    lines = [f"# Video frames per second on the host ({path.name})", "", "| pipeline | frames/s |", "|---|---:|"]
-    for name, convert in arms:
-        add_row(lines, f"| {name} | {frames_per_second(path, convert):.0f} |")
+    rates: dict[str, list[float]] = {name: [] for name, _, _ in arms}
+    for _ in range(args.rounds):
+        for name, convert, hold in arms:
+            rates[name].append(frames_per_second(path, convert, hold))
+    lines = [f"# Video frames per second on the host ({path.name}; arms taking turns, median of {args.rounds})", "",
+             "| pipeline | frames/s | rounds |", "|---|---:|---|"]
+    for name, values in rates.items():
+        add_row(lines, f"| {name} | {statistics.median(values):.0f} | {', '.join(f'{v:.0f}' for v in values)} |")
     if args.predict:
         predict_stages(path, args, lines)
     emit_report(lines, args.out)
