@@ -14,12 +14,13 @@ import pytest
 import torch
 from PIL import Image
 
+from libreyolo_models.data import pil_memory
 from libreyolo_models.data.pil_memory import rgbx_view
 from libreyolo_models.predict.predictor import FrameBatch, Predictor
 from libreyolo_models.predict.staging import Slot
 
-arrow = pytest.mark.skipif(not hasattr(Image.Image, "__arrow_c_array__"),
-                           reason="this Pillow exports no Arrow arrays (before 11.2): predict packs the pixels")
+arrow = pytest.mark.skipif(not pil_memory._exports_safely(), reason="this Pillow's Arrow export is missing or unsafe "
+                                                         "(before 11.3, or padded rows): predict packs the pixels")
 
 
 def _jpeg_draft() -> Image.Image:
@@ -58,8 +59,24 @@ def test_nothing_without_a_copy_is_none(monkeypatch: pytest.MonkeyPatch) -> None
     finally:
         Image.core.set_block_size(block)
     assert rgbx_view(spread) is None
-    monkeypatch.delattr(Image.Image, "__arrow_c_array__")  # an older Pillow
+    monkeypatch.setattr(pil_memory, "_exports_safely", lambda: False)  # Pillow 11.2 (leaks), or padded rows
     assert rgbx_view(Image.new("RGB", (8, 8))) is None
+    monkeypatch.undo()
+    monkeypatch.delattr(Image.Image, "__arrow_c_array__")  # Pillow before 11.2
+    assert rgbx_view(Image.new("RGB", (8, 8))) is None
+
+
+def test_only_a_pillow_that_exports_safely_hands_its_memory_over(monkeypatch: pytest.MonkeyPatch) -> None:
+    """11.2's export leaks every picture; rows padded to an alignment are exported as if packed."""
+    import PIL
+
+    monkeypatch.setattr(PIL, "__version__", "11.2.1")
+    assert not pil_memory._exports_safely()
+    monkeypatch.setattr(PIL, "__version__", "11.3.0")
+    monkeypatch.setattr(Image.core, "get_alignment", lambda: 64, raising=False)
+    assert not pil_memory._exports_safely()
+    monkeypatch.setattr(Image.core, "get_alignment", lambda: 1, raising=False)
+    assert pil_memory._exports_safely()
 
 
 def test_predict_uploads_a_staged_batch_at_once_and_drops_the_padding_byte() -> None:
@@ -100,8 +117,9 @@ def test_on_cuda_the_letterbox_gets_each_pictures_reduced_decode_whether_staged_
 
     monkeypatch.setattr(letterbox_images, "letterbox_pixels", recording)
     model = LibreYOLO9(size="t", nc=3, imgsz=64)
-    model([str(p) for p in paths[:2]], batch=2, device=0, verbose=False)    # one buffer
-    model([str(p) for p in paths], batch=3, device=0, verbose=False)        # mixed sizes
+    # gpu_decode=False: with TorchCodec these JPEGs would decode on the GPU, at full size
+    model([str(p) for p in paths[:2]], batch=2, device=0, gpu_decode=False, verbose=False)    # one buffer
+    model([str(p) for p in paths], batch=3, device=0, gpu_decode=False, verbose=False)        # mixed sizes
     expected = [torch.from_numpy(read_image_for(p, 64, resize=False).pixels[..., :3].copy()) for p in paths]
     assert [len(s) for s in seen] == [2, 3]
     for images in seen:

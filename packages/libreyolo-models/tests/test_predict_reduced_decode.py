@@ -13,6 +13,7 @@ import torch
 from PIL import Image
 
 from libreyolo_models import LibreYOLO9
+from libreyolo_models.data import pil_memory
 from libreyolo_models.data.decode import read_image_file
 from libreyolo_models.data.image_cache import decode_image
 from libreyolo_models.data.image_files import read_image_for
@@ -95,7 +96,7 @@ def test_left_for_the_device_the_reduced_decode_keeps_its_dct_size_and_letterbox
         assert cached.shape[0] <= shrunk.pixels.shape[0] < orig[0] and cached.shape[1] <= shrunk.pixels.shape[1] < orig[1]
         assert np.array_equal(shrunk.full(), read_image_file(files[key])[0])
         # PIL's memory as it holds it (RGB and a padding byte), where the installed Pillow can hand it over
-        assert shrunk.pixels.shape[2] == (4 if hasattr(Image.Image, "__arrow_c_array__") else 3)
+        assert shrunk.pixels.shape[2] == (4 if pil_memory._exports_safely() else 3)
     (frame,) = list(open_source(str(files["big"]), shrink_to=IMGSZ, resize_on_host=False).frames)
     assert frame.image.shape[:2] == read_image_for(files["big"], IMGSZ, resize=False).pixels.shape[:2] != (36, 64)
     x, (info,) = letterbox_batch([torch.from_numpy(frame.image[..., :3].copy())], IMGSZ, orig_shapes=[frame.orig_shape])

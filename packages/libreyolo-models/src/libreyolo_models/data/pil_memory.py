@@ -8,12 +8,15 @@ pinned batch buffer, and can drop the padding byte on the device; so there it ta
 bytes as they are (``rgbx_view``): one contiguous copy into pinned memory (0.04 ms for the same
 picture) replaces the packing and the extra copy.
 
-The memory is reached through the Arrow C data interface, which Pillow exports from 11.2 on
+The memory is reached through the Arrow C data interface, which Pillow exports
 (``Image.__arrow_c_array__``): a stable, published ABI, read here with ``ctypes`` rather than
 taking on pyarrow. The exported array holds a reference on the image's memory until it is
 released, and the returned array holds the export: the pixels stay valid after the image is
-closed and until the array is garbage. Anything else (an older Pillow, another mode, a picture
-PIL split over several memory blocks) returns None and the caller packs as before.
+closed and until the array is garbage. Only from Pillow 11.3 (11.2's export never gave back one
+of its references: every exported picture leaked) and only with rows packed end to end (Pillow
+before 13 exported padded rows, ``PILLOW_ALIGNMENT``, as if they were packed). Anything else (an
+older Pillow, another mode, a picture PIL split over several memory blocks) returns None and the
+caller packs as before.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import ctypes
 from typing import Any
 
 import numpy as np
+import PIL
 from PIL import Image
 
 _FIXED_LIST_OF_4 = b"+w:4"   # Arrow format: a fixed-size list of 4 ...
@@ -49,9 +53,21 @@ _ArrowArray._fields_ = [
     ("children", ctypes.POINTER(ctypes.POINTER(_ArrowArray))), ("dictionary", ctypes.POINTER(_ArrowArray)),
     ("release", ctypes.c_void_p), ("private_data", ctypes.c_void_p)]
 
-_capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
-_capsule_pointer.restype = ctypes.c_void_p
-_capsule_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+# A prototype of our own: ``ctypes.pythonapi.PyCapsule_GetPointer`` is one object shared by the
+# whole process, whose restype another library may set (a c_int would cut the pointer).
+_capsule_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
+    ("PyCapsule_GetPointer", ctypes.pythonapi))
+_MIN_PILLOW = (11, 3)
+
+
+def _exports_safely() -> bool:
+    """Pillow 11.3 or later (no leak) with rows packed end to end (no alignment padding; asked on
+    every call, as anyone may change it)."""
+    try:
+        version = tuple(int(part) for part in PIL.__version__.split(".")[:2])
+        return version >= _MIN_PILLOW and Image.core.get_alignment() == 1
+    except (AttributeError, ValueError):
+        return False
 
 
 class _Export:
@@ -67,11 +83,11 @@ def rgbx_view(image: Image.Image) -> np.ndarray | None:
     """``uint8 [H, W, 4]`` (R, G, B, padding) read-only over ``image``'s loaded pixels, or None
     when they cannot be had without a copy (see the module docstring)."""
     export = getattr(image, "__arrow_c_array__", None)
-    if image.mode != "RGB" or export is None:
+    if image.mode != "RGB" or export is None or not _exports_safely():
         return None
     try:
         capsules = export()
-    except (ValueError, OSError):  # several memory blocks (a very large picture), or nothing loaded
+    except Exception:  # noqa: BLE001 - several memory blocks (a very large picture), padded rows, no memory: pack
         return None
     schema = _ArrowSchema.from_address(_capsule_pointer(capsules[0], b"arrow_schema"))
     array = _ArrowArray.from_address(_capsule_pointer(capsules[1], b"arrow_array"))

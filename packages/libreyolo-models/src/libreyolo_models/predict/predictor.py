@@ -328,7 +328,8 @@ class Predictor:
         A reduced decode handed over as PIL holds it, RGB and a padding byte
         (``data.image_files.ShrunkImage``), loses the padding there."""
         device, pixels = self.model.device, batch.pixels
-        if batch.slot is not None and all(p.device.type == "cpu" for p in pixels):
+        if (batch.slot is not None and batch.slot.key[0] == len(batch.frames)
+                and all(p.device.type == "cpu" for p in pixels)):  # the buffer's rows are the batch's frames
             rows = batch.slot.buffer.to(device, non_blocking=True)
             if rows.shape[-1] == 4:
                 rows = rows[..., :3].contiguous()
