@@ -388,7 +388,10 @@ def report(results: dict[str, dict[str, Any]], net_rows: list[str], notes: list[
     photos = args.set == "photos"
     folder_kind = "photographs: 720p, 1080p and portrait 1080x1920" if photos else "synthetic 1280x720"
     video_kind = "1080p30 (a pan over a photograph)" if photos else "720p30 (synthetic)"
-    lines = [f"## Predict end to end ({datetime.date.today()}, {gpu}, torch {torch.__version__})", "",
+    import PIL
+
+    lines = [f"## Predict end to end ({datetime.date.today()}, {gpu}, torch {torch.__version__}, "
+             f"Pillow {PIL.__version__})", "",
              f"YOLOv9-{args.size} random weights, imgsz {args.imgsz}, conf {args.conf}; image: batch 1, median of "
              f"{args.reps}; folder: {args.images} JPEGs ({folder_kind}) at batch {args.batch}; video: {args.video_s} s "
              f"{video_kind} at batch {args.batch}.", "",
