@@ -12,8 +12,12 @@ each, median of ``--reps``, the two alternating) in three states of one process:
 2. after ``--predicts`` one-image predicts (ours, defaults);
 3. after a folder predict at batch 32 (decoding threads or processes).
 
-For each it prints the Python threads alive; at the end, the host time per ATen operator
-(``torch.profiler``, five calls) of each side.
+For each it prints the Python threads alive; at the end, per side, the host time per ATen
+operator (``torch.profiler``, five calls) and, on CUDA, the device time per operator, the kernel
+launches and the device's busy time a call. A third side, ours with its grouped convolutions
+written as dense ones (block-diagonal weights, the same sums), tells whether the box branch's
+``groups=4`` 3x3 convolutions (upstream's, which Ultralytics' YOLOv9-t head does not have) are
+where our eager forward loses to the peer's.
 
     PYTHONPATH=... python tools/probe_eager_host.py --out probe-eager-host.md
 """
@@ -48,13 +52,42 @@ def peer_net(device: torch.device) -> torch.nn.Module | None:
     return copy.deepcopy(YOLO("yolov9t.yaml").model).fuse().eval().to(device)
 
 
-def op_table(fn: Callable[[], Any], rows: int) -> str:
+def op_table(fn: Callable[[], Any], rows: int, cuda: bool) -> list[str]:
+    """Five calls under ``torch.profiler``: host time per operator; on CUDA also device time per
+    operator and a line of totals a call (kernel launches, device busy time)."""
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
+    activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])]
+    with profile(activities=activities) as prof:
         for _ in range(5):
             fn()
-    return prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=rows)
+        if cuda:
+            torch.cuda.synchronize()
+    averages = prof.key_averages()
+    out = ["```", averages.table(sort_by="self_cpu_time_total", row_limit=rows), "```"]
+    if cuda:
+        launches = sum(e.count for e in averages if e.key in ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC"))
+        busy_ms = sum(getattr(e, "self_device_time_total", 0.0) for e in averages) / 1e3 / 5
+        out = [f"kernel launches a call: {launches / 5:.0f}; device busy {busy_ms:.3f} ms a call", "", *out,
+               "```", averages.table(sort_by="self_cuda_time_total", row_limit=rows), "```"]
+    return out
+
+
+def dense_grouped(net: torch.nn.Module) -> torch.nn.Module:
+    """A copy of ``net`` whose grouped convolutions are dense ones with block-diagonal weights:
+    the same sums (the added products are exact zeros), one ordinary convolution each."""
+    dense = copy.deepcopy(net)
+    for module in dense.modules():
+        if isinstance(module, torch.nn.Conv2d) and module.groups > 1:
+            out_c, in_per_group = module.weight.shape[:2]
+            groups, per_out = module.groups, module.weight.shape[0] // module.groups
+            weight = module.weight.new_zeros(out_c, in_per_group * groups, *module.weight.shape[2:])
+            for g in range(groups):
+                rows, cols = slice(g * per_out, (g + 1) * per_out), slice(g * in_per_group, (g + 1) * in_per_group)
+                weight[rows, cols] = module.weight.detach()[rows]
+            module.weight = torch.nn.Parameter(weight, requires_grad=False)
+            module.groups, module.in_channels = 1, in_per_group * groups
+    return dense
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -72,7 +105,14 @@ def main(argv: list[str] | None = None) -> int:
     fused = model.fused_net()
     x = torch.rand(1, 3, 640, 640, device=device)
     peer = peer_net(device)
-    sides: dict[str, Callable[[], Any]] = {"ours": lambda: model.inference_forward(x, fused)}
+    dense = dense_grouped(fused)
+    with torch.inference_mode():
+        grouped, written_dense = model.inference_forward(x, fused), model.inference_forward(x, dense)
+        assert isinstance(grouped, torch.Tensor) and isinstance(written_dense, torch.Tensor)
+        gap = (grouped - written_dense).abs().max().item()
+    log(f"grouped convolutions written dense: outputs within {gap:.2e} of the grouped network's")
+    sides: dict[str, Callable[[], Any]] = {"ours": lambda: model.inference_forward(x, fused),
+                                           "ours, grouped convs dense": lambda: model.inference_forward(x, dense)}
     if peer is not None:
         sides["ultralytics"] = lambda: peer(x)
 
@@ -109,10 +149,10 @@ def main(argv: list[str] | None = None) -> int:
         for _ in model.predict(str(folder), batch=32, stream=True, device=str(device)):
             pass
         measure("after a folder predict at batch 32")
-    lines += ["", "Host time by operator, after the three states, five calls each:", ""]
+    lines += ["", "By operator, after the three states, five calls each (host time; on CUDA then device time):", ""]
     with torch.inference_mode():
         for side, fn in sides.items():
-            lines += [f"**{side}**", "", "```", op_table(fn, 14), "```", ""]
+            lines += [f"**{side}**", "", *op_table(fn, 14, device.type == "cuda"), ""]
     emit_report(lines, args.out)
     return 0
 
