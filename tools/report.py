@@ -23,8 +23,13 @@ def side_by_side_env(parts: int) -> dict[str, str]:
     return env
 
 
+_STARTED = time.monotonic()
+
+
 def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
+    """``message`` on stderr, after the seconds since the tool started (where a timed-out GPU
+    call's time went shows in its log)."""
+    print(f"[{time.monotonic() - _STARTED:6.1f} s] {message}", file=sys.stderr, flush=True)
 
 
 def add_row(lines: list[str], row: str) -> None:
