@@ -58,15 +58,15 @@ def frames_per_second(path: Path, convert: Callable[[Any], object], hold: int = 
         container.close()
 
 
-def batch_buffer(path: Path, batch: int) -> Any:
-    """A ``[batch, H * 3 / 2, W, 1]`` uint8 buffer for ``path``'s planes, pinned where CUDA is."""
+def batch_buffer(path: Path, batch: int, pinned: bool) -> Any:
+    """A ``[batch, H * 3 / 2, W, 1]`` uint8 buffer for ``path``'s planes (``pinned``: page-locked)."""
     import av
     import torch
 
     with av.open(str(path)) as container:
         stream = container.streams.video[0]
         height, width = stream.codec_context.height, stream.codec_context.width
-    return torch.empty(batch, height * 3 // 2, width, 1, dtype=torch.uint8, pin_memory=torch.cuda.is_available())
+    return torch.empty(batch, height * 3 // 2, width, 1, dtype=torch.uint8, pin_memory=pinned)
 
 
 def copy_planes(buffer: Any, keep_copy: bool = False) -> Callable[[Any], object]:
@@ -114,7 +114,9 @@ def main(argv: list[str] | None = None) -> int:
         s = args.imgsz / max(w, h)
         return frame.reformat(width=round(w * s) // 2 * 2, height=round(h * s) // 2 * 2, format="rgb24").to_ndarray()
 
-    buffer = batch_buffer(path, args.batch)
+    import torch
+
+    buffer = batch_buffer(path, args.batch, pinned=torch.cuda.is_available())
     held = 3 * args.batch  # predict's batches in flight: the one on the device and two prefetched
     arms: list[tuple[str, Callable[[Any], object], int]] = [
         ("decode alone", lambda f: None, 0),
@@ -130,6 +132,9 @@ def main(argv: list[str] | None = None) -> int:
         (f"decode + planes copied into that buffer and from it into an array; frames let go, the last {held} "
          "arrays kept alive", copy_planes(buffer, keep_copy=True), held),
     ]
+    if buffer.is_pinned():  # is writing into page-locked memory what costs?
+        arms.append(("decode + planes copied into a pageable batch buffer, frames let go",
+                     copy_planes(batch_buffer(path, args.batch, pinned=False)), 0))
     rates: dict[str, list[float]] = {name: [] for name, _, _ in arms}
     for _ in range(args.rounds):
         for name, convert, hold in arms:
