@@ -148,10 +148,26 @@ def run_ours(arm: str, args: argparse.Namespace, image: Path, folder: Path | Non
     out["peak_mib"] = torch.cuda.max_memory_allocated() / 2**20
     out["reserved_mib"] = torch.cuda.max_memory_reserved() / 2**20
     out["pool_mib"] = sum(g["pool_bytes"] or 0 for g in model.graph_info()["graphs"]) / 2**20
+    if options.get("cuda_graph") or options.get("compile"):
+        out["boxes_vs_eager"] = boxes_against_eager(model, image, options)
     model.release_graphs()
     del model
     torch.cuda.empty_cache()
     return out
+
+
+def boxes_against_eager(model: LibreYOLO, image: Path, options: dict[str, Any]) -> str:
+    """Whether ``options``' boxes for ``image`` equal those of the same options uncaptured and
+    uncompiled (the acceptance's "every arm's boxes equal eager's"), at conf 0 so that the
+    random network's boxes are there to compare (its class scores sit at the prior)."""
+    kept = {**options, "conf": 0.0}
+    (ours,) = model.predict(image, **kept)
+    (eager,) = model.predict(image, **{**kept, "cuda_graph": False, "compile": False})
+    a, b = ours.boxes.data.cpu(), eager.boxes.data.cpu()
+    if a.shape == b.shape and torch.equal(a, b):
+        return f"identical ({len(a)} boxes)"
+    gap = float((a - b).abs().max()) if a.shape == b.shape else float("nan")
+    return f"DIFFER: {len(a)} against {len(b)} boxes, largest difference {gap:.3g}"
 
 
 def peer_predictor(args: argparse.Namespace) -> tuple[Callable[[Path], Any] | None, str]:
@@ -526,6 +542,9 @@ def main(argv: list[str] | None = None) -> int:
                 results[key] = run_ours(arm, args, image, folder, video)
                 if "video_error" in results[key]:
                     notes.append(f"{arm}: video scenario failed: {results[key]['video_error']}")
+                if "boxes_vs_eager" in results[key]:
+                    notes.append(f"{arm}: the batch-1 image's boxes (conf 0) against the same options "
+                                 f"uncaptured: {results[key]['boxes_vs_eager']}")
             except Exception as err:  # noqa: BLE001 - one arm's failure is reported, the others still run
                 notes.append(f"{arm} failed: {type(err).__name__}: {str(err)[:300]}")
         else:
