@@ -63,7 +63,9 @@ class Frame:
     """One decoded input on its way to the network.
 
     Attributes:
-        image: RGB uint8 ``[H, W, 3]``.
+        image: RGB uint8 ``[H, W, 3]``; a reduced decode left for the device (``full`` set, predict
+            on CUDA) may be ``[H, W, 4]``, RGB and PIL's padding byte (``data.pil_memory``), which
+            ``Predictor._upload`` drops on the device.
         source: where it came from (see the module docstring).
         frame: index within a video or stream; None for a still image.
         name: file name used when saving (a path or a label with a suffix).
