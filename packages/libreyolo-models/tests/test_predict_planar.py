@@ -98,6 +98,41 @@ def test_the_device_conversion_stays_within_swscales_rounding_and_orig_img_is_th
             assert diff.max() <= 2 and diff.mean() < 1.0, (diff.max(), diff.mean())
 
 
+@pytest.mark.parametrize("colour", [(1, 0), (1, 1), (2, 2), (1, 2), (5, 1), (6, 0)],
+                         ids=["bt709", "bt709-video-range", "bt601-full-range", "bt709-full-range", "bt470bg",
+                              "smpte170m"])
+def test_a_tagged_frame_converts_with_its_tags_as_swscale_does(tmp_path, colour) -> None:
+    """A frame's colorspace and color_range tags choose swscale's conversion (BT.709 against the
+    untagged BT.601 moved these pixels by up to 24 grey levels, full range by 34): the device
+    conversion follows them, and a pickled frame's ``orig_img`` keeps them."""
+    import pickle
+
+    with av.open(str(write_video(tmp_path / "clip.mp4", (48, 64)))) as container:
+        frames = list(container.decode(container.streams.video[0]))
+    for frame in frames:
+        frame.colorspace, frame.color_range = colour
+        planar = planar_frame(frame)
+        assert planar is not None and planar.colour == colour
+        host = frame.to_ndarray(format="rgb24")
+        out = planar_to_rgb(torch.from_numpy(planar.planes), planar.orig_shape, planar.colour).numpy()
+        diff = np.abs(out.astype(np.int16) - host.astype(np.int16))
+        assert diff.max() <= 2 and diff.mean() < 1.0, (diff.max(), diff.mean())
+        assert np.array_equal(pickle.loads(pickle.dumps(planar)).full(), host)
+    untagged = planar_to_rgb(torch.from_numpy(planar.planes), planar.orig_shape).numpy()
+    if colour[0] == 1 or colour[1] == 2:  # a different conversion indeed
+        assert np.abs(untagged.astype(np.int16) - host.astype(np.int16)).max() > 2
+
+
+def test_frames_tagged_with_a_matrix_it_does_not_follow_convert_on_the_host(tmp_path) -> None:
+    with av.open(str(write_video(tmp_path / "clip.mp4", (48, 64)))) as container:
+        frame = next(container.decode(container.streams.video[0]))
+    for colorspace in (4, 7, 9):  # FCC, SMPTE 240M, BT.2020
+        frame.colorspace = colorspace
+        assert planar_frame(frame) is None
+    frame.colorspace, frame.color_range = 2, 0
+    assert planar_frame(frame) is not None
+
+
 def test_only_yuv420p_frames_stay_planar(tmp_path) -> None:
     kept = [image for image, _, _ in iter_video(str(write_video(tmp_path / "a.mp4", (48, 64))), source="a",
                                                  planar=True)]

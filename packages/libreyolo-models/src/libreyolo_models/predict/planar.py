@@ -11,12 +11,13 @@ swscale call on the same decoded frame as before, only when something reads it. 
 machine, 1080p frames went through predict at 371/s converting on the host and 504/s this way,
 half+fuse+graph, one 10-s video, one process: ``probe_video_decode.py --predict``, 2026-12-05.)
 
-What changes for a user: the network's pixels. swscale's conversion (BT.601 coefficients, video
-range, each chroma sample covering its 2 x 2 pixels, results truncated: what PyAV applies when a
-stream does not say otherwise) is rebuilt here in float32; on the bench's 1080p video the two
-differ by 2 grey levels at most, 0.67 on average, before the letterbox averages them further.
-Other pixel formats (full-range ``yuvj420p``, 4:2:2, 10-bit) and odd frame sizes convert on the
-host as before.
+What changes for a user: the network's pixels. swscale's conversion (the colour matrix and range
+the frame is tagged with, BT.601 in video range when it says nothing; each chroma sample covering
+its 2 x 2 pixels; results truncated) is rebuilt here in float32; on the bench's 1080p video the two
+differ by 2 grey levels at most, 0.67 on average, before the letterbox averages them further. The
+tags followed are BT.601 (and unspecified) and BT.709, video or full range; frames tagged otherwise
+(FCC, SMPTE 240M, BT.2020), other pixel formats (``yuvj420p``, 4:2:2, 10-bit) and odd frame sizes
+convert on the host as before.
 """
 
 from __future__ import annotations
@@ -31,12 +32,16 @@ from torch import Tensor
 PLANAR_FORMAT = "yuv420p"
 """The pixel format left planar; every other one is converted to RGB on the host."""
 
-# BT.601 in video range (Y 16-235, chroma 16-240), scaled to 0-255 RGB.
-_Y_SCALE = 255.0 / 219.0
-_R_FROM_V = 1.402 * 255.0 / 224.0
-_G_FROM_U = 0.344136 * 255.0 / 224.0
-_G_FROM_V = 0.714136 * 255.0 / 224.0
-_B_FROM_U = 1.772 * 255.0 / 224.0
+# The conversion swscale makes of a frame (PyAV's to_ndarray("rgb24") hands it the frame's tags):
+# its colour matrix by the colorspace tag, as (V to R, U to G, V to G, U to B), and the range by
+# the color_range tag. Unspecified and the BT.601 family take BT.601, as swscale does; frames tagged
+# otherwise (FCC, SMPTE 240M, BT.2020, RGB) convert on the host.
+_BT601 = (1.402, 0.344136, 0.714136, 1.772)
+_BT709 = (1.5748, 0.1873, 0.4681, 1.8556)
+_MATRICES = {1: _BT709, 2: _BT601, 5: _BT601, 6: _BT601}  # AVColorSpace: BT709, UNSPECIFIED, BT470BG, SMPTE170M
+_FULL_RANGE = {0: False, 1: False, 2: True}  # AVColorRange: UNSPECIFIED and MPEG (video range), JPEG (full)
+UNTAGGED = (2, 0)
+"""``(colorspace, color_range)`` of a frame that says nothing: BT.601 in video range."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -48,10 +53,13 @@ class PlanarFrame:
             pinned batch buffer: ``copy_into``), or the planes already as an array (``planes``'
             layout; what a pickled frame becomes).
         orig_shape: the frame's ``(H, W)``.
+        colour: the frame's ``(colorspace, color_range)`` tags (FFmpeg's numbers), which choose
+            the conversion (``planar_to_rgb``) as they choose swscale's.
     """
 
     frame: Any
     orig_shape: tuple[int, int]
+    colour: tuple[int, int] = UNTAGGED
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -92,39 +100,52 @@ class PlanarFrame:
         if isinstance(self.frame, np.ndarray):
             import av
 
-            return av.VideoFrame.from_ndarray(self.frame, format=PLANAR_FORMAT).to_ndarray(format="rgb24")
+            frame = av.VideoFrame.from_ndarray(self.frame, format=PLANAR_FORMAT)
+            if self.colour != UNTAGGED:  # (a PyAV without the tags only ever makes untagged frames)
+                frame.colorspace, frame.color_range = self.colour
+            return frame.to_ndarray(format="rgb24")
         return self.frame.to_ndarray(format="rgb24")
 
     def __reduce__(self) -> tuple[Any, ...]:
-        """Pickled as its planes (a decoder's frame does not pickle)."""
-        return PlanarFrame, (self.planes, self.orig_shape)
+        """Pickled as its planes and tags (a decoder's frame does not pickle)."""
+        return PlanarFrame, (self.planes, self.orig_shape, self.colour)
 
 
 def planar_frame(frame: Any) -> PlanarFrame | None:
     """A decoded PyAV frame kept planar, or None where it converts on the host (another pixel
-    format, an odd width or height, which 4:2:0 chroma cannot split evenly, or planes stored
-    bottom-up, which ``copy_into`` does not read)."""
+    format, an odd width or height, which 4:2:0 chroma cannot split evenly, planes stored
+    bottom-up, which ``copy_into`` does not read, or colour tags ``planar_to_rgb`` does not follow)."""
     height, width = frame.height, frame.width
     if frame.format.name != PLANAR_FORMAT or height % 2 or width % 2:
         return None
     if any(plane.line_size <= 0 for plane in frame.planes):
         return None
-    return PlanarFrame(frame, (height, width))
+    colour = (int(getattr(frame, "colorspace", UNTAGGED[0])), int(getattr(frame, "color_range", UNTAGGED[1])))
+    if colour[0] not in _MATRICES or colour[1] not in _FULL_RANGE:
+        return None
+    return PlanarFrame(frame, (height, width), colour)
 
 
-def planar_to_rgb(planes: Tensor, shape: tuple[int, int]) -> Tensor:
+def planar_to_rgb(planes: Tensor, shape: tuple[int, int], colour: tuple[int, int] = UNTAGGED) -> Tensor:
     """``uint8`` yuv420p planes (``[H * 3 / 2, W]``, or with a trailing dimension of 1, or a batch of
     them: ``[N, H * 3 / 2, W(, 1)]``) -> RGB ``uint8 [(N,) H, W, 3]`` on the planes' device, as swscale
-    converts them (see the module docstring). A batch costs the kernels of one frame."""
+    converts them with the frames' ``colour`` tags (``PlanarFrame.colour``; see the module
+    docstring). A batch costs the kernels of one frame."""
     height, width = shape
+    v_r, u_g, v_g, u_b = _MATRICES[colour[0]]
+    if _FULL_RANGE[colour[1]]:  # Y and chroma over 0-255
+        y_offset, y_scale = 0.0, 1.0
+    else:  # Y 16-235, chroma 16-240, stretched to 0-255
+        y_offset, y_scale = 16.0, 255.0 / 219.0
+        v_r, u_g, v_g, u_b = (k * 255.0 / 224.0 for k in (v_r, u_g, v_g, u_b))
     batched = planes.dim() == 4 or (planes.dim() == 3 and planes.shape[-1] != 1)
     flat = planes.reshape(-1, height * 3 // 2, width)
     chroma = flat[:, height:].reshape(-1, 2, height // 2, width // 2)  # U then V, contiguous after Y
-    luma = (flat[:, :height].float() - 16.0) * _Y_SCALE
+    luma = (flat[:, :height].float() - y_offset) * y_scale
     u, v = (chroma.float() - 128.0).repeat_interleave(2, 2).repeat_interleave(2, 3).unbind(1)
-    rgb = torch.stack((luma + _R_FROM_V * v, luma - _G_FROM_U * u - _G_FROM_V * v, luma + _B_FROM_U * u), dim=-1)
+    rgb = torch.stack((luma + v_r * v, luma - u_g * u - v_g * v, luma + u_b * u), dim=-1)
     out = rgb.floor_().clamp_(0.0, 255.0).to(torch.uint8)
     return out if batched else out[0]
 
 
-__all__ = ["PLANAR_FORMAT", "PlanarFrame", "planar_frame", "planar_to_rgb"]
+__all__ = ["PLANAR_FORMAT", "UNTAGGED", "PlanarFrame", "planar_frame", "planar_to_rgb"]

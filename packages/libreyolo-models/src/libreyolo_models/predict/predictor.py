@@ -308,18 +308,18 @@ class Predictor:
         a batch staged in one pinned buffer (a video's frames) in one upload and a few conversions
         of ``PLANAR_CHUNK`` frames each, any other frame by itself."""
         device, frames = self.model.device, batch.frames
-        shapes = {f.planar.orig_shape if f.planar is not None else None for f in frames}
-        if batch.slot is not None and len(shapes) == 1 and None not in shapes:
+        kinds = {(f.planar.orig_shape, f.planar.colour) if f.planar is not None else None for f in frames}
+        if batch.slot is not None and len(kinds) == 1 and None not in kinds:
             planes = batch.slot.buffer.to(device, non_blocking=True)
-            shape = frames[0].orig_shape
-            rgb = torch.cat([planar_to_rgb(planes[i:i + PLANAR_CHUNK], shape)
+            ((shape, colour),) = kinds  # type: ignore[misc]
+            rgb = torch.cat([planar_to_rgb(planes[i:i + PLANAR_CHUNK], shape, colour)
                              for i in range(0, len(frames), PLANAR_CHUNK)])
             return FrameBatch(frames, list(rgb.unbind(0)), batch.decode_ms, batch.slot)
         pixels = list(batch.pixels)
         for i, frame in enumerate(frames):
             if frame.planar is not None:
                 planes = pixels[i].to(device, non_blocking=True)
-                pixels[i] = planar_to_rgb(planes, frame.planar.orig_shape)
+                pixels[i] = planar_to_rgb(planes, frame.planar.orig_shape, frame.planar.colour)
         return FrameBatch(frames, pixels, batch.decode_ms, batch.slot)
 
     def _upload(self, batch: FrameBatch) -> FrameBatch:
