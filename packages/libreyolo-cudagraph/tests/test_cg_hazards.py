@@ -34,6 +34,8 @@ def _helper(x: torch.Tensor) -> torch.Tensor:
     return (x * 2).relu()
 
 
+@pytest.mark.skipif(not hasattr(torch.compiler, "set_stance"),
+                    reason="torch before 2.6: the scan cannot keep a compiled call compiled (no set_stance)")
 def test_a_compiled_call_stays_compiled_after_the_scan() -> None:
     """Scanning a ``torch.compile``'d call must not turn it eager for good: on torch 2.11 Dynamo,
     meeting the scan's dispatch mode, marked the compiled frame to run as Python from then on (and

@@ -33,6 +33,17 @@ def test_modes_are_checked_before_any_work() -> None:
     PredictConfig(compile="reduce-overhead")  # alone it is compile's own business
 
 
+def test_compile_with_cuda_graph_asks_for_the_torch_whose_dynamo_survives_the_capture_scan(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before torch 2.6 (no ``torch.compiler.set_stance``) the operator scan before a capture would
+    leave the compiled function uncompiled for good: said up front, not found out as slow calls."""
+    monkeypatch.delattr(torch.compiler, "set_stance", raising=False)
+    with pytest.raises(ConfigError, match="needs torch 2.6 or later.*compile= or cuda_graph= alone"):
+        PredictConfig(compile=True, cuda_graph=True)
+    PredictConfig(compile=True)  # either alone is fine
+    PredictConfig(cuda_graph=True)
+
+
 class FakeCompile:
     """Stands in for ``torch.compile``: records each call and returns the function, or one that
     raises what a failing backend raises."""

@@ -75,7 +75,10 @@ def scan_for_silent_ops(call: Callable[[], Any]) -> str | None:
 def _compiled_calls_eager() -> contextlib.AbstractContextManager[Any]:
     """Compiled functions run as plain Python inside this block (``torch.compiler.set_stance
     ("force_eager")``, torch 2.6 on; process-wide while it lasts), and Dynamo leaves their cached
-    frames as they were. Nothing to do when Dynamo was never imported (nothing is compiled)."""
+    frames as they were. Nothing to do when Dynamo was never imported (nothing is compiled).
+    Before torch 2.6 there is no stance to set: a compiled function the scan meets is left to run
+    eagerly from then on (Dynamo's own choice under a dispatch mode); results stay right, the
+    compile is lost, so capture a compiled call on torch 2.6 or later."""
     if "torch._dynamo" not in sys.modules:
         return contextlib.nullcontext()
     import torch

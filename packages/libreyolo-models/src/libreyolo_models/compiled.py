@@ -51,6 +51,15 @@ def compile_mode(request: CompileRequest, cuda_graph: object = False) -> str | N
         raise ConfigError(f"compile={mode!r} records CUDA graphs of its own, which cannot be captured inside "
                           f"cuda_graph={cuda_graph!r}; use compile=True (Inductor's kernels, replayed by our graph) "
                           f"or leave cuda_graph=False")
+    if cuda_graph is not False:
+        import torch
+
+        if not hasattr(torch.compiler, "set_stance"):  # torch 2.6 on (libreyolo_cudagraph.hazards)
+            raise ConfigError(
+                f"compile={request!r} with cuda_graph={cuda_graph!r} needs torch 2.6 or later (this is torch "
+                f"{torch.__version__}): before a capture the call runs once under a dispatch mode that looks for "
+                "operators that replay wrong, and older Dynamo stops compiling a function that meets one; "
+                "upgrade torch, or pass compile= or cuda_graph= alone")
     return mode
 
 
