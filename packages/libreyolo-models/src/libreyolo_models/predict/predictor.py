@@ -330,17 +330,9 @@ class Predictor:
         device, pixels = self.model.device, batch.pixels
         if (batch.slot is not None and batch.slot.key[0] == len(batch.frames)
                 and all(p.device.type == "cpu" for p in pixels)):  # the buffer's rows are the batch's frames
-            rows = batch.slot.buffer.to(device, non_blocking=True)
-            if rows.shape[-1] == 4:
-                rows = rows[..., :3].contiguous()
+            rows = _unpadded(batch.slot.buffer.to(device, non_blocking=True))
             return FrameBatch(batch.frames, list(rows.unbind(0)), batch.decode_ms, batch.slot)
-        uploaded = []
-        for p in pixels:
-            if p.device.type == "cpu":
-                p = p.to(device, non_blocking=True)
-                if p.shape[-1] == 4:
-                    p = p[..., :3].contiguous()
-            uploaded.append(p)
+        uploaded = [_unpadded(p.to(device, non_blocking=True)) if p.device.type == "cpu" else p for p in pixels]
         return FrameBatch(batch.frames, uploaded, batch.decode_ms, batch.slot)
 
     def _decode_on_device(self, batch: FrameBatch) -> FrameBatch:
@@ -384,6 +376,11 @@ class Predictor:
         if self.cfg.verbose:
             where = res.source if res.frame is None else f"{res.source} frame {res.frame}"
             log.info("%s: %s (%.1f ms)", where, res.summary(), res.speed.get("inference", 0.0))
+
+
+def _unpadded(pixels: Tensor) -> Tensor:
+    """``[..., 3]`` RGB of pixels that may carry PIL's padding byte (``[..., 4]``), contiguous."""
+    return pixels[..., :3].contiguous() if pixels.shape[-1] == 4 else pixels
 
 
 def pad_rows(x: Tensor, rows: int) -> Tensor:
