@@ -98,6 +98,11 @@ def test_the_device_conversion_stays_within_swscales_rounding_and_orig_img_is_th
             assert diff.max() <= 2 and diff.mean() < 1.0, (diff.max(), diff.mean())
 
 
+follows_tags = pytest.mark.skipif(int(av.__version__.split(".")[0]) < 17,
+                                  reason="PyAV before 17 converts every yuv420p frame as BT.601 in video range")
+
+
+@follows_tags
 @pytest.mark.parametrize("colour", [(1, 0), (1, 1), (2, 2), (1, 2), (5, 1), (6, 0)],
                          ids=["bt709", "bt709-video-range", "bt601-full-range", "bt709-full-range", "bt470bg",
                               "smpte170m"])
@@ -123,14 +128,51 @@ def test_a_tagged_frame_converts_with_its_tags_as_swscale_does(tmp_path, colour)
         assert np.abs(untagged.astype(np.int16) - host.astype(np.int16)).max() > 2
 
 
+@follows_tags
 def test_frames_tagged_with_a_matrix_it_does_not_follow_convert_on_the_host(tmp_path) -> None:
     with av.open(str(write_video(tmp_path / "clip.mp4", (48, 64)))) as container:
         frame = next(container.decode(container.streams.video[0]))
-    for colorspace in (4, 7, 9):  # FCC, SMPTE 240M, BT.2020
-        frame.colorspace = colorspace
+    for colorspace in (0, 3, 4, 7, 8, 9, 10):  # RGB, reserved, FCC, SMPTE 240M, YCgCo, BT.2020
+        frame.colorspace, frame.color_range = colorspace, 0
         assert planar_frame(frame) is None
+    frame.colorspace, frame.color_range = 2, 3  # no such range
+    assert planar_frame(frame) is None
     frame.colorspace, frame.color_range = 2, 0
     assert planar_frame(frame) is not None
+
+
+def test_before_pyav_17_every_frame_is_taken_as_untagged_as_the_host_conversion_takes_it(
+        tmp_path, monkeypatch) -> None:
+    from libreyolo_models.predict import planar
+
+    monkeypatch.setattr(planar, "_host_follows_tags", lambda: False)
+    with av.open(str(write_video(tmp_path / "clip.mp4", (48, 64)))) as container:
+        frame = next(container.decode(container.streams.video[0]))
+    frame.colorspace, frame.color_range = 9, 2  # BT.2020, full range: ignored there
+    kept = planar_frame(frame)
+    assert kept is not None and kept.colour == planar.UNTAGGED
+
+
+def test_a_batch_of_frames_with_different_tags_converts_each_with_its_own(tmp_path) -> None:
+    """One pinned buffer holding frames of two tags (two videos in one batch): each converts with
+    its own (``Predictor._planar_to_rgb`` on a model on the CPU)."""
+    from types import SimpleNamespace
+
+    from libreyolo_models.predict.predictor import FrameBatch, Predictor
+    from libreyolo_models.predict.staging import Slot
+    from libreyolo_models.predict.streams import Frame
+
+    with av.open(str(write_video(tmp_path / "clip.mp4", (48, 64)))) as container:
+        planes = next(container.decode(container.streams.video[0])).to_ndarray(format="yuv420p")
+    frames = [PlanarFrame(planes, (48, 64)), PlanarFrame(planes, (48, 64), (1, 2))]
+    buffer = torch.from_numpy(np.stack([planes, planes]))[..., None]
+    batch = FrameBatch([Frame(np.empty((0, 0, 3), np.uint8), "a", 0, "a", planar=f) for f in frames],
+                       list(buffer.unbind(0)), 1.0, Slot(buffer))
+    fake = SimpleNamespace(model=SimpleNamespace(device=torch.device("cpu")))
+    out = Predictor._planar_to_rgb(fake, batch)  # type: ignore[arg-type]
+    for pixels, frame in zip(out.pixels, frames):
+        assert torch.equal(pixels, planar_to_rgb(torch.from_numpy(planes), (48, 64), frame.colour))
+    assert not torch.equal(out.pixels[0], out.pixels[1])
 
 
 def test_only_yuv420p_frames_stay_planar(tmp_path) -> None:

@@ -15,13 +15,16 @@ What changes for a user: the network's pixels. swscale's conversion (the colour 
 the frame is tagged with, BT.601 in video range when it says nothing; each chroma sample covering
 its 2 x 2 pixels; results truncated) is rebuilt here in float32; on the bench's 1080p video the two
 differ by 2 grey levels at most, 0.67 on average, before the letterbox averages them further. The
-tags followed are BT.601 (and unspecified) and BT.709, video or full range; frames tagged otherwise
-(FCC, SMPTE 240M, BT.2020), other pixel formats (``yuvj420p``, 4:2:2, 10-bit) and odd frame sizes
-convert on the host as before.
+tags followed are BT.601 (and unspecified) and BT.709, video or full range (PyAV 17 on: before, its
+host conversion took every yuv420p frame as BT.601 in video range, and so does the device); frames
+tagged otherwise (FCC, SMPTE 240M, BT.2020), other pixel formats (``yuvj420p``, 4:2:2, 10-bit) and
+odd frame sizes convert on the host as before (a tag FFmpeg cannot convert at all fails there, as
+on the CPU).
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -101,7 +104,7 @@ class PlanarFrame:
             import av
 
             frame = av.VideoFrame.from_ndarray(self.frame, format=PLANAR_FORMAT)
-            if self.colour != UNTAGGED:  # (a PyAV without the tags only ever makes untagged frames)
+            if self.colour != UNTAGGED:  # tags only ever recorded where the host conversion follows them
                 frame.colorspace, frame.color_range = self.colour
             return frame.to_ndarray(format="rgb24")
         return self.frame.to_ndarray(format="rgb24")
@@ -120,10 +123,23 @@ def planar_frame(frame: Any) -> PlanarFrame | None:
         return None
     if any(plane.line_size <= 0 for plane in frame.planes):
         return None
-    colour = (int(getattr(frame, "colorspace", UNTAGGED[0])), int(getattr(frame, "color_range", UNTAGGED[1])))
+    colour = (int(frame.colorspace), int(frame.color_range)) if _host_follows_tags() else UNTAGGED
     if colour[0] not in _MATRICES or colour[1] not in _FULL_RANGE:
         return None
     return PlanarFrame(frame, (height, width), colour)
+
+
+@functools.cache
+def _host_follows_tags() -> bool:
+    """Whether PyAV's host conversion follows a frame's colour tags: from PyAV 17 (its
+    ``sws_scale_frame``); before, every yuv420p frame converted as BT.601 in video range, whatever
+    its tags, and so does the device then."""
+    import av
+
+    try:
+        return int(av.__version__.split(".")[0]) >= 17
+    except ValueError:
+        return True
 
 
 def planar_to_rgb(planes: Tensor, shape: tuple[int, int], colour: tuple[int, int] = UNTAGGED) -> Tensor:
