@@ -69,7 +69,7 @@ def op_table(fn: Callable[[], Any], rows: int, cuda: bool) -> list[str]:
         launches = sum(e.count for e in averages if e.key in ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC"))
         busy_ms = sum(getattr(e, "self_device_time_total", 0.0) for e in averages) / 1e3 / 5
         out = [f"kernel launches a call: {launches / 5:.0f}; device busy {busy_ms:.3f} ms a call", "", *out,
-               "```", averages.table(sort_by="self_cuda_time_total", row_limit=rows), "```"]
+               "```", averages.table(sort_by="self_device_time_total", row_limit=rows), "```"]
     return out
 
 
