@@ -81,13 +81,20 @@ def test_only_a_pillow_that_exports_safely_hands_its_memory_over(monkeypatch: py
 
 def test_predict_uploads_a_staged_batch_at_once_and_drops_the_padding_byte() -> None:
     """``Predictor._upload`` on a model on the CPU (on CUDA the copies are the uploads): a batch
-    staged in one buffer leaves as one tensor's rows, unpadded and contiguous; pictures staged one
-    by one leave one by one, a padded one unpadded, a three-channel one as it was."""
+    staged in one buffer leaves as one tensor's rows, unpadded; pictures staged one by one leave
+    one by one, a padded one unpadded, a three-channel one as it was; and the letterbox takes the
+    unpadded views as it takes contiguous pictures."""
+    from libreyolo_models.data.letterbox_images import letterbox_pixels
+
     fake = SimpleNamespace(model=SimpleNamespace(device=torch.device("cpu")))
     buffer = torch.arange(2 * 3 * 5 * 4, dtype=torch.uint8).reshape(2, 3, 5, 4)
     out = Predictor._upload(fake, FrameBatch([], list(buffer.unbind(0)), 1.0, Slot(buffer)))  # type: ignore[arg-type]
-    assert [tuple(p.shape) for p in out.pixels] == [(3, 5, 3)] * 2 and all(p.is_contiguous() for p in out.pixels)
+    assert [tuple(p.shape) for p in out.pixels] == [(3, 5, 3)] * 2
     assert all(torch.equal(p, buffer[i, ..., :3]) for i, p in enumerate(out.pixels))
+    for size in (5, 8):  # pasted as it is, and resized
+        views, _ = letterbox_pixels(out.pixels, size, [(3, 5)] * 2)
+        packed, _ = letterbox_pixels([p.contiguous() for p in out.pixels], size, [(3, 5)] * 2)
+        assert torch.equal(views, packed)
     plain = torch.zeros(2, 2, 3, dtype=torch.uint8)
     out = Predictor._upload(fake, FrameBatch([], [buffer[0], plain], 1.0))  # type: ignore[arg-type]
     assert torch.equal(out.pixels[0], buffer[0, ..., :3]) and out.pixels[1] is plain

@@ -379,8 +379,9 @@ class Predictor:
 
 
 def _unpadded(pixels: Tensor) -> Tensor:
-    """``[..., 3]`` RGB of pixels that may carry PIL's padding byte (``[..., 4]``), contiguous."""
-    return pixels[..., :3].contiguous() if pixels.shape[-1] == 4 else pixels
+    """``[..., 3]`` RGB of pixels that may carry PIL's padding byte (``[..., 4]``): a view, no
+    kernel (the letterbox's stack or paste reads it strided)."""
+    return pixels[..., :3] if pixels.shape[-1] == 4 else pixels
 
 
 def pad_rows(x: Tensor, rows: int) -> Tensor:
