@@ -87,6 +87,7 @@ def test_predict_uploads_a_staged_batch_at_once_and_drops_the_padding_byte() -> 
     from libreyolo_models.data.letterbox_images import letterbox_pixels
 
     fake = SimpleNamespace(model=SimpleNamespace(device=torch.device("cpu")))
+    fake._slot_on_device = lambda batch: Predictor._slot_on_device(fake, batch)  # type: ignore[arg-type]
     buffer = torch.arange(2 * 3 * 5 * 4, dtype=torch.uint8).reshape(2, 3, 5, 4)
     out = Predictor._upload(fake, FrameBatch([], list(buffer.unbind(0)), 1.0, Slot(buffer)))  # type: ignore[arg-type]
     assert [tuple(p.shape) for p in out.pixels] == [(3, 5, 3)] * 2

@@ -169,6 +169,7 @@ def test_a_batch_of_frames_with_different_tags_converts_each_with_its_own(tmp_pa
     batch = FrameBatch([Frame(np.empty((0, 0, 3), np.uint8), "a", 0, "a", planar=f) for f in frames],
                        list(buffer.unbind(0)), 1.0, Slot(buffer))
     fake = SimpleNamespace(model=SimpleNamespace(device=torch.device("cpu")))
+    fake._slot_on_device = lambda batch: Predictor._slot_on_device(fake, batch)  # type: ignore[arg-type]
     out = Predictor._planar_to_rgb(fake, batch)  # type: ignore[arg-type]
     for pixels, frame in zip(out.pixels, frames):
         assert torch.equal(pixels, planar_to_rgb(torch.from_numpy(planes), (48, 64), frame.colour))

@@ -309,8 +309,8 @@ class Predictor:
         of ``PLANAR_CHUNK`` frames each, any other frame by itself."""
         device, frames = self.model.device, batch.frames
         kinds = {(f.planar.orig_shape, f.planar.colour) if f.planar is not None else None for f in frames}
-        if batch.slot is not None and len(kinds) == 1 and None not in kinds:
-            planes = batch.slot.buffer.to(device, non_blocking=True)
+        planes = self._slot_on_device(batch) if len(kinds) == 1 and None not in kinds else None
+        if planes is not None:
             ((shape, colour),) = kinds  # type: ignore[misc]
             rgb = torch.cat([planar_to_rgb(planes[i:i + PLANAR_CHUNK], shape, colour)
                              for i in range(0, len(frames), PLANAR_CHUNK)])
@@ -327,13 +327,20 @@ class Predictor:
         buffer (one image, a folder of same-size photos) in one copy, any other picture by itself.
         A reduced decode handed over as PIL holds it, RGB and a padding byte
         (``data.image_files.ShrunkImage``), loses the padding there."""
-        device, pixels = self.model.device, batch.pixels
-        if (batch.slot is not None and batch.slot.key[0] == len(batch.frames)
-                and all(p.device.type == "cpu" for p in pixels)):  # the buffer's rows are the batch's frames
-            rows = _unpadded(batch.slot.buffer.to(device, non_blocking=True))
-            return FrameBatch(batch.frames, list(rows.unbind(0)), batch.decode_ms, batch.slot)
-        uploaded = [_unpadded(p.to(device, non_blocking=True)) if p.device.type == "cpu" else p for p in pixels]
+        rows = self._slot_on_device(batch)
+        if rows is not None:
+            return FrameBatch(batch.frames, list(_unpadded(rows).unbind(0)), batch.decode_ms, batch.slot)
+        device = self.model.device
+        uploaded = [_unpadded(p.to(device, non_blocking=True)) if p.device.type == "cpu" else p for p in batch.pixels]
         return FrameBatch(batch.frames, uploaded, batch.decode_ms, batch.slot)
+
+    def _slot_on_device(self, batch: FrameBatch) -> Tensor | None:
+        """The batch's pinned buffer uploaded in one copy, when its rows are the batch's frames,
+        in order, still on the host; else None (uploaded picture by picture)."""
+        slot = batch.slot
+        if slot is None or slot.key[0] != len(batch.frames) or any(p.device.type != "cpu" for p in batch.pixels):
+            return None
+        return slot.buffer.to(self.model.device, non_blocking=True)
 
     def _decode_on_device(self, batch: FrameBatch) -> FrameBatch:
         """``batch`` with its encoded JPEGs decoded on the model's device in one call; a file that
