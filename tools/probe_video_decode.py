@@ -18,7 +18,8 @@ what keeping decoded frames alive costs the decoder (predict holds each frame un
 ``--predict`` (CUDA) adds predict's stages on the same video, each alone: the prefetch thread's
 work (decode, planes, the copy into pinned batch buffers: ``predict.predictor._batches``) on the
 calling thread, then ``predict(stream=True)`` end to end, graphed, with the frames on the GPU and
-with ``gpu_decode=False`` (RGB on the host), and its per-phase means: which stage sets the rate.
+with ``gpu_decode=False`` (RGB on the host), and its per-phase means: which stage sets the rate;
+each also with the decoding on a thread of its own (``predictor.DECODE_AHEAD``) and without.
 """
 
 from __future__ import annotations
@@ -234,38 +235,54 @@ def predict_stages(path: Path, args: argparse.Namespace, lines: list[str]) -> No
         return
     from bench_predict import fresh_model, phase_means
 
+    from libreyolo_models.predict import predictor
     from libreyolo_models.predict.predictor import _batches
+    from libreyolo_models.predict.prefetch import Prefetcher
     from libreyolo_models.predict.staging import PinnedStaging
     from libreyolo_models.predict.streams import open_source
 
     stream = torch.cuda.current_stream()  # starts CUDA, which the first pinned buffer would otherwise time
 
-    def prefetch_rate(planar: bool, staging: PinnedStaging) -> float:
+    def prefetch_rate(planar: bool, staging: PinnedStaging, ahead: bool = False) -> float:
         started, frames = time.perf_counter(), 0
-        for batch in _batches(open_source(str(path), shrink_to=args.imgsz, planar_video=planar).frames, args.batch,
-                              staging=staging):
+        decoded = open_source(str(path), shrink_to=args.imgsz, planar_video=planar).frames
+        if ahead:  # as predict does on CUDA (predictor.DECODE_AHEAD): decoding on a thread of its own
+            decoded = iter(Prefetcher(decoded, depth=args.batch))
+        for batch in _batches(decoded, args.batch, staging=staging):
             frames += len(batch.frames)
             if batch.slot is not None:
                 staging.release(batch.slot, stream)
         return frames / (time.perf_counter() - started)
 
-    for planar in (True, False):
+    for planar, ahead in ((True, False), (True, True), (False, False), (False, True)):
         staging = PinnedStaging(4)
-        prefetch_rate(planar, staging)  # pins the ring's buffers, fills the page cache
-        rate = prefetch_rate(planar, staging)
+        prefetch_rate(planar, staging, ahead)  # pins the ring's buffers, fills the page cache
+        rate = prefetch_rate(planar, staging, ahead)
         add_row(lines, f"| predict's prefetch work alone ({'planes' if planar else 'RGB'}, pinned batches of "
-                       f"{args.batch}) | {rate:.0f} |")
+                       f"{args.batch}, {'decoding on a thread of its own' if ahead else 'one thread'}) | {rate:.0f} |")
     model = fresh_model("t", args.imgsz)
+    arms: tuple[tuple[str, dict[str, Any], bool], ...] = (("frames to the GPU as planes", {}, True),
+            ("frames to the GPU as planes, decoding on the prefetch thread (DECODE_AHEAD off)", {}, False),
+            ("RGB on the host (gpu_decode=False)", {"gpu_decode": False}, True))
+    for _name, options, _ in arms:  # capture, cuDNN, page cache
+        phase_means(model.predict(str(path), device=0, imgsz=args.imgsz, batch=args.batch, stream=True,
+                                  cuda_graph=True, half=True, fuse=True, **options))
+    rates: dict[str, list[float]] = {name: [] for name, _, _ in arms}
+    means_of: dict[str, dict[str, float]] = {}
+    for _ in range(args.rounds):  # the arms take turns
+        for name, options, ahead in arms:
+            predictor.DECODE_AHEAD = ahead
+            started = time.perf_counter()
+            n, means_of[name] = phase_means(model.predict(str(path), device=0, imgsz=args.imgsz, batch=args.batch,
+                                                          stream=True, cuda_graph=True, half=True, fuse=True, **options))
+            rates[name].append(n / (time.perf_counter() - started))
+    predictor.DECODE_AHEAD = True
     phases = []
-    for name, options in (("frames to the GPU as planes", {}), ("RGB on the host (gpu_decode=False)", {"gpu_decode": False})):
-        opts = {"device": 0, "imgsz": args.imgsz, "batch": args.batch, "stream": True, "cuda_graph": True,
-                "half": True, "fuse": True, **options}
-        phase_means(model.predict(str(path), **opts))  # capture, cuDNN, page cache
-        started = time.perf_counter()
-        n, means = phase_means(model.predict(str(path), **opts))
-        add_row(lines, f"| predict end to end, half+fuse+graph, {name} | {n / (time.perf_counter() - started):.0f} |")
-        phases.append(f"| {name} | " + " | ".join(f"{means[k]:.3f}" for k in ("decode", "preprocess", "inference",
-                                                                               "postprocess")) + " |")
+    for name, values in rates.items():
+        add_row(lines, f"| predict end to end, half+fuse+graph, {name} | {statistics.median(values):.0f} | "
+                       f"{', '.join(f'{v:.0f}' for v in values)} |")
+        phases.append(f"| {name} | " + " | ".join(f"{means_of[name][k]:.3f}" for k in ("decode", "preprocess",
+                                                                                      "inference", "postprocess")) + " |")
     lines += ["", "Predict's per-phase means (ms a frame; decode: the prefetch thread's time and the device's "
                   "conversion):", "", "| predict | decode | preprocess | network | postprocess |", "|---|---:|---:|---:|---:|",
               *phases]

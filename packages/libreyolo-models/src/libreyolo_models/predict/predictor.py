@@ -4,7 +4,8 @@ post-processing -> the task's ``Results``, one batch at a time.
 Where each step runs, and why:
 
 - decoding (and pinning, on CUDA) happens on a prefetch thread, ``PREFETCH_BATCHES`` batches
-  ahead, so the next batch decodes while this one is on the GPU (``predict.prefetch``); the
+  ahead, so the next batch decodes while this one is on the GPU (``predict.prefetch``); on CUDA
+  a video file decodes on a thread of its own, a batch ahead of the one that pins (``DECODE_AHEAD``); the
   first batch decodes on the caller's thread (nothing to overlap yet: a one-image call pays no
   thread hop); JPEG files, on CUDA with TorchCodec installed, are only read there and decode on
   the GPU at the start of their batch, all in one call (``predict.gpu_jpeg``);
@@ -59,6 +60,11 @@ log = logging.getLogger(__name__)
 
 PREFETCH_BATCHES = 2
 """Batches decoded ahead of the one on the device (bounds the memory a long source holds)."""
+DECODE_AHEAD = True
+"""On CUDA, a video file's frames decode on a thread of their own, up to a batch ahead of the
+prefetch thread, which copies them into the pinned batch buffers. FFmpeg's decoding threads work
+only while their caller asks for frames, so on one thread the decoder idled while each batch was
+copied (32 1080p frames: about 100 MB). Costs the memory of up to one batch of decoded frames."""
 PLANAR_CHUNK = 4
 """Video frames converted to RGB on the device per call (``predict.planar``): a 1080p frame's
 float32 intermediates take about 50 MB, so a batch of 32 at once would hold 1.6 GB."""
@@ -195,7 +201,7 @@ class Predictor:
         # Pinned batch buffers, reused: in flight are the batch on the device, the prefetched
         # ones and the one being filled.
         self._staging = PinnedStaging(PREFETCH_BATCHES + 2) if device.type == "cuda" else None
-        source = _batches(plan.frames, self.cfg.batch, staging=self._staging)
+        source = _batches(self._frames(plan), self.cfg.batch, staging=self._staging)
         batches = Prefetcher(source, depth=PREFETCH_BATCHES)
         try:
             # The first batch decodes here: nothing runs yet that it could overlap, and a thread
@@ -302,6 +308,13 @@ class Predictor:
             self._emit(res, frame)
             results.append(res)
         return results
+
+    def _frames(self, plan: SourcePlan) -> Iterator[Frame]:
+        """``plan``'s frames, for ``_batches``: for one video file on CUDA, from a decoding thread
+        of their own (``DECODE_AHEAD``; ``_batches`` closing this closes the thread and the video)."""
+        if not (DECODE_AHEAD and self._staging is not None and plan.one_video and self.cfg.batch > 1):
+            return plan.frames
+        return iter(Prefetcher(plan.frames, depth=self.cfg.batch, name="libreyolo-decode"))
 
     def _planar_to_rgb(self, batch: FrameBatch) -> FrameBatch:
         """``batch`` with its planar video frames uploaded and converted to RGB on the model's device:

@@ -104,6 +104,7 @@ class SourcePlan:
     frames: Iterator[Frame]
     is_live: bool  # a camera or network stream: no end
     count: int | None = None  # how many frames at most, when known before decoding (image files)
+    one_video: bool = False  # one video file: its frames come from one decoder, one after another
 
 
 def open_source(source: object, *, vid_stride: int = 1, report: SourceReport | None = None,
@@ -143,7 +144,7 @@ def open_source(source: object, *, vid_stride: int = 1, report: SourceReport | N
         raise SourceError(f"video {str(source)!r} does not exist")
     live = any(_special(item) == "live" for item in items)
     return SourcePlan(_each(items, vid_stride, report, labelled=isinstance(source, list | tuple), planar=planar_video),
-                      is_live=live)
+                      is_live=live, one_video=not isinstance(source, list | tuple) and _special(source) == "video")
 
 
 def _special(item: object) -> str | None:
