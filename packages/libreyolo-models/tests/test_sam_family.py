@@ -97,9 +97,11 @@ def test_a_bare_official_state_dict_loads_by_family(tiny: SamArch, tmp_path: Pat
 
 def test_forward_and_decoder_match_the_official_code() -> None:
     """Encoder and prompt decoding against vectors the official code wrote with the same weights
-    (``sam_numerics``). Given upstream's normalised input the encoder is bit for bit upstream's;
-    through our own normalisation of [0, 1] pixels (``(x / 255 - m) / s`` rather than upstream's
-    ``(x - 255 m) / (255 s)``) the embedding moves by float32 rounding, amplified to ~2e-5."""
+    (``sam_numerics``). Given upstream's normalised input the encoder is upstream's to within the
+    CPU's float32 kernels (bit for bit on the CPU that wrote the vectors; 1.3e-5 apart on one with
+    AMX and AVX512-FP16, whose matmul kernels sum in another order); through our own normalisation
+    of [0, 1] pixels (``(x / 255 - m) / s`` rather than upstream's ``(x - 255 m) / (255 s)``) the
+    embedding moves by float32 rounding, amplified to ~2e-5."""
     ref = np.load(VECTORS)
     net = Sam(SamArch(WIDTH, DEPTH, HEADS, GLOBAL, grid=SIDE // 16), IMAGENET_MEAN, IMAGENET_STD).eval()
     net.load_state_dict(fill_state(net.state_dict()))
@@ -111,7 +113,7 @@ def test_forward_and_decoder_match_the_official_code() -> None:
     ours = torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1).expand(1, 3, SIDE, SIDE).clone()
     ours[:, :, :h, :w] = pixels / 255
     with torch.inference_mode():
-        np.testing.assert_array_equal(net.image_encoder(upstream).numpy(), ref["embedding"])
+        np.testing.assert_allclose(net.image_encoder(upstream).numpy(), ref["embedding"], atol=5e-5, rtol=0)
         np.testing.assert_allclose(net(ours).numpy(), ref["embedding"], atol=1e-4, rtol=0)
         embedding = torch.from_numpy(ref["embedding"])
         points = (torch.tensor([[[40.0, 50.0], [200.0, 100.0]]]), torch.tensor([[1, 0]]))
