@@ -1,7 +1,7 @@
 """A video file's frames decode on a thread of their own on CUDA (``predictor.DECODE_AHEAD``):
 the frames arrive in order and from that thread, closing early closes the video, an error
-reaches the consumer where it happened, and only one video file on a pinning (CUDA) predictor
-with batches of more than one frame takes that path. The CUDA predict tests of video run through
+reaches the consumer where it happened (after a batch of the frames decoded before it), and only
+one video file on a pinning (CUDA) predictor with batches of more than one frame takes that path. The CUDA predict tests of video run through
 it end to end (``test_predict_planar``)."""
 
 from __future__ import annotations
@@ -15,7 +15,9 @@ import numpy as np
 import pytest
 
 from libreyolo_models.predict import predictor
-from libreyolo_models.predict.predictor import Predictor
+from libreyolo_models.predict.predictor import Predictor, _batches
+from libreyolo_models.predict.prefetch import Prefetcher
+from libreyolo_models.predict.staging import host_tensors
 from libreyolo_models.predict.streams import Frame, SourcePlan, open_source
 
 
@@ -63,6 +65,36 @@ def test_a_decoding_error_reaches_the_consumer_after_the_frames_before_it() -> N
         for f in ahead(SourcePlan(frames(10, log, fail_at=5), is_live=False, one_video=True)):
             got.append(f.frame)
     assert got == [0, 1, 2, 3, 4]
+
+
+class HostStaging:
+    """Stands in for the pinned ring on the CPU: ``_batches`` stages through it as on CUDA."""
+
+    def __init__(self) -> None:
+        self.staged: list[int] = []
+
+    def stage(self, images):  # noqa: ANN001, ANN201
+        self.staged.append(len(images))
+        return host_tensors(list(images)), None
+
+
+@pytest.mark.parametrize("ahead_on", [True, False], ids=["decode-ahead", "one-thread"])
+def test_through_the_batching_thread_every_frame_before_an_error_is_delivered(ahead_on: bool) -> None:
+    """As ``Predictor.stream`` chains them (decoding thread, then the batching and pinning thread):
+    batches in order, the last one partial, and with an error at frame 9 the frames 8 before it
+    still arrive in a batch of their own before the error (they were dropped before)."""
+    staging = HostStaging()
+    log: dict[str, object] = {}
+    plan = SourcePlan(frames(11, log), is_live=False, one_video=ahead_on)
+    got = [[f.frame for f in batch.frames] for batch in Prefetcher(_batches(ahead(plan), 4, staging=staging))]
+    assert got == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10]] and staging.staged == [4, 4, 3] and log["closed"]
+    log = {}
+    plan = SourcePlan(frames(11, log, fail_at=9), is_live=False, one_video=ahead_on)
+    got = []
+    with pytest.raises(RuntimeError, match="corrupt packet at frame 9"):
+        for batch in Prefetcher(_batches(ahead(plan), 4, staging=staging)):
+            got.append([f.frame for f in batch.frames])
+    assert got == [[0, 1, 2, 3], [4, 5, 6, 7], [8]] and log["closed"]
 
 
 @pytest.mark.parametrize("case", ["cpu", "batch-1", "not-one-video", "switched-off"])

@@ -64,7 +64,10 @@ DECODE_AHEAD = True
 """On CUDA, a video file's frames decode on a thread of their own, up to a batch ahead of the
 prefetch thread, which copies them into the pinned batch buffers. FFmpeg's decoding threads work
 only while their caller asks for frames, so on one thread the decoder idled while each batch was
-copied (32 1080p frames: about 100 MB). Costs the memory of up to one batch of decoded frames."""
+copied (32 1080p frames: about 100 MB). Costs the memory of up to one batch and one frame of
+decoded frames (the queue, and the frame the thread holds while the queue is full). A batch's
+``decode`` time is then what the prefetch thread waited for frames, plus the copy: the decoding
+that overlapped the previous batch is not in it."""
 PLANAR_CHUNK = 4
 """Video frames converted to RGB on the device per call (``predict.planar``): a 1080p frame's
 float32 intermediates take about 50 MB, so a batch of 32 at once would hold 1.6 GB."""
@@ -73,7 +76,8 @@ float32 intermediates take about 50 MB, so a batch of 32 at once would hold 1.6 
 @dataclass
 class FrameBatch:
     """Frames decoded on the prefetch thread, with their pixels as (pinned) uint8 tensors;
-    ``slot``: the pinned batch buffer holding them, to release once their upload is queued."""
+    ``decode_ms``: the prefetch thread's time on them (see ``DECODE_AHEAD``); ``slot``: the pinned
+    batch buffer holding them, to release once their upload is queued."""
 
     frames: list[Frame]
     pixels: list[Tensor]
@@ -86,12 +90,20 @@ def _batches(frames: Iterator[Frame], size: int, *, staging: PinnedStaging | Non
     """Group frames into batches (runs on the prefetch thread, which also closes the source);
     with ``staging`` (CUDA) their pixels land in pinned memory, for asynchronous uploads. A frame
     left encoded (``Frame.encoded``) has no pixels yet: ``run_batch`` decodes it on the device; a
-    planar one (``Frame.planar``) travels as its yuv420p planes, which ``run_batch`` converts there."""
+    planar one (``Frame.planar``) travels as its yuv420p planes, which ``run_batch`` converts there.
+    A decoding error ends the frames after the batch of those decoded before it."""
     try:
         while True:
             started = time.perf_counter()
-            chunk = list(islice(frames, size))
+            chunk: list[Frame] = []
+            failure: Exception | None = None
+            try:
+                chunk.extend(islice(frames, size))
+            except Exception as err:  # noqa: BLE001 - raised again once the frames before it are out
+                failure = err
             if not chunk:
+                if failure is not None:
+                    raise failure
                 return
             slot = None
             if staging is not None and all(f.encoded is None for f in chunk):
@@ -99,6 +111,8 @@ def _batches(frames: Iterator[Frame], size: int, *, staging: PinnedStaging | Non
             else:  # on the CPU, or some frames still encoded (their pixels: empty, run_batch decodes them)
                 pixels = host_tensors([f.planar.planes[..., None] if f.planar is not None else f.image for f in chunk])
             yield FrameBatch(chunk, pixels, (time.perf_counter() - started) * 1e3, slot)
+            if failure is not None:  # the frames decoded before the error went out first
+                raise failure
     finally:
         close = getattr(frames, "close", None)
         if close is not None:
