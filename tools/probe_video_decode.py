@@ -264,17 +264,20 @@ def predict_stages(path: Path, args: argparse.Namespace, lines: list[str]) -> No
     arms: tuple[tuple[str, dict[str, Any], bool], ...] = (("frames to the GPU as planes", {}, True),
             ("frames to the GPU as planes, decoding on the prefetch thread (DECODE_AHEAD off)", {}, False),
             ("RGB on the host (gpu_decode=False)", {"gpu_decode": False}, True))
+
+    def predict(options: dict[str, Any]) -> tuple[int, dict[str, float]]:
+        return phase_means(model.predict(str(path), device=0, imgsz=args.imgsz, batch=args.batch, stream=True,
+                                         cuda_graph=True, half=True, fuse=True, **options))
+
     for _name, options, _ in arms:  # capture, cuDNN, page cache
-        phase_means(model.predict(str(path), device=0, imgsz=args.imgsz, batch=args.batch, stream=True,
-                                  cuda_graph=True, half=True, fuse=True, **options))
+        predict(options)
     rates: dict[str, list[float]] = {name: [] for name, _, _ in arms}
     means_of: dict[str, dict[str, float]] = {}
     for _ in range(args.rounds):  # the arms take turns
         for name, options, ahead in arms:
             predictor.DECODE_AHEAD = ahead
             started = time.perf_counter()
-            n, means_of[name] = phase_means(model.predict(str(path), device=0, imgsz=args.imgsz, batch=args.batch,
-                                                          stream=True, cuda_graph=True, half=True, fuse=True, **options))
+            n, means_of[name] = predict(options)
             rates[name].append(n / (time.perf_counter() - started))
     predictor.DECODE_AHEAD = True
     phases = []
