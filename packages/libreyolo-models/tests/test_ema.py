@@ -63,3 +63,17 @@ def test_the_divergence_check_and_the_load_warning_leave_inf_masks_alone() -> No
     state["anchors"][0] = float("nan")  # a NaN is divergence even in a mask
     state["conv.weight"].fill_(float("inf"))
     assert nonfinite_entries(state, masks) == ["anchors", "conv.weight"]
+
+
+def test_the_norm_screen_names_every_bad_tensor_and_passes_finite_values_whose_norm_overflows() -> None:
+    """``nonfinite_entries`` screens with one norm per tensor; a norm can overflow on finite values
+    (fp32 above ~1e19 squared, fp16 summing past 65504), and those must not be flagged."""
+    from libreyolo_models.checkpoint import all_norms_finite, nonfinite_entries
+
+    state = {"a": torch.randn(50), "big32": torch.full((4,), 1e30), "big16": torch.full((400,), 6e4).half(),
+             "bf": torch.randn(7).bfloat16(), "steps": torch.tensor(3), "empty": torch.empty(0)}
+    assert not all_norms_finite([state["big32"]]) and not all_norms_finite([state["big16"]])  # overflowed
+    assert nonfinite_entries(state) == []  # ...yet nothing is flagged
+    assert all_norms_finite([state["a"], state["bf"]]) and all_norms_finite([])
+    state["a"][7], state["bf"][0], state["big16"][1] = float("nan"), float("-inf"), float("inf")
+    assert nonfinite_entries(state) == ["a", "big16", "bf"]

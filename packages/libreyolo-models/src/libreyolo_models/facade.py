@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,7 +32,7 @@ from .handle import ModelHandle
 from .job_guard import JobGuard
 from .runtime import RuntimeNetwork, is_exported
 from .settings import PredictConfig
-from .zoo.building import resolve_source
+from .zoo.building import rebuild_source, resolve_source
 
 if TYPE_CHECKING:
     from .benchmark import BenchmarkResult
@@ -267,6 +268,17 @@ class LibreYOLO:
         self._replace(handle, f"new weights loaded from {handle.ckpt_path}")
         return self
 
+    def _take_kept(self, ckpt: dict[str, Any]) -> None:
+        """Load a checkpoint held in memory (``train(save=False)``'s best weights) as ``load``
+        loads a file: same device, same fuse default, its record kept."""
+        device = self._model.device
+        handle = ModelHandle.from_source(replace(rebuild_source(ckpt, None), checkpoint=ckpt),
+                                         fuse_default=self._model.fuse_default)
+        handle.to(device)
+        self._replace(handle, "the best epoch's weights, kept in memory (save=False)")
+        log.info("model now holds the best epoch's weights (epoch %s; save=False wrote no file)",
+                 int(ckpt.get("epoch", -1)) + 1)
+
     def state_for_checkpoint(self, weights: dict[str, Tensor] | None = None) -> dict[str, Any]:
         return self._model.state_for_checkpoint(weights)
 
@@ -389,7 +401,8 @@ class LibreYOLO:
 
     def train(self, **options: Any) -> Any:
         """Train on ``data`` (see ``train.settings.TrainConfig``); the instance ends with the best
-        weights (or, when the run saved none, the last), on the device it was on.
+        epoch's EMA weights (the last epoch's without validation), on the device it was on: loaded
+        from ``best.pt``, or, with ``save=False``, from memory.
 
         One ``train()`` per model object at a time: a second one, and a predict, val, export or
         track of this object while it trains (from another thread), raise ``ModelBusyError``
@@ -405,7 +418,10 @@ class LibreYOLO:
                 outcome, trained = train_model(self._model, options)
                 self._replace(trained, "network rebuilt for training")
                 best = outcome.best or outcome.last
-                if best is not None and Path(best).is_file():
+                if outcome.kept is not None:  # save=False: best.pt's contents, in memory
+                    self._take_kept(outcome.kept)
+                    outcome.kept = None
+                elif best is not None and Path(best).is_file():
                     self.load(best)
                     log.info("model now holds the best weights: %s", best)
                 return outcome

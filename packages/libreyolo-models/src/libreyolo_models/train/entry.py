@@ -59,6 +59,11 @@ def train_model(model: ModelHandle, options: Mapping[str, Any]) -> tuple[TrainOu
             f"{model.spec.display_name} does not support device={plan.cfg.device!r} from model.train() "
             "(auto-spawn is not verified for this family). Run the same script under torchrun instead: "
             f"torchrun --nproc_per_node={plan.world_size} your_script.py")
+    if spawns and not plan.cfg.save:
+        raise ConfigError(
+            f"save=False with device={plan.cfg.device!r}: the trained weights come back from the spawned workers "
+            "only through best.pt, and save=False writes none. Keep save=True, or run the script under torchrun "
+            f"(torchrun --nproc_per_node={plan.world_size} your_script.py), where every process keeps its weights")
     model = initialize_from_seed(model, plan.cfg.seed)
     if plan.cfg.pretrained and resume is None:
         load_pretrained(model, plan.cfg.pretrained)

@@ -38,12 +38,15 @@ SINGLE_CLASS_NAME = "object"
 
 
 def check_fit_options(cfg: TrainConfig) -> None:
-    """The values of ``fraction``, ``freeze`` and ``rect`` (the task-dependent checks come later)."""
+    """The values of ``fraction``, ``freeze``, ``rect`` and ``save`` (the task-dependent checks come later)."""
     if not 0.0 < cfg.fraction <= 1.0:
         raise ConfigError(f"fraction={cfg.fraction} must be in (0, 1]: the share of the training images used "
                           "(e.g. 0.1 for a tenth)")
     if isinstance(cfg.freeze, int) and cfg.freeze < 0:
         raise ConfigError(f"freeze={cfg.freeze} must be a number of layers (0 or more) or a list of names")
+    if not cfg.save and cfg.save_period > 0:
+        raise ConfigError(f"save_period={cfg.save_period} keeps epoch checkpoints, and save=False writes none: drop "
+                          "one of them")
     if cfg.rect not in (False, True, "val"):
         raise ConfigError(f"rect={cfg.rect!r} must be False, True (training and validation) or 'val'")
 

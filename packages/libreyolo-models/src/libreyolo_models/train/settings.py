@@ -78,6 +78,10 @@ class TrainConfig:
     exist_ok: bool = False
     resume: bool = False
     save_period: int = -1
+    # False: no checkpoint files (weights/last.pt, best.pt): the model object still ends on the best
+    # epoch's EMA weights, handed over in memory; results.csv, args.yaml and plots are still written.
+    # For runs nobody resumes or deploys from disk: sweeps, tests, epochs of seconds.
+    save: bool = True
     val: bool = True
     plots: bool = True                  # results.png, labels.jpg, train_batch*.jpg, confusion matrix, curves
     tensorboard: bool = False           # event files in the run folder (extra: libreyolo-models[tensorboard])
@@ -199,6 +203,6 @@ the same way."""
 
 # Options whose change on resume is allowed and handled (others are reported, then the saved value wins).
 RESUME_MAY_CHANGE = frozenset({"epochs", "device", "workers", "patience", "verbose", "plots", "cache",
-                               "gpu_augment", "resume", "profile", "cuda_graph", "save_period",
+                               "gpu_augment", "resume", "profile", "cuda_graph", "save_period", "save",
                                "channels_last", "cudnn_benchmark", "tensorboard", "mlflow", "wandb",
                                "comet", "clearml", "dvclive", "log_every"})

@@ -23,6 +23,7 @@ from tqdm import tqdm
 import libreyolo_ddp
 
 from ..atomic_write import remove_stale_temps
+from ..checkpoint import cpu_state_dict
 from ..contract.family import LossContext, has_training_head
 from ..devices import describe_device
 from ..errors import ConfigError
@@ -41,7 +42,7 @@ from .callbacks import (
     TrainException,
     TrainStart,
 )
-from .checkpoints import build_training_checkpoint, write_epoch_checkpoints
+from .checkpoints import best_weights, build_training_checkpoint, write_epoch_checkpoints
 from .divergence import DivergenceWatch
 from .elastic import forget_run
 from .ema import ModelEMA
@@ -82,13 +83,17 @@ class TrainOutcome:
     trained: ModelHandle | None = field(default=None, repr=False, compare=False)
     """The handle that trained in this process, for the facade to take over; None once taken,
     and never pickled (a spawned rank sends the outcome back without its network)."""
+    kept: dict[str, Any] | None = field(default=None, repr=False, compare=False)
+    """``save=False``: what ``best.pt`` would have held (the best epoch's EMA weights and record),
+    in memory, for the facade to load; None once taken, and never pickled."""
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "trained": None}
+        return {**self.__dict__, "trained": None, "kept": None}
 
     def summary(self) -> str:
         shown = ", ".join(f"{k.split('/')[-1]}={v:.4f}" for k, v in self.metrics.items() if k.startswith("metrics/"))
-        return f"trained {self.epochs_run} epochs -> {self.run_dir}; best {self.best}; {shown}"
+        best = self.best if self.best is not None else "not written" if self.last is None else None
+        return f"trained {self.epochs_run} epochs -> {self.run_dir}; best {best}; {shown}"
 
 
 class Trainer:
@@ -181,6 +186,7 @@ class Trainer:
         self.start_epoch = 0
         # -inf: a task's fitness may be negative (an error to minimise: fitness = -error)
         self.best: dict[str, Any] = {"fitness": float("-inf"), "epoch": -1, "fields": task.empty_best()}
+        self.best_snapshot: tuple[int, dict[str, torch.Tensor], float] | None = None  # save=False: (epoch, EMA, loss)
         with self._setup_phase("run folder"):
             self.run_dir, self.lock = claim_training_folder(cfg, self.resume)
             self.weights_dir = self.run_dir / "weights"
@@ -283,6 +289,8 @@ class Trainer:
                         plot_start_of_training(self.train_index, self.model.names, self.run_dir)
                 log.info("setup %.1f s: %s", sum(self.setup_s.values()),
                          ", ".join(f"{k} {v:.1f} s" for k, v in self.setup_s.items()))
+                if not self.cfg.save:
+                    log.info("save=False: no checkpoint is written; the trained weights live in this process only")
             self.callbacks.emit(TrainStart(self.run_dir, self.cfg.epochs, self.start_epoch, self.cfg.as_dict(),
                                            dict(self.setup_s)))
             for epoch in range(self.start_epoch, self.cfg.epochs):
@@ -302,15 +310,30 @@ class Trainer:
         # Paths where rank 0 writes; other ranks read them only after a barrier (see entry.py).
         best_file = self.weights_dir / "best.pt"
         # no epoch validated (or none improved): name only files that exist
-        best = None if self.rank0 and not best_file.is_file() else best_file
-        outcome = TrainOutcome(self.run_dir, best, self.weights_dir / "last.pt", metrics,
-                               epoch + 1 - self.start_epoch, stopped_early)
+        best = None if not self.cfg.save or self.rank0 and not best_file.is_file() else best_file
+        outcome = TrainOutcome(self.run_dir, best, self.weights_dir / "last.pt" if self.cfg.save else None, metrics,
+                               epoch + 1 - self.start_epoch, stopped_early,
+                               kept=None if self.cfg.save else self._kept_weights(epoch, metrics))
         if self.rank0 and self.cfg.plots:
             self.results.plot(self.run_dir / "results.png")
         graphed = self.model.graphs.training
         self.callbacks.emit(TrainEnd(self.run_dir, outcome.best, last, outcome.epochs_run, stopped_early, metrics,
                                      graphed.info() if graphed is not None else None))
         return outcome
+
+    def _kept_weights(self, epoch: int, metrics: dict[str, float]) -> dict[str, Any]:
+        """``save=False``: the checkpoint ``best.pt`` would hold, built once, in memory: the best
+        epoch's EMA weights (the kept snapshot unless ``epoch``, the last run, was the best)."""
+        best_epoch, loss = epoch, metrics.get("train/loss", 0.0)
+        if self.best_snapshot is not None and self.best_snapshot[0] == self.best["epoch"] != epoch:
+            best_epoch, state, loss = self.best_snapshot
+            self.ema.ema.load_state_dict(state)
+        self.best_snapshot = None
+        ckpt = build_training_checkpoint(
+            self.model, net=self.model.net, ema=self.ema, optimizer=self.optimizer, scaler=self.scaler,
+            epoch=best_epoch, best=self.best, config=self.cfg.as_dict(), world_size=self.world,
+            global_batch=self.global_batch, run_dir=self.run_dir, loss=loss, imgsz=self.imgsz)
+        return best_weights(ckpt)
 
     def _write_args(self) -> None:
         import yaml
@@ -364,7 +387,11 @@ class Trainer:
         if self.val_data is not None and self.callbacks.wants("wants_prediction_images"):
             self.callbacks.emit(PredictionImages(epoch, self._prediction_images()))
         last = None
-        if self.rank0:
+        if not cfg.save and is_best and cfg.val and not final:
+            # No best.pt to come back to: keep the best epoch's EMA weights in memory, unless this
+            # epoch's are the run's last anyway (every epoch counts as best without validation).
+            self.best_snapshot = (epoch, cpu_state_dict(self.ema.ema), train_stats.get("train/loss", 0.0))
+        if self.rank0 and cfg.save:
             save_started = time.perf_counter()
             ckpt = build_training_checkpoint(
                 self.model, net=self.model.net, ema=self.ema, optimizer=self.optimizer, scaler=self.scaler,
@@ -375,6 +402,7 @@ class Trainer:
             last, _ = write_epoch_checkpoints(ckpt, self.weights_dir, is_best=is_best, epoch=epoch,
                                               save_period=cfg.save_period)
             row["time/save_s"] = time.perf_counter() - save_started
+        if self.rank0:
             self.results.append(row)
         return row, is_best, last
 
