@@ -68,8 +68,12 @@ ARMS = {"eager": {**_CPU}, "eager-unfused": {"fuse": False, **_CPU}, "graph": {"
         "eager-nvjpeg": {"gpu_decode": True}, "graph-nvjpeg": {"cuda_graph": True, "gpu_decode": True}}
 """Predict options per arm. YOLOv9 predicts fused by default (``TaskDecl.inference_fuse``), so
 ``eager`` and ``graph`` run the fused copy; ``eager-unfused`` is the exact network (``fuse=False``).
-Every arm but the ``-nvjpeg`` ones decodes on the CPU, as the default install (no TorchCodec)
-does; ``gpu_decode=False`` makes that so on a machine where the ``nvjpeg`` extra is installed."""
+Every arm but the ``-nvjpeg`` ones decodes JPEGs on the CPU, as the default install (no TorchCodec)
+does; ``gpu_decode=False`` makes that so on a machine where the ``nvjpeg`` extra is installed. The
+video scenario leaves ``gpu_decode`` at its default (``VIDEO_DEFAULT``): ``False`` would also keep
+video frames' colour conversion on the host, where the default install converts them on the GPU
+(PyAV's planes; no extra needed)."""
+VIDEO_DEFAULT = ("gpu_decode",)
 PHASES = ("decode", "preprocess", "inference", "postprocess")
 
 
@@ -137,11 +141,13 @@ def run_ours(arm: str, args: argparse.Namespace, image: Path, folder: Path | Non
         n, out["folder_phases"] = phase_means(model.predict(str(folder), batch=args.batch, stream=True, **options))
         out["folder_per_s"] = n / (time.perf_counter() - t0)
     if video is not None:
-        if folder is None:  # capture the batch shape (and open PyAV once) outside the timed run
-            next(iter(model.predict(str(video), batch=args.batch, stream=True, **options)))
+        video_options = {k: v for k, v in options.items() if k not in VIDEO_DEFAULT or v is not False}
+        # capture the batch shape (and open PyAV once) outside the timed run
+        next(iter(model.predict(str(video), batch=args.batch, stream=True, **video_options)))
         try:
             t0 = time.perf_counter()
-            n, out["video_phases"] = phase_means(model.predict(str(video), batch=args.batch, stream=True, **options))
+            n, out["video_phases"] = phase_means(model.predict(str(video), batch=args.batch, stream=True,
+                                                               **video_options))
             out["video_per_s"] = n / (time.perf_counter() - t0)
         except Exception as err:  # noqa: BLE001 - the image and folder readings of this arm still stand
             out["video_error"] = f"{type(err).__name__}: {str(err)[:300]}"
@@ -515,7 +521,9 @@ def main(argv: list[str] | None = None) -> int:
     from libreyolo_models.predict.gpu_jpeg import resolve_gpu_decode
 
     notes.append(f"inputs: {args.set}; TorchCodec's nvJPEG (the -nvjpeg arms) loads here: "
-                 f"{'yes' if resolve_gpu_decode('auto', torch.device('cuda')) else 'no'}")
+                 f"{'yes' if resolve_gpu_decode('auto', torch.device('cuda')) else 'no'}; JPEGs decode on the CPU "
+                 "in every other arm (gpu_decode=False); the video's frames reach the GPU as planes and turn RGB "
+                 "there, the default install's path, in every arm (gpu_decode left at its default)")
     notes.append(settle_machine(args.settle_s, args.size, args.imgsz))
     log(notes[-1])
     arms = [a for a in args.arms.split(",") if a]
