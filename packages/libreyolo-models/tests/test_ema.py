@@ -71,7 +71,8 @@ def test_the_norm_screen_names_every_bad_tensor_and_passes_finite_values_whose_n
     from libreyolo_models.checkpoint import all_norms_finite, nonfinite_entries
 
     state = {"a": torch.randn(50), "big32": torch.full((4,), 1e30), "big16": torch.full((400,), 6e4).half(),
-             "bf": torch.randn(7).bfloat16(), "steps": torch.tensor(3), "empty": torch.empty(0)}
+             "bf": torch.randn(7).bfloat16(), "steps": torch.tensor(3), "empty": torch.empty(0),
+             "f8": torch.ones(3).to(torch.float8_e4m3fn)}  # no norm kernel: read one by one
     assert not all_norms_finite([state["big32"]]) and not all_norms_finite([state["big16"]])  # overflowed
     assert nonfinite_entries(state) == []  # ...yet nothing is flagged
     assert all_norms_finite([state["a"], state["bf"]]) and all_norms_finite([])

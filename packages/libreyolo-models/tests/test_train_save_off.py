@@ -114,3 +114,20 @@ def test_spawned_ranks_refuse_save_off_and_name_torchrun(micro_shapes: Path, tmp
     with pytest.raises(ConfigError, match=r"save=False with device='0,1'.*torchrun --nproc_per_node=2 "):
         LibreYOLO("LibreYOLO9t.yaml").train(data=str(micro_shapes), project=str(tmp_path), save=False, **RUN)
     assert not list(tmp_path.rglob("*"))
+
+
+def test_a_resumed_run_keeps_saving_and_a_kept_model_has_nothing_to_resume(
+        micro_shapes: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A resume continues a run's checkpoints: save=False there would leave last.pt behind the
+    run, so it is reported and ignored like any other setting a resume keeps. A model that a
+    save=False run handed over holds no optimizer state, and its run wrote no last.pt."""
+    _, first = _train(micro_shapes, tmp_path, epochs=1, val=False)
+    with caplog.at_level("WARNING"):
+        again = LibreYOLO(str(first.last)).train(resume=True, epochs=2, save=False)
+    assert "resume: save=False differs from the run's True" in caplog.text
+    assert again.last is not None and torch.load(again.last, weights_only=True)["epoch"] == 1
+
+    kept_model, kept = _train(micro_shapes, tmp_path, epochs=1, val=False, save=False)
+    with pytest.raises(ConfigError, match=r"trained with save=False, which wrote no last.pt: there is nothing to "
+                                          r"resume from"):
+        kept_model.train(resume=True, epochs=2)

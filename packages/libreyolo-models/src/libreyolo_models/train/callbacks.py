@@ -93,7 +93,7 @@ CALLBACK_EVENTS: dict[str, type] = {
     "on_fit_epoch_end": EpochEnd,           # after an epoch's validation: its results.csv row
     "on_train_epoch_end": EpochEnd,         # the same event (validation is part of our epoch)
     "on_prediction_images": PredictionImages,  # per epoch, the EMA model's drawn predictions
-    "on_train_end": TrainEnd,               # best.pt and last.pt written
+    "on_train_end": TrainEnd,               # best.pt and last.pt written (None with save=False)
     "on_exception": TrainException,         # the run failed (the error follows)
 }
 """``model.add_callback(name, fn)``'s event names -> the event each one receives."""

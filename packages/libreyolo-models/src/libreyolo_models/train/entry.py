@@ -44,6 +44,10 @@ def train_model(model: ModelHandle, options: Mapping[str, Any]) -> tuple[TrainOu
     if options.get("resume"):
         if not is_training_checkpoint(model.checkpoint) and "run_dir" in model.checkpoint:
             last = Path(str(model.checkpoint["run_dir"])) / "weights" / "last.pt"
+            if model.ckpt_path is None and not last.is_file():
+                raise ConfigError(f"{source}: this model holds the best epoch's weights of {last.parent.parent}, "
+                                  "trained with save=False, which wrote no last.pt: there is nothing to resume from; "
+                                  "train again without resume=True")
             raise ConfigError(f"{source}: {model.ckpt_path} holds the best epoch's weights only (no optimizer "
                               f"state); resume from the run's last.pt: LibreYOLO({str(last)!r}).train(resume=True)")
         if not is_training_checkpoint(model.checkpoint):

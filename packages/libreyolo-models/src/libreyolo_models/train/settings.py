@@ -203,6 +203,6 @@ the same way."""
 
 # Options whose change on resume is allowed and handled (others are reported, then the saved value wins).
 RESUME_MAY_CHANGE = frozenset({"epochs", "device", "workers", "patience", "verbose", "plots", "cache",
-                               "gpu_augment", "resume", "profile", "cuda_graph", "save_period", "save",
+                               "gpu_augment", "resume", "profile", "cuda_graph", "save_period",
                                "channels_last", "cudnn_benchmark", "tensorboard", "mlflow", "wandb",
                                "comet", "clearml", "dvclive", "log_every"})

@@ -328,7 +328,13 @@ class Trainer:
         if self.best_snapshot is not None and self.best_snapshot[0] == self.best["epoch"] != epoch:
             best_epoch, state, loss = self.best_snapshot
             self.ema.ema.load_state_dict(state)
+        elif self.best["epoch"] != epoch and self.rank0:  # no validation scored (NaN fitness, say)
+            log.warning("save=False: the best epoch (%d) has no weights kept; the model holds the last epoch's (%d)",
+                        self.best["epoch"] + 1, epoch + 1)
         self.best_snapshot = None
+        # Ranks hold equal parameters but, without SyncBatchNorm, their own BatchNorm statistics: all
+        # take rank 0's, as they would by loading its best.pt.
+        libreyolo_ddp.broadcast_parameters(self.ema.ema)
         ckpt = build_training_checkpoint(
             self.model, net=self.model.net, ema=self.ema, optimizer=self.optimizer, scaler=self.scaler,
             epoch=best_epoch, best=self.best, config=self.cfg.as_dict(), world_size=self.world,
