@@ -53,6 +53,6 @@ def test_fomo_100_fits_a_shapes_point_slice_in_ci_time(tmp_path) -> None:  # noq
     model = LibreFOMO(size="100")
     model.train(data=str(fit), imgsz=96, batch=8, nbs=8, epochs=40, lr0=3e-3, warmup_epochs=0, gains={"obj": 20.0},
                 scale=0.0, translate=0.0, hsv_h=0.0, hsv_s=0.0, hsv_v=0.0, fliplr=0.0, workers=0, device="cpu",
-                val=False, verbose=False, plots=False, project=str(tmp_path / "runs"))
+                val=False, verbose=False, plots=False, save=False, project=str(tmp_path / "runs"))
     result = model.val(data=str(fit), imgsz=96, workers=0, verbose=False)
     assert result.f1 >= 0.4, result.table()

@@ -47,6 +47,6 @@ def test_nafnet_t_improves_a_shapes_restore_slice_in_ci_time(tmp_path) -> None: 
     data = str(tmp_path / "data" / "data.yaml")
     model = LibreNAFNet(size="t")
     model.train(data=data, imgsz=32, batch=8, nbs=8, epochs=25, lr0=3e-3, workers=0, device="cpu", val=False,
-                verbose=False, plots=False, project=str(tmp_path / "runs"))
+                verbose=False, plots=False, save=False, project=str(tmp_path / "runs"))
     result = model.val(data=data, workers=0, verbose=False)
     assert result.psnr_gain >= 0.3 and result.ssim > result.ssim_input, result.summary()

@@ -61,7 +61,7 @@ def test_segformer_b0_fits_a_16_image_slice_in_ci_time(tmp_path) -> None:
     model = LibreSegFormer(size="b0")
     model.train(data=str(fit), imgsz=64, batch=8, nbs=8, epochs=40, lr0=2e-3, warmup_epochs=0, scale=0.0,
                 fliplr=0.0, hsv_h=0.0, hsv_s=0.0, hsv_v=0.0, workers=0, device="cpu", val=False, verbose=False,
-                plots=False, project=str(tmp_path / "runs"))
+                plots=False, save=False, project=str(tmp_path / "runs"))
     fitted = model.val(data=str(fit), imgsz=64, workers=0, verbose=False)
     learned = [c for c, iou in fitted.iou.items() if c != 0 and iou >= 0.2]
     assert fitted.miou >= 0.25 and len(learned) >= 2, fitted.table()
