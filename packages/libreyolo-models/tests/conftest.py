@@ -18,6 +18,15 @@ def mini_shapes(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root / "data.yaml"
 
 
+@pytest.fixture(scope="session")
+def micro_shapes(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Four training and two validation images of ``shapes`` (data.yaml path): one short epoch."""
+    from libreyolo_models.data.shapes import generate_shapes
+
+    root = tmp_path_factory.mktemp("micro-shapes")
+    generate_shapes(root, split_sizes={"train": 4, "val": 2})
+    return root / "data.yaml"
+
 
 @pytest.fixture(scope="session")
 def mini_shapes_cls(tmp_path_factory: pytest.TempPathFactory) -> Path:

@@ -23,16 +23,6 @@ from libreyolo_models.train.step import _step_unless
 TINY = {"imgsz": 64, "batch": 2, "workers": 0, "epochs": 1, "plots": False, "verbose": False}
 
 
-@pytest.fixture(scope="module")
-def micro_shapes(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Four training and two validation images: one short epoch."""
-    from libreyolo_models.data.shapes import generate_shapes
-
-    root = tmp_path_factory.mktemp("micro-shapes")
-    generate_shapes(root, split_sizes={"train": 4, "val": 2})
-    return root / "data.yaml"
-
-
 # ----------------------------------------------------------------------------- hyperparameters
 
 @pytest.mark.parametrize(("key", "value", "match"), [

@@ -17,16 +17,6 @@ from libreyolo_models.train.settings import TrainConfig
 RUN = {"imgsz": 64, "batch": 2, "workers": 0, "epochs": 3, "plots": False, "verbose": False, "lr0": 0.01}
 
 
-@pytest.fixture(scope="module")
-def micro_shapes(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Four training and two validation images: short epochs."""
-    from libreyolo_models.data.shapes import generate_shapes
-
-    root = tmp_path_factory.mktemp("micro-shapes")
-    generate_shapes(root, split_sizes={"train": 4, "val": 2})
-    return root / "data.yaml"
-
-
 @pytest.fixture
 def first_epoch_is_best(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each validation scores lower than the one before, so the first epoch stays the best and
