@@ -175,6 +175,7 @@ for what in "$@"; do
     probe_video) step probe_video ${PROBE_S:-200} $PY tools/probe_video.py --out "$OUT/probe-video.md" ;;
     probe_predict_memory) step probe_predict_memory ${PROBE_S:-200} $PY tools/probe_predict_memory.py --out "$OUT/probe-predict-memory.md" ;;
     probe_eager_host) step probe_eager_host ${PROBE_S:-240} $PY tools/probe_eager_host.py --out "$OUT/probe-eager-host.md" ;;
+    probe_net_shapes) step probe_net_shapes ${PROBE_S:-120} $PY tools/probe_net_shapes.py --out "$OUT/probe-net-shapes.md" ;;
     probe_interleave) step probe_interleave ${PROBE_S:-150} $PY tools/probe_interleave.py --out "$OUT/probe-interleave.md" ;;
     probe_net_kernels) step probe_net_kernels ${PROBE_S:-420} $PY tools/probe_net_kernels.py ${PROBE_NET_ARGS:---batches 1,32} ;;
     *) echo "unknown step $what" ;;
