@@ -32,7 +32,7 @@ from .handle import ModelHandle
 from .job_guard import JobGuard
 from .runtime import RuntimeNetwork, is_exported
 from .settings import PredictConfig
-from .zoo.building import rebuild_source, resolve_source
+from .zoo.building import ModelSource, rebuild_source, resolve_source
 
 if TYPE_CHECKING:
     from .benchmark import BenchmarkResult
@@ -261,23 +261,22 @@ class LibreYOLO:
         """Load weights into this model (same family; size, task and nc come from the checkpoint),
         on the device the model is on. Captured graphs are dropped: graphs bake in addresses."""
         self._model.require_pytorch("load PyTorch weights into it")
-        device = self._model.device
-        handle = ModelHandle.from_source(resolve_source(weights, family=self._model.spec),
-                                         fuse_default=self._model.fuse_default)
-        handle.to(device)
-        self._replace(handle, f"new weights loaded from {handle.ckpt_path}")
+        self._take_source(resolve_source(weights, family=self._model.spec))
         return self
 
     def _take_kept(self, ckpt: dict[str, Any]) -> None:
         """Load a checkpoint held in memory (``train(save=False)``'s best weights) as ``load``
-        loads a file: same device, same fuse default, its record kept."""
-        device = self._model.device
-        handle = ModelHandle.from_source(replace(rebuild_source(ckpt, None), checkpoint=ckpt),
-                                         fuse_default=self._model.fuse_default)
-        handle.to(device)
-        self._replace(handle, "the best epoch's weights, kept in memory (save=False)")
+        loads a file, its record kept."""
+        self._take_source(replace(rebuild_source(ckpt, None), checkpoint=ckpt), "kept in memory (save=False)")
         log.info("model now holds the best epoch's weights (epoch %s; save=False wrote no file)",
                  int(ckpt.get("epoch", -1)) + 1)
+
+    def _take_source(self, source: ModelSource, where: str | None = None) -> ModelHandle:
+        """Replace the network with ``source``'s, on this model's device and with its fuse default."""
+        handle = ModelHandle.from_source(source, fuse_default=self._model.fuse_default)
+        handle.to(self._model.device)
+        self._replace(handle, f"new weights loaded from {where or handle.ckpt_path}")
+        return handle
 
     def state_for_checkpoint(self, weights: dict[str, Tensor] | None = None) -> dict[str, Any]:
         return self._model.state_for_checkpoint(weights)
