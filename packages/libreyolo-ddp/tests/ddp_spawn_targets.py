@@ -24,10 +24,12 @@ import libreyolo_ddp as ddp
 
 def collect_rank_facts(tag: str) -> dict | None:
     """Everything a worker can observe about its own setup, gathered onto rank 0."""
+    threads = (os.environ.get("OMP_NUM_THREADS"), torch.get_num_threads())
     torch.set_num_threads(1)
     env = ddp.dist_env()
     facts: dict = {
         "tag": tag,
+        "threads": threads,
         "rank": env.rank,
         "local_rank": env.local_rank,
         "world_size": env.world_size,

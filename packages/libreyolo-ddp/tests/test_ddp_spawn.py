@@ -77,14 +77,16 @@ def _is_running(pid: int) -> bool:
 
 def test_spawn_runs_one_gloo_worker_per_rank_and_returns_rank_zero_value(targets, monkeypatch):
     monkeypatch.setattr(torch.backends.cudnn, "benchmark", True)  # must travel to the workers
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # each worker gets its share of the cores
+    share = max(1, len(os.sched_getaffinity(0)) // 2)
     port_before = os.environ.get("MASTER_PORT")
     result = ddp.spawn(targets.collect_rank_facts, ("first",), devices=DevicePlan.cpu_workers(2),
-                       env={**WORKER_ENV, "LIBREYOLO_TEST_EXTRA": "yes"})
+                       env={"LIBREYOLO_TEST_EXTRA": "yes"})
     assert torch.equal(result["tensor"], torch.arange(3))  # rank 0's value, CPU tensor intact
     gathered = result["gathered"]
     assert [f["rank"] for f in gathered] == [0, 1]
     for rank, facts in enumerate(gathered):
-        assert facts["tag"] == "first"
+        assert facts["tag"] == "first" and facts["threads"] == (str(share), share)
         assert (facts["local_rank"], facts["world_size"]) == (rank, 2)
         assert facts["is_spawned_child"] and not facts["is_torchrun"]
         assert facts["backend"] == "gloo" and facts["local_device"] == "cpu"
@@ -97,6 +99,18 @@ def test_spawn_runs_one_gloo_worker_per_rank_and_returns_rank_zero_value(targets
     assert "LIBREYOLO_DDP_SPAWNED_BY" not in os.environ  # the parent's environment is restored
     assert os.environ.get("MASTER_PORT") == port_before
     assert _spawned_workers_of(os.getpid()) == []
+
+
+def test_workers_threads_are_a_share_of_the_cores_unless_the_user_set_them(monkeypatch):
+    from libreyolo_ddp.launch import _shared_env
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    cores = len(os.sched_getaffinity(0))
+    assert _shared_env(DevicePlan.cpu_workers(2), None)["OMP_NUM_THREADS"] == str(max(1, cores // 2))
+    assert _shared_env(DevicePlan.cpu_workers(4 * cores), None)["OMP_NUM_THREADS"] == "1"
+    assert _shared_env(DevicePlan.cpu_workers(2), {"OMP_NUM_THREADS": "3"})["OMP_NUM_THREADS"] == "3"
+    monkeypatch.setenv("OMP_NUM_THREADS", "5")  # the user's own setting travels as it is
+    assert "OMP_NUM_THREADS" not in _shared_env(DevicePlan.cpu_workers(2), None)
 
 
 def test_crashing_worker_reaches_parent_fast_with_rank_and_traceback_and_leaves_no_process(targets):
