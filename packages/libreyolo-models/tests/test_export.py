@@ -297,6 +297,21 @@ def test_a_cpu_trace_stays_on_the_cpu_when_no_device_is_asked(exported: dict[str
     assert default_device("cpu", torch.device("cpu"), "cuda") == torch.device("cpu")
 
 
+def test_cpu_runtimes_take_torchs_thread_count(exported: dict[str, Path]) -> None:
+    """ONNX Runtime and OpenVINO compute on torch's intra-op thread count, as NCNN and TFLite do:
+    left to themselves each starts a pool the size of the machine, so two DDP ranks or test
+    workers validating an export on one CPU oversubscribe it."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        onnx = LibreYOLO(exported["onnx"]).runtime
+        openvino = LibreYOLO(exported["openvino"]).runtime
+    finally:
+        torch.set_num_threads(before)
+    assert onnx is not None and onnx._options.intra_op_num_threads == 1  # type: ignore[attr-defined]
+    assert openvino is not None and openvino._compiled.get_property("INFERENCE_NUM_THREADS") == 1  # type: ignore[attr-defined]
+
+
 def test_openvino_computes_in_float32_on_any_cpu(exported: dict[str, Path], monkeypatch: pytest.MonkeyPatch,
                                                  caplog: pytest.LogCaptureFixture) -> None:
     """OpenVINO's CPU plugin would pick bf16 on a CPU with AVX512-BF16 or AMX (outputs drifting from

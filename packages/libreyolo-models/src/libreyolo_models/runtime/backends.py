@@ -32,7 +32,7 @@ from ..layers.nms_kernel import load_torchvision_ops
 from ..optional import require
 from .metadata import METADATA_FILE, METADATA_KEY, ExportMetadata
 from .mobile import CoreMLNetwork, NcnnNetwork, TFLiteNetwork, read_folder_metadata
-from .network import DTYPES, RuntimeNetwork, numpy_input
+from .network import DTYPES, RuntimeNetwork, cpu_threads, numpy_input
 from .tensorrt import TensorRTNetwork
 
 log = logging.getLogger(__name__)
@@ -88,6 +88,7 @@ class OnnxNetwork(RuntimeNetwork):
         self._ort = onnx_rt
         options = onnx_rt.SessionOptions()
         options.log_severity_level = 3
+        options.intra_op_num_threads = cpu_threads()
         self._options = options
         session = onnx_rt.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         props = session.get_modelmeta().custom_metadata_map
@@ -192,7 +193,8 @@ class OpenVINONetwork(RuntimeNetwork):
             log.warning("%s=%s: this CPU has no native %s (OpenVINO reports %s), so the model computes in f32",
                         OPENVINO_PRECISION_ENV, self.precision, self.precision,
                         ", ".join(core.get_property("CPU", "OPTIMIZATION_CAPABILITIES")))
-        self._compiled = core.compile_model(str(xml), "CPU", {"INFERENCE_PRECISION_HINT": self.precision})
+        self._compiled = core.compile_model(str(xml), "CPU", {"INFERENCE_PRECISION_HINT": self.precision,
+                                                              "INFERENCE_NUM_THREADS": cpu_threads()})
 
     @property
     def inference_precision(self) -> str:

@@ -22,7 +22,7 @@ from ..errors import CheckpointError, ConfigError
 from ..optional import require
 from .coreml_tools import import_coremltools
 from .metadata import METADATA_FILE, METADATA_KEY, ExportMetadata
-from .network import RuntimeNetwork, numpy_input
+from .network import RuntimeNetwork, cpu_threads, numpy_input
 
 
 def read_folder_metadata(folder: Path) -> ExportMetadata:
@@ -70,7 +70,7 @@ class NcnnNetwork(RuntimeNetwork):
         net = ncnn.Net()
         for flag in ("use_fp16_packed", "use_fp16_storage", "use_fp16_arithmetic", "use_bf16_storage"):
             setattr(net.opt, flag, False)
-        net.opt.num_threads = max(1, torch.get_num_threads())
+        net.opt.num_threads = cpu_threads()
         if net.load_param(str(param)) != 0 or net.load_model(str(weights)) != 0:
             raise CheckpointError(f"{folder}: ncnn could not read the model files; re-export the model")
         self._ncnn, self._net = ncnn, net
@@ -109,7 +109,7 @@ class TFLiteNetwork(RuntimeNetwork):
         super().__init__(path, read_tflite_metadata(path))
         self._shapes = output_shapes(self.meta, path)
         self._interpreter = interpreter_module.Interpreter(model_path=str(path),
-                                                           num_threads=max(1, torch.get_num_threads()))
+                                                           num_threads=cpu_threads())
         self._interpreter.allocate_tensors()
         self._input = self._interpreter.get_input_details()[0]["index"]
         self._outputs = self._match_outputs(self._interpreter.get_output_details())

@@ -78,5 +78,12 @@ class RuntimeNetwork(nn.Module):
                 "precision": self.meta.extra.get("precision", "fp16" if self.meta.half else "fp32")}
 
 
+def cpu_threads() -> int:
+    """Threads an exported model's CPU runtime computes on: torch's intra-op count, so one setting
+    (``torch.set_num_threads``, ``OMP_NUM_THREADS``) governs every backend, and processes sharing
+    a machine (DDP ranks, test workers) do not each start a pool the size of the machine."""
+    return max(1, torch.get_num_threads())
+
+
 def numpy_input(images: Tensor, dtype: str) -> np.ndarray:
     return np.ascontiguousarray(images.detach().to("cpu", DTYPES[dtype]).numpy())
