@@ -19,10 +19,12 @@ synthetic`` from smooth synthetic scenes (``predict_media``).
 
 Arms: ``eager`` (fp32, defaults: fused), ``eager-unfused`` (fp32, ``fuse=False``), ``graph``
 (fp32, fused, ``cuda_graph=True``), ``half+fuse+graph`` (fp16 weights, fused, graphed): all decode as
-the default install does (``gpu_decode=False``: PIL, or torchvision's libjpeg-turbo for a plain
-full-size JPEG, at a reduced DCT scale where the letterbox allows); ``eager-nvjpeg`` and
-``graph-nvjpeg`` decode on the GPU (``gpu_decode=True``, the ``nvjpeg`` extra; an error when
-TorchCodec does not load); and ``ultralytics`` (``tools/peer_ultralytics.py predict`` in a
+the install does by default (``gpu_decode="auto"``: JPEGs on the GPU with TorchCodec's nvJPEG where
+the ``nvjpeg`` extra is installed, else torchvision's, which the default install has; the notes
+say which ran); ``eager-cpu``, ``graph-cpu`` and ``half+fuse+graph-cpu`` decode JPEGs on the CPU
+(``gpu_decode=False``: PIL, or torchvision's libjpeg-turbo for a plain full-size JPEG, at a reduced
+DCT scale where the letterbox allows: validation's pixels); ``eager-nvjpeg`` and ``graph-nvjpeg``
+insist on the device decoder (``gpu_decode=True``: an error when none loads); and ``ultralytics`` (``tools/peer_ultralytics.py predict`` in a
 subprocess, the same files; skipped with a line when it is not importable). An arm named twice
 in ``--arms`` runs twice (the second as ``<arm> (again)``): the spread within one invocation. For ours: per-phase
 times (decode on the prefetch thread, preprocess, network, postprocess: ms per image, means of
@@ -63,16 +65,16 @@ if TYPE_CHECKING:  # imported where used, so --help and the data writers need no
     from libreyolo_models import LibreYOLO
 
 _CPU = {"gpu_decode": False}
-ARMS = {"eager": {**_CPU}, "eager-unfused": {"fuse": False, **_CPU}, "graph": {"cuda_graph": True, **_CPU},
-        "half+fuse+graph": {"half": True, "fuse": True, "cuda_graph": True, **_CPU},
+_HFG = {"half": True, "fuse": True, "cuda_graph": True}
+ARMS = {"eager": {}, "eager-unfused": {"fuse": False}, "graph": {"cuda_graph": True}, "half+fuse+graph": _HFG,
+        "eager-cpu": _CPU, "graph-cpu": {"cuda_graph": True, **_CPU}, "half+fuse+graph-cpu": {**_HFG, **_CPU},
         "eager-nvjpeg": {"gpu_decode": True}, "graph-nvjpeg": {"cuda_graph": True, "gpu_decode": True}}
 """Predict options per arm. YOLOv9 predicts fused by default (``TaskDecl.inference_fuse``), so
 ``eager`` and ``graph`` run the fused copy; ``eager-unfused`` is the exact network (``fuse=False``).
-Every arm but the ``-nvjpeg`` ones decodes JPEGs on the CPU, as the default install (no TorchCodec)
-does; ``gpu_decode=False`` makes that so on a machine where the ``nvjpeg`` extra is installed. The
-video scenario leaves ``gpu_decode`` at its default (``VIDEO_DEFAULT``): ``False`` would also keep
-video frames' colour conversion on the host, where the default install converts them on the GPU
-(PyAV's planes; no extra needed)."""
+The ``-cpu`` arms decode JPEGs on the CPU (``gpu_decode=False``), the rest as the install does by
+default. The video scenario leaves ``gpu_decode`` at its default (``VIDEO_DEFAULT``): ``False``
+would also keep video frames' colour conversion on the host, where the default install converts
+them on the GPU (PyAV's planes; no extra needed)."""
 VIDEO_DEFAULT = ("gpu_decode",)
 PHASES = ("decode", "preprocess", "inference", "postprocess")
 
@@ -469,7 +471,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--settle-s", type=float, default=30.0,
                    help="seconds of eager forwards before any arm, so no arm meets a cold machine (0: none)")
-    p.add_argument("--arms", default="eager,eager-unfused,graph,half+fuse+graph,ultralytics")
+    p.add_argument("--arms", default="eager,eager-unfused,graph,half+fuse+graph,graph-cpu,half+fuse+graph-cpu,ultralytics")
     p.add_argument("--scenarios", default="image,folder,video",
                    help="which of image (batch 1, and the interleaved rounds), folder and video to run: a short "
                         "GPU call can measure one goal (e.g. video)")
@@ -518,12 +520,14 @@ def main(argv: list[str] | None = None) -> int:
             why, video = str(err), None
     if why is not None:
         notes.append(f"video scenario skipped: {why}")
-    from libreyolo_models.predict.gpu_jpeg import resolve_gpu_decode
+    from libreyolo_models.predict.gpu_jpeg import decoder_name, resolve_gpu_decode
 
-    notes.append(f"inputs: {args.set}; TorchCodec's nvJPEG (the -nvjpeg arms) loads here: "
-                 f"{'yes' if resolve_gpu_decode('auto', torch.device('cuda')) else 'no'}; JPEGs decode on the CPU "
-                 "in every other arm (gpu_decode=False); the video's frames reach the GPU as planes and turn RGB "
-                 "there, the default install's path, in every arm (gpu_decode left at its default)")
+    on_gpu = resolve_gpu_decode("auto", torch.device("cuda"))
+    notes.append(f"inputs: {args.set}; JPEGs decode "
+                 f"{f'on the GPU with {decoder_name()}' if on_gpu else 'on the CPU (no device decoder loads)'} in "
+                 "the arms without a suffix (gpu_decode left at its default), on the CPU in the -cpu arms "
+                 "(gpu_decode=False); the video's frames reach the GPU as planes and turn RGB there, the default "
+                 "install's path, in every arm (gpu_decode left at its default)")
     notes.append(settle_machine(args.settle_s, args.size, args.imgsz))
     log(notes[-1])
     arms = [a for a in args.arms.split(",") if a]

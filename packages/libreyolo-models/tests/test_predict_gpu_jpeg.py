@@ -1,8 +1,8 @@
 """JPEG files decoded by the device decoder (``predict.gpu_jpeg``): which files go to it, what a
 user gets back (the same boxes as from the same pixels decoded on the CPU, the full picture on
-``orig_img``), and what happens to the files it cannot take. On the CPU the path runs with
-TorchCodec's CPU decoder (libjpeg-turbo, the same pixels as PIL's), forced on; the ``cuda`` tests
-run nvJPEG."""
+``orig_img``), and what happens to the files it cannot take. On the CPU the path runs with the
+decoder's CPU twin (TorchCodec's or torchvision's libjpeg-turbo, the same pixels as PIL's), forced
+on; the ``cuda`` tests run nvJPEG (TorchCodec's where installed, else torchvision's)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ from libreyolo_models.data.image_files import read_image
 from libreyolo_models.errors import ConfigError, SourceError
 from libreyolo_models.predict import gpu_jpeg
 
-pytest.importorskip("torchcodec.decoders", reason="needs the [nvjpeg] extra (TorchCodec)")
+if gpu_jpeg._decoder() is None:
+    pytest.skip("no device JPEG decoder here (TorchCodec, or torchvision's image library)", allow_module_level=True)
 
 IMGSZ = 64
 
@@ -94,6 +95,36 @@ def test_decode_on_device_gives_the_cpu_decoders_pixels_and_names_what_it_cannot
         assert isinstance(pixels, torch.Tensor) and pixels.dtype == torch.uint8
         assert torch.equal(pixels, torch.from_numpy(read_image(path).copy()))  # EXIF orientation included
     assert isinstance(out[-1], gpu_jpeg.ImageDecodeError) and "cut.jpg" in str(out[-1])
+
+
+@pytest.fixture
+def torchvision_decoder(monkeypatch):
+    """The device decoder as the default install has it: torchvision's (TorchCodec absent)."""
+    monkeypatch.setattr(gpu_jpeg, "_torchcodec_decoder", lambda: None)
+    for cached in (gpu_jpeg._decoder, gpu_jpeg._device_orients, gpu_jpeg._device_failure):
+        cached.cache_clear()
+    decode = gpu_jpeg._decoder()
+    if not isinstance(decode, gpu_jpeg.TorchvisionNvjpeg):
+        pytest.skip("torchvision's image library is not here")
+    yield decode
+    monkeypatch.undo()
+    for cached in (gpu_jpeg._decoder, gpu_jpeg._device_orients, gpu_jpeg._device_failure):
+        cached.cache_clear()
+
+
+def test_without_torchcodec_torchvisions_decoder_gives_the_same_pixels(tmp_path, torchvision_decoder) -> None:
+    """The default install's device decoder (torchvision's, TorchCodec absent), on the CPU through
+    its libjpeg-turbo twin: PIL's pixels, EXIF orientations applied here (torchvision leaves them
+    as stored, which the orientation probe finds out), one image or a list."""
+    assert gpu_jpeg.decoder_name() == "torchvision's nvJPEG"
+    assert gpu_jpeg._device_orients(torch.device("cpu")) is False
+    paths = _each_orientation(tmp_path)
+    items = [gpu_jpeg.read_encoded(p, p.read_bytes()) for p in paths]
+    out = gpu_jpeg.decode_on_device(items, torch.device("cpu"))  # type: ignore[arg-type]
+    for path, pixels in zip(paths, out):
+        assert isinstance(pixels, torch.Tensor) and torch.equal(pixels, torch.from_numpy(read_image(path).copy())), path
+    one = torchvision_decoder(gpu_jpeg._encoded(paths[0].read_bytes()))
+    assert isinstance(one, torch.Tensor) and one.shape == (3, 96, 160)
 
 
 def _each_orientation(tmp_path) -> list:
@@ -230,7 +261,7 @@ def test_gpu_decode_settings_are_checked(model, monkeypatch) -> None:
         assert gpu_jpeg.resolve_gpu_decode("auto", torch.device("cuda")) is False
         monkeypatch.setitem(__import__("sys").modules, "torchcodec", None)
         gpu_jpeg._device_failure.cache_clear()
-        with pytest.raises(ImportError, match=r"not installed.*libreyolo\[nvjpeg\]"):
+        with pytest.raises(ImportError, match=r"neither TorchCodec nor torchvision.s nvJPEG.*libreyolo\[nvjpeg\]"):
             gpu_jpeg.resolve_gpu_decode(True, torch.device("cuda"))
     finally:
         gpu_jpeg._device_failure.cache_clear()
@@ -370,3 +401,33 @@ def test_saving_leaves_auto_decoding_to_the_cpu(model, tmp_path, forced) -> None
     finally:
         predictor_module.decode_on_device = real
     assert len(list((tmp_path / "runs").rglob("*.jpg"))) == 2
+
+
+@pytest.mark.cuda
+def test_torchvisions_nvjpeg_never_writes_into_memory_the_callers_queued_kernels_read(tmp_path) -> None:
+    """pytorch/vision#9606: torchvision's operator allocates on the caller's stream and decodes on
+    its own without waiting, so a block just freed on the caller's stream, still read by queued
+    kernels, could be overwritten. Through ``TorchvisionNvjpeg`` (its own stream current) the
+    queued reductions always see the values they were queued to read."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    operator = gpu_jpeg.nvjpeg_operator()
+    if operator is None:
+        pytest.skip("torchvision's nvJPEG operator is not here")
+    decode = gpu_jpeg.TorchvisionNvjpeg(operator)
+    path = tmp_path / "a.jpg"
+    Image.fromarray(_scene(3, 360, 640)).save(path, quality=90)
+    raw = [gpu_jpeg._encoded(path.read_bytes())] * 4
+    expected = torch.from_numpy(read_image(path).copy()).permute(2, 0, 1)
+    size = 3 * 360 * 640
+    for _ in range(20):
+        blocks = [torch.full((size,), 7, dtype=torch.uint8, device="cuda") for _ in range(8)]
+        torch.cuda.synchronize()
+        torch.cuda._sleep(20_000_000)  # the caller's stream busy, then the reductions queued behind it
+        sums = [b.sum() for b in blocks]
+        del blocks  # freed on the caller's stream while its reductions are still queued
+        images = decode(raw, device=torch.device("cuda"))
+        torch.cuda.synchronize()
+        assert [int(s) for s in sums] == [7 * size] * 8
+        for image in images:
+            assert (image.cpu().int() - expected.int()).abs().float().mean() < 1.0

@@ -78,9 +78,9 @@ class PredictConfig:
     half: bool = False
     fuse: bool | None = None    # None: the model's choice (LibreYOLO.fuse), else the family's; False: exact
     cuda_graph: bool | Literal["auto"] = False
-    # JPEG files decoded on the GPU (nvJPEG, extra [nvjpeg]); auto: on CUDA when TorchCodec loads
-    # (see libreyolo_models.predict.gpu_jpeg), and video frames turned RGB on the GPU (no extra);
-    # False: all decoding on the CPU, validation's exact pixels
+    # JPEG files decoded on the GPU (nvJPEG: TorchCodec's with extra [nvjpeg], else torchvision's);
+    # auto: on CUDA when one decodes there (see libreyolo_models.predict.gpu_jpeg), and video
+    # frames turned RGB on the GPU; False: all decoding on the CPU, validation's exact pixels
     gpu_decode: bool | Literal["auto"] = "auto"
     # torch.compile of the network (True: mode "default"); see libreyolo_models.compiled
     compile: bool | Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"] = False

@@ -27,7 +27,7 @@ from ..layers.torchvision_library import load_torchvision_library
 
 _END_OF_IMAGE = b"\xff\xd9"
 _IMAGE_LIBRARIES = ("image_stable", "image")  # torchvision 0.25 on, and before
-_RGB = 3  # torchvision's ImageReadMode.RGB
+RGB_MODE = 3  # torchvision's ImageReadMode.RGB
 
 
 def _registered() -> bool:
@@ -35,12 +35,35 @@ def _registered() -> bool:
 
 
 @functools.cache
-def _decoder() -> Callable[..., Any] | None:
-    if not _registered() and load_torchvision_library(_IMAGE_LIBRARIES, _registered) is None:
+def _library() -> bool:
+    return _registered() or load_torchvision_library(_IMAGE_LIBRARIES, _registered) is not None
+
+
+def _operator(name: str, arguments: list[str]) -> Callable[..., Any] | None:
+    """torchvision's image operator ``name`` when its leading arguments are ``arguments``; None
+    when the library or the operator is missing, or its signature changed (then unused)."""
+    if not _library() or not hasattr(torch.ops.image, name):
         return None
-    op = torch.ops.image.decode_jpeg
-    args = [a.name for a in op.default._schema.arguments]
-    return op if args[:2] == ["data", "mode"] else None  # another signature: leave it to PIL
+    op = getattr(torch.ops.image, name)
+    return op if [a.name for a in op.default._schema.arguments][:len(arguments)] == arguments else None
+
+
+@functools.cache
+def _decoder() -> Callable[..., Any] | None:
+    return _operator("decode_jpeg", ["data", "mode"])
+
+
+@functools.cache
+def nvjpeg_operator() -> Callable[..., Any] | None:
+    """torchvision's nvJPEG batch decoder (``image::decode_jpegs_cuda``: a list of 1-D uint8 CPU
+    tensors, a read mode, a CUDA device -> CHW uint8 tensors there) from the same library, or None
+    (the library is missing, or built without nvJPEG: the operator then fails when called)."""
+    return _operator("decode_jpegs_cuda", ["encoded_images", "mode", "device"])
+
+
+def cpu_operator() -> Callable[..., Any] | None:
+    """torchvision's libjpeg-turbo decoder (``image::decode_jpeg``), or None."""
+    return _decoder()
 
 
 def decode_plain_jpeg(raw: bytes) -> np.ndarray | None:
@@ -56,7 +79,7 @@ def decode_plain_jpeg(raw: bytes) -> np.ndarray | None:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            chw = decode_jpeg(torch.frombuffer(bytearray(raw), dtype=torch.uint8), _RGB)
+            chw = decode_jpeg(torch.frombuffer(bytearray(raw), dtype=torch.uint8), RGB_MODE)
         except (RuntimeError, ValueError):
             return None
     if caught:  # libjpeg complained (corrupt data it decoded anyway)

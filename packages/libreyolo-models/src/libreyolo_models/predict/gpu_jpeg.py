@@ -1,12 +1,20 @@
-"""JPEG files decoded on the GPU (nvJPEG, through TorchCodec) for predict on CUDA.
+"""JPEG files decoded on the GPU (nvJPEG) for predict on CUDA.
 
 Decoding is what is left of a graphed predict call on the host: a 1280x720 JPEG took 2.5 ms to
 decode for the letterbox on the H200 machine's CPU (reduced DCT scale, ``data.image_files.read_image_for``)
 against 0.63 ms for nvJPEG, and 0.10 ms an image when 32 decode in one call
-(``tools/probe_decode.py``, docs/benchmarks.md). So on CUDA, with the optional extra installed
-(``pip install 'libreyolo[nvjpeg]'``), predict reads JPEG files as bytes on its decoding threads and
-decodes each batch of them in one call on the GPU, where the letterbox then runs; other formats
-and the JPEGs nvJPEG does not take (CMYK, 12-bit, lossless) decode on the CPU as before.
+(``tools/probe_decode.py``, docs/benchmarks.md). So on CUDA predict reads JPEG files as bytes on
+its decoding threads and decodes each batch of them in one call on the GPU, where the letterbox
+then runs; other formats and the JPEGs nvJPEG does not take (CMYK, 12-bit, lossless) decode on the
+CPU as before.
+
+The decoder: TorchCodec's ``decode_jpeg`` where it loads (the optional extra, ``pip install
+'libreyolo[nvjpeg]'``), else torchvision's nvJPEG operator, which the default install's CUDA
+torchvision carries (``data.plain_jpeg.nvjpeg_operator``, loaded without importing torchvision;
+torchvision 0.29 deprecates it in favour of TorchCodec's, and once it is gone "auto" decodes on
+the CPU). torchvision's allocates its outputs on the caller's stream but writes them on a stream of
+its own without waiting for the caller's (pytorch/vision#9606), so it runs with a stream of ours
+current (``TorchvisionNvjpeg``).
 
 What changes for a user: the pixels. nvJPEG's inverse DCT and chroma upsampling are not
 libjpeg-turbo's: on the probe's images the letterboxed network input differed from the CPU
@@ -38,8 +46,8 @@ from PIL import Image
 from torch import Tensor
 
 from ..data.decode import ImageDecodeError, exif_orientation, read_image_file, shown_size
+from ..data.plain_jpeg import RGB_MODE, cpu_operator, nvjpeg_operator
 from ..errors import ConfigError, MissingExtraError
-from ..optional import require
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +56,7 @@ EXTRA = "nvjpeg"
 
 GpuDecodeRequest = bool | Literal["auto"]
 
-NOT_INSTALLED = "TorchCodec is not installed"
+NOT_INSTALLED = "neither TorchCodec nor torchvision's nvJPEG operator is installed"
 
 MAX_AREA_PER_INPUT = 16
 """A JPEG goes to the GPU when it has at most this many times the letterbox's pixels (6.6 MP at
@@ -75,8 +83,57 @@ class EncodedJpeg:
     """The EXIF orientation tag as the CPU decoder reads it (1: as stored)."""
 
 
+class TorchvisionNvjpeg:
+    """torchvision's nvJPEG batch decoder, called as TorchCodec's ``decode_jpeg`` is (a list of
+    1-D uint8 CPU tensors, or one, and ``device=``; CHW uint8 RGB back); on the CPU its
+    libjpeg-turbo twin.
+
+    On CUDA it decodes with a stream of ours current, on which nothing else runs: its outputs then
+    come from memory only that stream has freed, each output is marked as used on the caller's
+    stream (``record_stream``) so the allocator hands it to a later decode only once the caller's
+    kernels that read it are done, and the caller's stream waits for the decode. Called as it is,
+    the operator could be handed a block the caller's queued kernels still read and overwrite it
+    (pytorch/vision#9606)."""
+
+    name = "torchvision's nvJPEG"
+
+    def __init__(self, operator: Callable[..., Any]) -> None:
+        self._operator = operator
+        self._streams: dict[torch.device, torch.cuda.Stream] = {}
+
+    def __call__(self, data: Tensor | list[Tensor], device: torch.device | str = "cpu") -> Tensor | list[Tensor]:
+        device = torch.device(device)
+        items = data if isinstance(data, list) else [data]
+        if device.type == "cuda":
+            out = self._on_own_stream(items, _indexed(device))
+        else:
+            cpu = cpu_operator()
+            if cpu is None:
+                raise RuntimeError("torchvision's CPU JPEG decoder is not available")
+            out = [cpu(item, RGB_MODE) for item in items]
+        return out if isinstance(data, list) else out[0]
+
+    def _on_own_stream(self, items: list[Tensor], device: torch.device) -> list[Tensor]:
+        caller = torch.cuda.current_stream(device)
+        own = self._streams.get(device)
+        if own is None:
+            own = self._streams[device] = torch.cuda.Stream(device)
+        with torch.cuda.device(device), torch.cuda.stream(own):
+            out = list(self._operator(items, RGB_MODE, device))
+        caller.wait_stream(own)
+        for tensor in out:
+            tensor.record_stream(caller)
+        return out
+
+
 @cache
 def _decoder() -> Callable[..., Any] | None:
+    """TorchCodec's ``decode_jpeg`` where it loads, else torchvision's nvJPEG
+    (``TorchvisionNvjpeg``), else None."""
+    return _torchcodec_decoder() or _torchvision_decoder()
+
+
+def _torchcodec_decoder() -> Callable[..., Any] | None:
     """TorchCodec's ``decode_jpeg``, or None when it is missing or cannot load against this torch
     (its wheels link one CUDA major version and one range of torch releases)."""
     try:
@@ -84,9 +141,20 @@ def _decoder() -> Callable[..., Any] | None:
     except ImportError:
         return None
     except Exception as err:  # noqa: BLE001 - installed, but its native library does not load here
-        log.info("GPU JPEG decoding off: TorchCodec is installed but does not load (%s: %s)", type(err).__name__, err)
+        log.info("TorchCodec is installed but does not load (%s: %s)", type(err).__name__, err)
         return None
     return decode_jpeg
+
+
+def _torchvision_decoder() -> TorchvisionNvjpeg | None:
+    operator = nvjpeg_operator()
+    return None if operator is None else TorchvisionNvjpeg(operator)
+
+
+def decoder_name(decode: Callable[..., Any] | None = None) -> str:
+    """Which device decoder ``decode`` (default: the one predict uses) is, for messages."""
+    decode = _decoder() if decode is None else decode
+    return "no device JPEG decoder" if decode is None else getattr(decode, "name", "TorchCodec")
 
 
 @cache
@@ -97,19 +165,20 @@ def _device_failure(device: torch.device) -> str | None:
     if decode is None:
         return NOT_INSTALLED if not _installed() else (
             f"TorchCodec is installed but does not load with torch {torch.__version__}")
+    name = decoder_name(decode)
     try:
         decoded = decode([_probe_jpeg(np.full((8, 16, 3), (200, 40, 90), np.uint8))], device=device)
     except Exception as err:  # noqa: BLE001 - any failure means: not on this device
-        return f"TorchCodec cannot decode on {device} ({type(err).__name__}: {str(err)[:200]})"
+        return f"{name} cannot decode on {device} ({type(err).__name__}: {str(err)[:200]})"
     if len(decoded) != 1 or tuple(decoded[0].shape) != (3, 8, 16) or decoded[0].device != device:
-        return f"TorchCodec's nvJPEG decode on {device} returned an unexpected result"
+        return f"{name}'s decode on {device} returned an unexpected result"
     return None
 
 
 def resolve_gpu_decode(request: GpuDecodeRequest, device: torch.device) -> bool:
-    """Whether predict decodes JPEG files on ``device``: ``"auto"`` on CUDA when TorchCodec decodes
-    there (tried once per device; a log line says why not); ``True`` insists (an error naming the
-    fix otherwise); ``False`` never.
+    """Whether predict decodes JPEG files on ``device``: ``"auto"`` on CUDA when the device decoder
+    (``_decoder``) decodes there (tried once per device; a log line says why not); ``True`` insists
+    (an error naming the fix otherwise); ``False`` never.
 
     Raises:
         ConfigError: ``True`` off CUDA, or a value other than True, False or "auto".
@@ -123,6 +192,9 @@ def resolve_gpu_decode(request: GpuDecodeRequest, device: torch.device) -> bool:
         why = _device_failure(_indexed(device))
         if why is not None and why != NOT_INSTALLED:
             _log_once(f"JPEG files decode on the CPU: {why}")
+        elif why is None:
+            _log_once(f"JPEG files decode on {_indexed(device)} with {decoder_name()} (gpu_decode=False: on the CPU, "
+                      "with validation's pixels)", logging.INFO)
         return why is None
     if request is not True:
         raise ConfigError(f"gpu_decode={request!r} must be True, False or 'auto'")
@@ -132,7 +204,7 @@ def resolve_gpu_decode(request: GpuDecodeRequest, device: torch.device) -> bool:
     why = _device_failure(_indexed(device))
     if why is not None:
         raise MissingExtraError(f"gpu_decode=True: {why}; pip install -U 'libreyolo[{EXTRA}]' (a TorchCodec built for "
-                          f"this torch and CUDA), or pass gpu_decode=False")
+                                f"this torch and CUDA), or pass gpu_decode=False")
     return True
 
 
@@ -150,8 +222,8 @@ def _installed() -> bool:
 
 
 @cache
-def _log_once(message: str) -> None:
-    log.warning(message)
+def _log_once(message: str, level: int = logging.WARNING) -> None:
+    log.log(level, message)
 
 
 def read_encoded(path: Path, data: bytes, *, imgsz: int | None = None, alone: bool = False) -> EncodedJpeg | None:
@@ -182,8 +254,8 @@ def decode_on_device(items: Sequence[EncodedJpeg], device: torch.device) -> list
     is returned as the error naming it."""
     decode = _decoder()
     if decode is None:
-        require("torchcodec", EXTRA, "JPEG decoding on the GPU")
-        raise MissingExtraError(f"TorchCodec does not load with torch {torch.__version__} (pip install -U 'libreyolo[{EXTRA}]')")
+        raise MissingExtraError(f"JPEG decoding on the GPU: {NOT_INSTALLED} (or TorchCodec does not load with torch "
+                                f"{torch.__version__}); pip install -U 'libreyolo[{EXTRA}]'")
     raw = [_encoded(item.data) for item in items]
     try:
         decoded: list[Tensor | None] = list(decode(raw, device=device))
@@ -280,5 +352,5 @@ def _one(decode: Callable[..., Any], raw: Tensor, device: torch.device) -> Tenso
         return None
 
 
-__all__ = ["EXTRA", "MAX_AREA_PER_INPUT", "NO_PIXELS", "EncodedJpeg", "GpuDecodeRequest", "decode_on_device", "oriented",
-           "read_encoded", "resolve_gpu_decode"]
+__all__ = ["EXTRA", "MAX_AREA_PER_INPUT", "NO_PIXELS", "EncodedJpeg", "GpuDecodeRequest", "TorchvisionNvjpeg",
+           "decode_on_device", "decoder_name", "oriented", "read_encoded", "resolve_gpu_decode"]
