@@ -39,18 +39,19 @@ def _library() -> bool:
     return _registered() or load_torchvision_library(_IMAGE_LIBRARIES, _registered) is not None
 
 
-def _operator(name: str, arguments: list[str]) -> Callable[..., Any] | None:
-    """torchvision's image operator ``name`` when its leading arguments are ``arguments``; None
-    when the library or the operator is missing, or its signature changed (then unused)."""
+def _operator(name: str, types: list[str]) -> Callable[..., Any] | None:
+    """torchvision's image operator ``name`` when its leading arguments have the types ``types``
+    (not names: torchvision 0.26 registers some unnamed); None when the library or the operator is
+    missing, or its signature changed (then unused)."""
     if not _library() or not hasattr(torch.ops.image, name):
         return None
     op = getattr(torch.ops.image, name)
-    return op if [a.name for a in op.default._schema.arguments][:len(arguments)] == arguments else None
+    return op if [str(a.type) for a in op.default._schema.arguments][:len(types)] == types else None
 
 
 @functools.cache
 def _decoder() -> Callable[..., Any] | None:
-    return _operator("decode_jpeg", ["data", "mode"])
+    return _operator("decode_jpeg", ["Tensor", "int"])
 
 
 @functools.cache
@@ -58,7 +59,7 @@ def nvjpeg_operator() -> Callable[..., Any] | None:
     """torchvision's nvJPEG batch decoder (``image::decode_jpegs_cuda``: a list of 1-D uint8 CPU
     tensors, a read mode, a CUDA device -> CHW uint8 tensors there) from the same library, or None
     (the library is missing, or built without nvJPEG: the operator then fails when called)."""
-    return _operator("decode_jpegs_cuda", ["encoded_images", "mode", "device"])
+    return _operator("decode_jpegs_cuda", ["List[Tensor]", "int", "Device"])
 
 
 def cpu_operator() -> Callable[..., Any] | None:
