@@ -287,6 +287,28 @@ def test_a_torchcodec_that_cannot_decode_on_the_device_turns_auto_off(monkeypatc
         gpu_jpeg._device_failure.cache_clear()
 
 
+def test_a_torchvision_without_nvjpeg_turns_auto_off_quietly(monkeypatch, caplog) -> None:
+    """torchvision's decoder comes with the default install, unasked: where it cannot decode on the
+    device (a build without nvJPEG), "auto" stays on the CPU with an INFO line, not a warning."""
+
+    def no_nvjpeg(items, mode, device):
+        raise RuntimeError("decode_jpegs_cuda: torchvision not compiled with nvJPEG support")
+
+    monkeypatch.setattr(gpu_jpeg, "_decoder", lambda: gpu_jpeg.TorchvisionNvjpeg(no_nvjpeg))
+    monkeypatch.setattr(gpu_jpeg.TorchvisionNvjpeg, "_on_own_stream",
+                        lambda self, items, device: self._operator(items, 3, device))
+    gpu_jpeg._device_failure.cache_clear()
+    gpu_jpeg._log_once.cache_clear()
+    try:
+        with caplog.at_level(logging.INFO, logger="libreyolo_models.predict.gpu_jpeg"):
+            assert gpu_jpeg.resolve_gpu_decode("auto", torch.device("cuda", 0)) is False
+        assert [r.levelno for r in caplog.records] == [logging.INFO]
+        assert "torchvision's nvJPEG cannot decode on cuda:0" in caplog.text
+    finally:
+        gpu_jpeg._device_failure.cache_clear()
+        gpu_jpeg._log_once.cache_clear()
+
+
 @pytest.mark.cuda
 def test_nvjpeg_predict_is_close_to_the_cpu_decoders_and_graphs_once(tmp_path) -> None:
     """On CUDA by default: nvJPEG's pixels within a grey level on average of the CPU decoder's

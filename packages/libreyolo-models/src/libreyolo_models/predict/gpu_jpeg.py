@@ -191,7 +191,9 @@ def resolve_gpu_decode(request: GpuDecodeRequest, device: torch.device) -> bool:
             return False
         why = _device_failure(_indexed(device))
         if why is not None and why != NOT_INSTALLED:
-            _log_once(f"JPEG files decode on the CPU: {why}")
+            # a warning where the user installed TorchCodec for this; torchvision's came unasked
+            quiet = isinstance(_decoder(), TorchvisionNvjpeg)
+            _log_once(f"JPEG files decode on the CPU: {why}", logging.INFO if quiet else logging.WARNING)
         elif why is None:
             _log_once(f"JPEG files decode on {_indexed(device)} with {decoder_name()} (gpu_decode=False: on the CPU, "
                       "with validation's pixels)", logging.INFO)
