@@ -51,7 +51,7 @@ def _scene(seed: int, h: int = 96, w: int = 160) -> np.ndarray:
 
 @pytest.fixture
 def forced(monkeypatch):
-    """The device decoder on, whatever the device (here: TorchCodec's CPU decoder)."""
+    """The device decoder on, whatever the device (here: its CPU twin)."""
     monkeypatch.setattr(predictor_module, "resolve_gpu_decode", lambda request, device: request is not False)
 
 
@@ -149,17 +149,19 @@ def test_oriented_turns_a_tensor_as_pil_turns_the_image() -> None:
 
 @pytest.mark.parametrize("decoder_orients", [True, False])
 def test_every_exif_orientation_decodes_as_the_cpu_decoder_shows_it(tmp_path, monkeypatch, decoder_orients) -> None:
-    """TorchCodec turns pictures by their EXIF tag itself; a device decoder that does not (tried
-    once per device) gets them turned here. Either way: the CPU decoder's pixels, not its fallback."""
+    """A device decoder that turns pictures by their EXIF tag itself (TorchCodec's) is left to it;
+    one that does not (torchvision's; tried once per device) gets them turned here. Either way:
+    the CPU decoder's pixels, not its fallback."""
     paths = _each_orientation(tmp_path)
     items = [gpu_jpeg.read_encoded(p, p.read_bytes()) for p in paths]
     assert [it.orientation for it in items] == list(range(1, 9))  # type: ignore[union-attr]
-    if not decoder_orients:  # PIL's pixels as stored, whatever the tag says
-        def as_stored(raws, device):
-            return [torch.from_numpy(np.asarray(Image.open(io.BytesIO(r.numpy().tobytes())).convert("RGB")).copy())
-                    .permute(2, 0, 1).to(device) for r in raws]
 
-        monkeypatch.setattr(gpu_jpeg, "_decoder", lambda: as_stored)
+    def pil_decoder(raws, device):  # PIL's pixels, turned by the tag or as stored
+        pictures = [Image.open(io.BytesIO(r.numpy().tobytes())) for r in raws]
+        shown = [ImageOps.exif_transpose(p) if decoder_orients else p for p in pictures]
+        return [torch.from_numpy(np.asarray(p.convert("RGB")).copy()).permute(2, 0, 1).to(device) for p in shown]
+
+    monkeypatch.setattr(gpu_jpeg, "_decoder", lambda: pil_decoder)
     monkeypatch.setattr(gpu_jpeg, "read_image_file", lambda *a, **k: pytest.fail("fell back to the CPU decoder"))
     gpu_jpeg._device_orients.cache_clear()
     try:
@@ -275,7 +277,10 @@ def test_a_torchcodec_that_cannot_decode_on_the_device_turns_auto_off(monkeypatc
         raise RuntimeError("torchcodec was not compiled with nvJPEG support")
 
     monkeypatch.setattr(gpu_jpeg, "_decoder", lambda: no_cuda)
+    monkeypatch.setattr(gpu_jpeg, "_torchvision_decoder", lambda: None)  # TorchCodec alone
+    monkeypatch.setattr(gpu_jpeg, "_installed", lambda: True)  # the user installed the extra for this
     gpu_jpeg._device_failure.cache_clear()
+    gpu_jpeg._log_once.cache_clear()
     try:
         with caplog.at_level(logging.WARNING):
             assert gpu_jpeg.resolve_gpu_decode("auto", torch.device("cuda", 0)) is False
@@ -295,8 +300,9 @@ def test_a_torchvision_without_nvjpeg_turns_auto_off_quietly(monkeypatch, caplog
         raise RuntimeError("decode_jpegs_cuda: torchvision not compiled with nvJPEG support")
 
     monkeypatch.setattr(gpu_jpeg, "_decoder", lambda: gpu_jpeg.TorchvisionNvjpeg(no_nvjpeg))
+    monkeypatch.setattr(gpu_jpeg, "_installed", lambda: False)  # the default install: no TorchCodec
     monkeypatch.setattr(gpu_jpeg.TorchvisionNvjpeg, "_on_own_stream",
-                        lambda self, items, device: self._operator(items, 3, device))
+                        lambda self, items, device: self._operator(items, gpu_jpeg.RGB_MODE, device))
     gpu_jpeg._device_failure.cache_clear()
     gpu_jpeg._log_once.cache_clear()
     try:
@@ -307,6 +313,35 @@ def test_a_torchvision_without_nvjpeg_turns_auto_off_quietly(monkeypatch, caplog
     finally:
         gpu_jpeg._device_failure.cache_clear()
         gpu_jpeg._log_once.cache_clear()
+
+
+def test_a_torchcodec_that_cannot_decode_on_the_gpu_hands_over_to_torchvisions(monkeypatch, caplog) -> None:
+    """PyPI's TorchCodec wheels decode on the CPU only: where TorchCodec loads but fails on the
+    device, torchvision's nvJPEG (tried next) decodes there instead of the CPU."""
+    from types import SimpleNamespace
+
+    def no_cuda(sources, device="cpu"):
+        raise RuntimeError("torchcodec was not compiled with nvJPEG support")
+
+    class Fallback(gpu_jpeg.TorchvisionNvjpeg):  # decodes the probe "on the device" without a GPU
+        def __call__(self, data, device="cpu"):
+            return [SimpleNamespace(shape=(3, 8, 16), device=device)]
+
+    fallback = Fallback(lambda *args: None)
+    monkeypatch.setattr(gpu_jpeg, "_decoder", lambda: no_cuda)
+    monkeypatch.setattr(gpu_jpeg, "_torchvision_decoder", lambda: fallback)
+    gpu_jpeg._device_failure.cache_clear()
+    gpu_jpeg._log_once.cache_clear()
+    try:
+        with caplog.at_level(logging.INFO, logger="libreyolo_models.predict.gpu_jpeg"):
+            assert gpu_jpeg.resolve_gpu_decode("auto", torch.device("cuda", 0)) is True
+        assert gpu_jpeg._device_decoder(torch.device("cuda", 0)) is fallback
+        assert gpu_jpeg._device_decoder(torch.device("cpu")) is no_cuda
+        assert "decode on cuda:0 with torchvision's nvJPEG" in caplog.text
+    finally:
+        gpu_jpeg._device_failure.cache_clear()
+        gpu_jpeg._log_once.cache_clear()
+        gpu_jpeg._chosen.clear()
 
 
 @pytest.mark.cuda

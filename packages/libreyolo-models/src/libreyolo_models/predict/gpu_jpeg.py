@@ -120,7 +120,7 @@ class TorchvisionNvjpeg:
             own = self._streams[device] = torch.cuda.Stream(device)
         with torch.cuda.device(device), torch.cuda.stream(own):
             out = list(self._operator(items, RGB_MODE, device))
-        caller.wait_stream(own)
+        caller.wait_stream(own)  # the operator made ours wait for its stream; the caller's now waits for ours
         for tensor in out:
             tensor.record_stream(caller)
         return out
@@ -157,14 +157,39 @@ def decoder_name(decode: Callable[..., Any] | None = None) -> str:
     return "no device JPEG decoder" if decode is None else getattr(decode, "name", "TorchCodec")
 
 
+_chosen: dict[torch.device, Callable[..., Any]] = {}
+"""Per CUDA device, the decoder whose probe passed there (``_device_failure``)."""
+
+
+def _candidates() -> list[Callable[..., Any]]:
+    """The device decoders to try, in order: ``_decoder()``'s, then torchvision's where that is
+    TorchCodec (PyPI's TorchCodec wheels decode on the CPU only; torchvision's CUDA build can)."""
+    first = _decoder()
+    if first is None:
+        return []
+    fallback = None if isinstance(first, TorchvisionNvjpeg) else _torchvision_decoder()
+    return [first] if fallback is None else [first, fallback]
+
+
 @cache
 def _device_failure(device: torch.device) -> str | None:
-    """Why nvJPEG cannot decode on ``device`` (a tiny JPEG tried once per device), or None when it
-    can: a TorchCodec built without CUDA, or for another CUDA, imports fine and fails here."""
-    decode = _decoder()
-    if decode is None:
-        return NOT_INSTALLED if not _installed() else (
-            f"TorchCodec is installed but does not load with torch {torch.__version__}")
+    """Why no device decoder can decode on ``device`` (a tiny JPEG tried once per device and
+    decoder), or None when one can (kept in ``_chosen``): a TorchCodec built without CUDA, or for
+    another CUDA, imports fine and fails here."""
+    _chosen.pop(device, None)
+    reasons = []
+    for decode in _candidates():
+        why = _probe_failure(decode, device)
+        if why is None:
+            _chosen[device] = decode
+            return None
+        reasons.append(why)
+    if reasons:
+        return "; ".join(reasons)
+    return NOT_INSTALLED if not _installed() else f"TorchCodec is installed but does not load with torch {torch.__version__}"
+
+
+def _probe_failure(decode: Callable[..., Any], device: torch.device) -> str | None:
     name = decoder_name(decode)
     try:
         decoded = decode([_probe_jpeg(np.full((8, 16, 3), (200, 40, 90), np.uint8))], device=device)
@@ -175,6 +200,11 @@ def _device_failure(device: torch.device) -> str | None:
     return None
 
 
+def _device_decoder(device: torch.device) -> Callable[..., Any] | None:
+    """The decoder for ``device``: the one its probe chose (CUDA), else ``_decoder()``'s."""
+    return _chosen.get(_indexed(device)) if device.type == "cuda" and _indexed(device) in _chosen else _decoder()
+
+
 def resolve_gpu_decode(request: GpuDecodeRequest, device: torch.device) -> bool:
     """Whether predict decodes JPEG files on ``device``: ``"auto"`` on CUDA when the device decoder
     (``_decoder``) decodes there (tried once per device; a log line says why not); ``True`` insists
@@ -182,7 +212,7 @@ def resolve_gpu_decode(request: GpuDecodeRequest, device: torch.device) -> bool:
 
     Raises:
         ConfigError: ``True`` off CUDA, or a value other than True, False or "auto".
-        ImportError: ``True`` when TorchCodec is missing or cannot decode on ``device``.
+        ImportError: ``True`` when no device decoder loads or decodes on ``device``.
     """
     if request is False:
         return False
@@ -192,11 +222,10 @@ def resolve_gpu_decode(request: GpuDecodeRequest, device: torch.device) -> bool:
         why = _device_failure(_indexed(device))
         if why is not None and why != NOT_INSTALLED:
             # a warning where the user installed TorchCodec for this; torchvision's came unasked
-            quiet = isinstance(_decoder(), TorchvisionNvjpeg)
-            _log_once(f"JPEG files decode on the CPU: {why}", logging.INFO if quiet else logging.WARNING)
+            _log_once(f"JPEG files decode on the CPU: {why}", logging.WARNING if _installed() else logging.INFO)
         elif why is None:
-            _log_once(f"JPEG files decode on {_indexed(device)} with {decoder_name()} (gpu_decode=False: on the CPU, "
-                      "with validation's pixels)", logging.INFO)
+            _log_once(f"JPEG files decode on {_indexed(device)} with {decoder_name(_device_decoder(device))} "
+                      "(gpu_decode=False: on the CPU, with validation's pixels)", logging.INFO)
         return why is None
     if request is not True:
         raise ConfigError(f"gpu_decode={request!r} must be True, False or 'auto'")
@@ -254,10 +283,10 @@ def decode_on_device(items: Sequence[EncodedJpeg], device: torch.device) -> list
     one decoder call; an image the device decoder refuses, or decodes to another size than its
     header's, is decoded on the CPU instead and uploaded, and one that cannot be decoded at all
     is returned as the error naming it."""
-    decode = _decoder()
+    decode = _device_decoder(device)
     if decode is None:
-        raise MissingExtraError(f"JPEG decoding on the GPU: {NOT_INSTALLED} (or TorchCodec does not load with torch "
-                                f"{torch.__version__}); pip install -U 'libreyolo[{EXTRA}]'")
+        raise MissingExtraError(f"JPEG decoding on the GPU: no device decoder loads with torch {torch.__version__}; "
+                                f"pip install -U 'libreyolo[{EXTRA}]' (TorchCodec)")
     raw = [_encoded(item.data) for item in items]
     try:
         decoded: list[Tensor | None] = list(decode(raw, device=device))
@@ -303,7 +332,7 @@ def _device_orients(device: torch.device) -> bool | None:
     turned (6: a quarter clockwise to show), the picture must stand up with the white on top.
     False when it leaves both as stored; None when it does anything else, or fails (pictures with a
     tag then decode on the CPU)."""
-    decode = _decoder()
+    decode = _device_decoder(device)
     assert decode is not None  # decode_on_device checked
     picture = np.zeros((8, 16, 3), np.uint8)
     picture[:, :8] = 255
