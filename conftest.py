@@ -39,13 +39,11 @@ def pytest_configure(config: pytest.Config) -> None:
     if workers > 1:
         import torch
 
+        from libreyolo_ddp import usable_cores
+
         # The cores this process may run on (a CI container's affinity mask), not the host's count:
         # on a 64-core host lent 2 cores, os.cpu_count() gave each worker 32 threads on 1 core.
-        try:
-            cores = len(os.sched_getaffinity(0))
-        except AttributeError:  # pragma: no cover - not Linux
-            cores = os.cpu_count() or 1
-        torch.set_num_threads(max(1, cores // workers))
+        torch.set_num_threads(max(1, usable_cores() // workers))
 
 
 def _heavy_modules_first(items: list[pytest.Item]) -> None:

@@ -78,7 +78,7 @@ def _is_running(pid: int) -> bool:
 def test_spawn_runs_one_gloo_worker_per_rank_and_returns_rank_zero_value(targets, monkeypatch):
     monkeypatch.setattr(torch.backends.cudnn, "benchmark", True)  # must travel to the workers
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # each worker gets its share of the cores
-    share = max(1, len(os.sched_getaffinity(0)) // 2)
+    share = max(1, ddp.usable_cores() // 2)
     port_before = os.environ.get("MASTER_PORT")
     result = ddp.spawn(targets.collect_rank_facts, ("first",), devices=DevicePlan.cpu_workers(2),
                        env={"LIBREYOLO_TEST_EXTRA": "yes"})
@@ -105,7 +105,7 @@ def test_workers_threads_are_a_share_of_the_cores_unless_the_user_set_them(monke
     from libreyolo_ddp.launch import _shared_env
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    cores = len(os.sched_getaffinity(0))
+    cores = ddp.usable_cores()
     assert _shared_env(DevicePlan.cpu_workers(2), None)["OMP_NUM_THREADS"] == str(max(1, cores // 2))
     assert _shared_env(DevicePlan.cpu_workers(4 * cores), None)["OMP_NUM_THREADS"] == "1"
     assert _shared_env(DevicePlan.cpu_workers(2), {"OMP_NUM_THREADS": "3"})["OMP_NUM_THREADS"] == "3"

@@ -47,7 +47,7 @@ def spy(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
                                      {"quality": 60, "restart_marker_blocks": 4}],
                          ids=["444", "422", "420", "progressive", "optimized", "restart-markers"])
 def test_fast_decode_gives_pils_pixels(options: dict, tmp_path: Path, spy: list[bool]) -> None:
-    if plain_jpeg._decoder() is None:
+    if plain_jpeg.cpu_operator() is None:
         pytest.skip("torchvision's JPEG decoder is not available here: PIL decodes everything")
     path = tmp_path / "p.jpg"
     photo().save(path, "JPEG", **{"quality": 90, **options})
@@ -94,7 +94,7 @@ def test_the_decoder_loads_without_importing_torchvision() -> None:
     import sys
 
     code = ("import sys, numpy; from libreyolo_models.data import plain_jpeg; "
-            "print(plain_jpeg._decoder() is not None, 'torchvision' in sys.modules, 'torch._dynamo' in sys.modules)")
+            "print(plain_jpeg.cpu_operator() is not None, 'torchvision' in sys.modules, 'torch._dynamo' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert done.stdout.split() == ["True", "False", "False"]
 
@@ -103,5 +103,5 @@ def test_without_torchvisions_decoder_pil_decodes_the_same(tmp_path: Path, monke
     path = tmp_path / "p.jpg"
     photo().save(path, "JPEG", quality=90)
     fast = read_image_file(path)[0]
-    monkeypatch.setattr(plain_jpeg, "_decoder", lambda: None)
+    monkeypatch.setattr(plain_jpeg, "cpu_operator", lambda: None)
     np.testing.assert_array_equal(read_image_file(path)[0], fast)

@@ -27,6 +27,7 @@ from libreyolo_ddp.devices import (
     local_device,
     parse_devices,
     translate_visible_devices,
+    usable_cores,
 )
 from libreyolo_ddp.env import DistEnv, ElasticRun, dist_env, elastic_run, is_spawned_child, is_torchrun
 from libreyolo_ddp.errors import (
@@ -115,4 +116,5 @@ __all__ = [
     "spawn",
     "split_global_batch",
     "translate_visible_devices",
+    "usable_cores",
 ]

@@ -113,6 +113,15 @@ class DevicePlan:
         return self.type
 
 
+def usable_cores() -> int:
+    """The CPU cores this process may run on: its affinity mask where the platform has one (a
+    container lent 2 cores of a 64-core host has 2), else the machine's count."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
 def _bad(device: object, why: str) -> DeviceError:
     return DeviceError(f"device={device!r} {why}; use one of {_FORMS}")
 

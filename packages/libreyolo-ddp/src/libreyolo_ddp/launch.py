@@ -26,6 +26,7 @@ from libreyolo_ddp.devices import (
     DevicePlan,
     check_devices_available,
     translate_visible_devices,
+    usable_cores,
 )
 from libreyolo_ddp.env import SPAWNED_BY_VAR, elastic_run, is_torchrun
 from libreyolo_ddp.errors import DDPError, WorkerError
@@ -62,14 +63,6 @@ def _patched_environ(updates: Mapping[str, str]) -> Iterator[None]:
                 os.environ[key] = old
 
 
-def _cores() -> int:
-    """The cores this process may run on (a container's affinity mask, not the host's count)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
-
-
 def _shared_env(devices: DevicePlan, env: Mapping[str, str] | None) -> dict[str, str]:
     shared = {
         SPAWNED_BY_VAR: str(os.getpid()),
@@ -87,7 +80,7 @@ def _shared_env(devices: DevicePlan, env: Mapping[str, str] | None) -> dict[str,
         # Each worker's share of the cores (torchrun sets 1): left alone, every worker's torch
         # takes all of them, and their spinning OpenMP pools slow one another several-fold (two
         # Gloo ranks on 2 cores: a 64-px YOLOv9-t step 10 s instead of 1.5 s).
-        shared["OMP_NUM_THREADS"] = str(max(1, _cores() // devices.world_size))
+        shared["OMP_NUM_THREADS"] = str(max(1, usable_cores() // devices.world_size))
     shared.update(env or {})
     return shared
 

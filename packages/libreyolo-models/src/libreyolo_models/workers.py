@@ -4,7 +4,8 @@ cores and the memory can hold (each choice and each cap is logged)."""
 from __future__ import annotations
 
 import logging
-import os
+
+from libreyolo_ddp import usable_cores
 
 from .data.cache_store import mem_available_bytes
 
@@ -15,14 +16,6 @@ WORKER_MEMORY_BYTES = 512 << 20
 writes them; a training worker's own share grew to about 420 MB in one report (YOLOv9 on a small
 dataset: ``workers=1000`` on 2 cores then drew the OOM killer on the parent), so workers are capped
 at the available memory over 512 MiB each."""
-
-
-def usable_cores() -> int:
-    """The cores this process may run on (its affinity mask where the platform has one)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
 
 
 def worker_cap(world_size: int = 1) -> tuple[int, str]:

@@ -50,7 +50,8 @@ def _operator(name: str, types: list[str]) -> Callable[..., Any] | None:
 
 
 @functools.cache
-def _decoder() -> Callable[..., Any] | None:
+def cpu_operator() -> Callable[..., Any] | None:
+    """torchvision's libjpeg-turbo decoder (``image::decode_jpeg``), or None."""
     return _operator("decode_jpeg", ["Tensor", "int"])
 
 
@@ -62,11 +63,6 @@ def nvjpeg_operator() -> Callable[..., Any] | None:
     return _operator("decode_jpegs_cuda", ["List[Tensor]", "int", "Device"])
 
 
-def cpu_operator() -> Callable[..., Any] | None:
-    """torchvision's libjpeg-turbo decoder (``image::decode_jpeg``), or None."""
-    return _decoder()
-
-
 def decode_plain_jpeg(raw: bytes) -> np.ndarray | None:
     """``uint8 [H, W, 3]`` pixels of the JPEG file ``raw``, or None to let PIL decode it.
 
@@ -74,7 +70,7 @@ def decode_plain_jpeg(raw: bytes) -> np.ndarray | None:
     that does not end with the end-of-image marker is left to PIL, which reports it truncated
     where libjpeg would fill the missing rows with grey.
     """
-    decode_jpeg = _decoder()
+    decode_jpeg = cpu_operator()
     if decode_jpeg is None or not raw.rstrip(b"\0").endswith(_END_OF_IMAGE):
         return None
     with warnings.catch_warnings(record=True) as caught:
